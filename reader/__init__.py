@@ -1,0 +1,34 @@
+"""pt2serve's reader: tensors out of PyTorch .pt2 archives by name, without torch.
+
+async with reader.open_archive("model.pt2") as ar:
+    info = ar.layout("linear.weight")
+    data = await ar.read("linear.weight")
+"""
+
+from .archive import Archive, open_archive
+from .errors import (
+    ArchiveFormatError,
+    IntegrityError,
+    ModelNotFound,
+    ReaderError,
+    SourceChanged,
+    SourceError,
+    TensorNotFound,
+    UnsupportedPayload,
+)
+from .tensorinfo import StorageRef, TensorInfo
+
+__all__ = [
+    "Archive",
+    "ArchiveFormatError",
+    "IntegrityError",
+    "ModelNotFound",
+    "ReaderError",
+    "SourceChanged",
+    "SourceError",
+    "StorageRef",
+    "TensorInfo",
+    "TensorNotFound",
+    "UnsupportedPayload",
+    "open_archive",
+]

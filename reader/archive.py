@@ -1,0 +1,227 @@
+"""Archive: look tensors up by name and read their bytes in either order."""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import AsyncIterator, Generator
+from typing import Any
+
+import numpy as np
+
+from . import layout
+from .dtypes import BY_NAME, to_numpy
+from .entries import EntryReader
+from .errors import ModelNotFound, TensorNotFound, UnsupportedPayload
+from .opening import DEFAULT_TAIL_SIZE, OpenedIndex, read_index
+from .sources import DEFAULT_CHUNK_SIZE, ByteSource, open_source
+from .tensorinfo import TensorInfo
+
+ORDERS = ("default", "contiguous")
+DEFAULT_MODEL = "model"
+
+
+class Archive:
+    """An opened .pt2 archive. Get one from `open_archive`."""
+
+    def __init__(self, source: ByteSource, opened: OpenedIndex, reader: EntryReader) -> None:
+        self.source = source
+        self.root = opened.root
+        self._entries = opened.entries
+        self._index = opened.index
+        self._reader = reader
+
+    @property
+    def location(self) -> str:
+        return self.source.location
+
+    @property
+    def identity(self) -> str:
+        """Changes whenever the archive's bytes may have changed (for ETags)."""
+        return self.source.identity
+
+    @property
+    def stats(self) -> dict[str, dict[str, int]]:
+        """Requests made and bytes read so far, by purpose ("open", "data")."""
+        return self.source.stats.to_dict()
+
+    @property
+    def models(self) -> list[str]:
+        return list(self._index)
+
+    def tensors(self, model: str | None = None) -> list[TensorInfo]:
+        """Every tensor of one model, or of every model when model is None."""
+        models = self.models if model is None else [self._model(model)]
+        return [info for name in models for info in self._index[name].values()]
+
+    def layout(self, name: str, model: str | None = None) -> TensorInfo:
+        tensors = self._index[self._model(model)]
+        info = tensors.get(name)
+        if info is None:
+            close = difflib.get_close_matches(name, list(tensors), n=5, cutoff=0.6)
+            hint = f"; close matches: {', '.join(close)}" if close else ""
+            raise TensorNotFound(f"no tensor {name!r} in model {self._model(model)!r}{hint}")
+        return info
+
+    async def read(self, name: str, model: str | None = None, order: str = "default") -> bytes:
+        """The tensor's bytes: memory order ("default") or row-major ("contiguous")."""
+        _, plan = self._plan(name, model, order)
+        return await plan.read()
+
+    async def stream(
+        self,
+        name: str,
+        model: str | None = None,
+        order: str = "default",
+        start: int = 0,
+        end: int | None = None,
+        chunk_size: int | None = None,
+    ) -> AsyncIterator[bytes | memoryview]:
+        """Bytes [start, end) of what `read` returns, in chunks, without holding the whole tensor
+        when it is stored in the requested order."""
+        info, plan = self._plan(name, model, order)
+        total = info.nbytes or 0
+        end = total if end is None else end
+        if not 0 <= start <= end <= total:
+            raise ValueError(f"range [{start}, {end}) is outside {name!r} ({total} bytes)")
+        async for chunk in plan.stream(start, end, chunk_size or self._reader.chunk_size):
+            yield chunk
+
+    async def read_numpy(self, name: str, model: str | None = None) -> np.ndarray:
+        """An ndarray with the logical shape (bfloat16/float8 via ml_dtypes; complex32 widened)."""
+        info, plan = self._plan(name, model, "contiguous")
+        return to_numpy(await plan.read(), BY_NAME[info.dtype], info.sizes)  # type: ignore[index,arg-type]
+
+    async def close(self) -> None:
+        await self.source.close()
+
+    async def __aenter__(self) -> Archive:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def _model(self, model: str | None) -> str:
+        if model is None:
+            if len(self._index) == 1:
+                return next(iter(self._index))
+            if DEFAULT_MODEL in self._index:
+                return DEFAULT_MODEL
+            raise ModelNotFound(f"archive has models {self.models or '(none)'}; name one with model=...")
+        if model not in self._index:
+            close = difflib.get_close_matches(model, self.models, n=5, cutoff=0.5)
+            hint = f"; close matches: {', '.join(close)}" if close else ""
+            raise ModelNotFound(f"no model {model!r} (models: {', '.join(self.models) or 'none'}){hint}")
+        return model
+
+    def _plan(self, name: str, model: str | None, order: str) -> tuple[TensorInfo, _ReadPlan]:
+        if order not in ORDERS:
+            raise ValueError(f"order must be one of {ORDERS}, not {order!r}")
+        info = self.layout(name, model)
+        if info.unsupported:
+            raise UnsupportedPayload(f"{info.model}/{info.name}: {info.unsupported}")
+        return info, _ReadPlan(info, self._entries[info.storage.entry], self._reader, order)
+
+
+class _ReadPlan:
+    """How one tensor's output bytes come from its payload entry.
+
+    direct: the output is exactly the view's storage span (dense in memory order,
+    or row-major already) and can be streamed range by range; otherwise the span
+    is read and gathered.
+    """
+
+    def __init__(self, info: TensorInfo, entry: Any, reader: EntryReader, order: str) -> None:
+        sizes, strides = info.sizes, info.strides
+        assert sizes is not None and strides is not None and info.storage_offset is not None
+        self.info = info
+        self.entry = entry
+        self.reader = reader
+        itemsize = info.itemsize or 0
+        first, end = layout.element_extent(sizes, strides, info.storage_offset)
+        self.span = (first * itemsize, end * itemsize)
+        self.zeros = entry.size == 0
+        self.direct = info.dense and (order == "default" or layout.is_row_major(sizes, strides))
+
+    async def read(self) -> bytes:
+        nbytes = self.info.nbytes or 0
+        if nbytes == 0:
+            return b""
+        if self.zeros:
+            return bytes(nbytes)
+        span = await self.reader.read(self.entry, *self.span)
+        if self.direct:
+            return span
+        return layout.gather_row_major(
+            span, self.info.itemsize or 1, self.info.sizes or (), self.info.strides or ()
+        )
+
+    async def stream(self, start: int, end: int, chunk_size: int) -> AsyncIterator[bytes | memoryview]:
+        if start == end:
+            return
+        if self.zeros:
+            for piece in _pieces(end - start, chunk_size):
+                yield bytes(piece)
+            return
+        if self.direct:
+            first = self.span[0]
+            async for chunk in self.reader.chunks(self.entry, first + start, first + end, chunk_size):
+                yield chunk
+            return
+        data = memoryview(await self.read())
+        position = start
+        for piece in _pieces(end - start, chunk_size):
+            yield data[position : position + piece]
+            position += piece
+
+
+def _pieces(total: int, chunk_size: int) -> Generator[int, None, None]:
+    while total > 0:
+        piece = min(total, chunk_size)
+        yield piece
+        total -= piece
+
+
+class open_archive:  # noqa: N801 - used like a function: `async with open_archive(...)`
+    """Open a .pt2 archive: `async with open_archive(path) as ar` or `ar = await open_archive(path)`.
+
+    `location` is a path (or an already-open ByteSource). `tail_size` is how much
+    of the end is read speculatively; `chunk_size` is the default stream chunk.
+    """
+
+    def __init__(
+        self,
+        location: str | os.PathLike[str] | ByteSource,
+        *,
+        tail_size: int = DEFAULT_TAIL_SIZE,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+    ) -> None:
+        self._location = location
+        self._tail_size = tail_size
+        self._chunk_size = chunk_size
+        self._archive: Archive | None = None
+
+    async def _open(self) -> Archive:
+        location = self._location
+        if isinstance(location, (str, os.PathLike)):
+            source = await open_source(location)
+        else:
+            source = location
+        reader = EntryReader(source, self._chunk_size)
+        try:
+            opened = await read_index(source, reader, self._tail_size)
+        except BaseException:
+            await source.close()
+            raise
+        return Archive(source, opened, reader)
+
+    def __await__(self) -> Generator[Any, None, Archive]:
+        return self._open().__await__()
+
+    async def __aenter__(self) -> Archive:
+        self._archive = await self._open()
+        return self._archive
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._archive is not None:
+            await self._archive.close()

@@ -1,0 +1,128 @@
+"""Content bytes of ZIP entries from a byte source: local headers, ranges, inflating, CRC.
+
+Whole-entry reads are always CRC-checked; partial reads of a stored entry
+cannot be (the CRC covers the whole entry) and are length-checked only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from . import zipfmt
+from .errors import IntegrityError
+from .sources import DEFAULT_CHUNK_SIZE, ByteSource
+from .zipfmt import ZipEntry
+
+# torch's alignment padding is under 100 bytes; guessing this much local extra
+# lets one request cover a small entry's header and data together.
+LOCAL_EXTRA_GUESS = 128
+# A range starting this far into an entry gets its header resolved separately
+# rather than dragging the bytes in between along.
+HEADER_PIGGYBACK_LIMIT = 64 << 10
+
+
+class EntryReader:
+    """Reads entry contents through one source, remembering where each entry's data starts."""
+
+    def __init__(self, source: ByteSource, chunk_size: int = DEFAULT_CHUNK_SIZE) -> None:
+        self.source = source
+        self.chunk_size = chunk_size
+        self._data_offsets: dict[str, int] = {}
+
+    def remember_data_offset(self, entry: ZipEntry, offset: int) -> None:
+        self._data_offsets[entry.name] = offset
+
+    async def data_offset(self, entry: ZipEntry) -> int:
+        if entry.name not in self._data_offsets:
+            start = entry.header_offset
+            header = await self.source.read(start, start + zipfmt.local_header_prefix(entry), purpose="data")
+            self._data_offsets[entry.name] = zipfmt.data_offset(entry, header)
+        return self._data_offsets[entry.name]
+
+    async def read(self, entry: ZipEntry, start: int = 0, end: int | None = None) -> bytes:
+        """Content bytes [start, end) of the entry."""
+        end = entry.size if end is None else end
+        _check(entry, start, end)
+        if start == end:
+            return b""
+        if entry.method != zipfmt.layouts.METHOD_STORED:
+            return b"".join([bytes(chunk) async for chunk in self.chunks(entry, start, end)])
+        zipfmt.check_decodable(entry)
+        data = await self._read_stored(entry, start, end)
+        if start == 0 and end == entry.size:
+            _verify_crc(entry, zipfmt.crc32(data))
+        return data
+
+    async def chunks(
+        self, entry: ZipEntry, start: int = 0, end: int | None = None, chunk_size: int | None = None
+    ) -> AsyncIterator[bytes | memoryview]:
+        """Content bytes [start, end) in chunks; whole-entry streams are CRC-checked at the end."""
+        end = entry.size if end is None else end
+        _check(entry, start, end)
+        zipfmt.check_decodable(entry)
+        chunk_size = chunk_size or self.chunk_size
+        if start == end:
+            return
+        offset = await self.data_offset(entry)
+        if entry.method == zipfmt.layouts.METHOD_STORED:
+            whole = start == 0 and end == entry.size
+            crc = 0
+            async for chunk in self.source.stream(offset + start, offset + end, chunk_size=chunk_size):
+                if whole:
+                    crc = zipfmt.crc32(chunk, crc)
+                yield chunk
+            if whole:
+                _verify_crc(entry, crc)
+            return
+        async for piece in self._inflated(entry, offset, start, end, chunk_size):
+            yield piece
+
+    async def _read_stored(self, entry: ZipEntry, start: int, end: int) -> bytes:
+        known = self._data_offsets.get(entry.name)
+        if known is not None or start > HEADER_PIGGYBACK_LIMIT:
+            offset = known if known is not None else await self.data_offset(entry)
+            return await self.source.read(offset + start, offset + end)
+        # One request for header and data: guess the local extra length, fix up if wrong.
+        first = entry.header_offset
+        guess_end = first + zipfmt.local_header_prefix(entry) + LOCAL_EXTRA_GUESS + end
+        fetched = await self.source.read(first, min(guess_end, entry.region_end, self.source.size))
+        offset = zipfmt.data_offset(entry, fetched)
+        self._data_offsets[entry.name] = offset
+        have_until = first + len(fetched)
+        if offset + end <= have_until:
+            return fetched[offset - first + start : offset - first + end]
+        rest = await self.source.read(have_until, offset + end)
+        return fetched[offset - first + start :] + rest
+
+    async def _inflated(
+        self, entry: ZipEntry, offset: int, start: int, end: int, chunk_size: int
+    ) -> AsyncIterator[bytes | memoryview]:
+        """Inflate from the entry's start, yielding only [start, end); verify if it reaches the end."""
+        whole_tail = end == entry.size
+        decoder = zipfmt.EntryDecoder(entry, verify=whole_tail)
+        position = 0
+        compressed = self.source.stream(offset, offset + entry.compressed_size, chunk_size=chunk_size)
+        try:
+            async for chunk in compressed:
+                for piece in decoder.feed(chunk):
+                    piece_end = position + len(piece)
+                    if piece_end > start and position < end:
+                        yield memoryview(piece)[max(start - position, 0) : min(end, piece_end) - position]
+                    position = piece_end
+                if position >= end and not whole_tail:
+                    return
+            decoder.finish()
+        finally:
+            await compressed.aclose()
+        if position < end:
+            raise IntegrityError(f"entry {entry.name!r} ended after {position} of {end} bytes")
+
+
+def _check(entry: ZipEntry, start: int, end: int) -> None:
+    if not 0 <= start <= end <= entry.size:
+        raise ValueError(f"range [{start}, {end}) is outside entry {entry.name!r} ({entry.size} bytes)")
+
+
+def _verify_crc(entry: ZipEntry, crc: int) -> None:
+    if crc != entry.crc32:
+        raise IntegrityError(f"entry {entry.name!r}: CRC-32 {crc:08x} does not match {entry.crc32:08x}")

@@ -1,0 +1,43 @@
+"""Typed errors: every failure the reader reports derives from ReaderError.
+
+Callers (the service, the CLI) map these to statuses and messages, so each
+class means one kind of problem and every message names what and where.
+"""
+
+from __future__ import annotations
+
+
+class ReaderError(Exception):
+    """Base class of every error pt2serve's reader raises on purpose."""
+
+
+class ArchiveFormatError(ReaderError):
+    """The bytes are not a well-formed ZIP or PT2 archive."""
+
+
+class TensorNotFound(ReaderError, LookupError):
+    """No tensor of that name in the selected model."""
+
+
+class ModelNotFound(ReaderError, LookupError):
+    """No model of that name, or no name given where several models exist."""
+
+
+class UnsupportedPayload(ReaderError):
+    """The entry is listed but its bytes cannot be served as a raw tensor.
+
+    Pickled tensor subclasses, custom objects, symbolic sizes, legacy pickled
+    weight files and big-endian archives all end here.
+    """
+
+
+class SourceError(ReaderError):
+    """Reading bytes from the underlying file or server failed."""
+
+
+class SourceChanged(SourceError):
+    """The object changed between reads; mixing versions would give wrong bytes."""
+
+
+class IntegrityError(ReaderError):
+    """Bytes read do not match the archive's CRC-32 or declared size."""

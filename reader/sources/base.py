@@ -1,0 +1,71 @@
+"""What every byte source offers, and how it counts its work.
+
+A source knows nothing about ZIP: it hands out exact byte ranges of one
+object and counts requests and bytes by purpose ("open" vs "data").
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+DEFAULT_CHUNK_SIZE = 1 << 20
+
+
+@dataclass
+class PurposeStats:
+    requests: int = 0
+    bytes: int = 0
+
+
+@dataclass
+class SourceStats:
+    """Requests made and bytes received, per purpose."""
+
+    by_purpose: dict[str, PurposeStats] = field(default_factory=dict)
+
+    def record(self, purpose: str, nbytes: int, *, requests: int = 1) -> None:
+        stats = self.by_purpose.setdefault(purpose, PurposeStats())
+        stats.requests += requests
+        stats.bytes += nbytes
+
+    def add_bytes(self, purpose: str, nbytes: int) -> None:
+        self.record(purpose, nbytes, requests=0)
+
+    @property
+    def requests(self) -> int:
+        return sum(stats.requests for stats in self.by_purpose.values())
+
+    @property
+    def bytes(self) -> int:
+        return sum(stats.bytes for stats in self.by_purpose.values())
+
+    def to_dict(self) -> dict[str, dict[str, int]]:
+        return {purpose: {"requests": s.requests, "bytes": s.bytes} for purpose, s in self.by_purpose.items()}
+
+
+class ByteSource(Protocol):
+    """Exact byte ranges of one immutable object (a file, a URL, an S3 key)."""
+
+    location: str
+    size: int
+    identity: str  # changes whenever the object's bytes may have changed (ETag, mtime+size)
+    stats: SourceStats
+
+    async def read(self, start: int, end: int, *, purpose: str = "data") -> bytes:
+        """Bytes [start, end), exactly, or raise SourceError / SourceChanged."""
+        ...
+
+    def stream(
+        self, start: int, end: int, *, chunk_size: int = DEFAULT_CHUNK_SIZE, purpose: str = "data"
+    ) -> AsyncIterator[bytes]:
+        """Bytes [start, end) in chunks of at most chunk_size, exactly."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+def check_range(source: ByteSource, start: int, end: int) -> None:
+    if not 0 <= start <= end <= source.size:
+        raise ValueError(f"range [{start}, {end}) is outside {source.location} ({source.size} bytes)")

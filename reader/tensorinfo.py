@@ -1,0 +1,88 @@
+"""TensorInfo: everything known about one tensor without reading its bytes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class StorageRef:
+    """The payload entry a tensor views.
+
+    `nbytes` is the payload's (untyped storage's) size; `offset` is where this
+    tensor's first element sits in it (storage_offset * itemsize), None when the
+    payload is not raw bytes (pickled tensors, custom objects).
+    """
+
+    entry: str
+    offset: int | None
+    nbytes: int
+    compression: str
+    crc32: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "entry": self.entry,
+            "offset": self.offset,
+            "nbytes": self.nbytes,
+            "compression": self.compression,
+            "crc32": self.crc32,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class TensorInfo:
+    """One FQN of one model. Shape fields are None where the archive does not fix them
+    (custom objects, symbolic sizes); `unsupported` then says why bytes cannot be read.
+    """
+
+    name: str
+    model: str
+    kind: str  # "weight" | "constant" | "custom_object"
+    dtype: str | None
+    sizes: tuple[int, ...] | None
+    strides: tuple[int, ...] | None
+    storage_offset: int | None
+    dim_order: tuple[int, ...] | None
+    dense: bool
+    numel: int | None
+    itemsize: int | None
+    nbytes: int | None
+    is_param: bool
+    requires_grad: bool
+    pickled: bool
+    executorch_scalar_type: int | None
+    storage: StorageRef
+    unsupported: str | None = None
+
+    @property
+    def readable(self) -> bool:
+        return self.unsupported is None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The layout JSON the service returns for /tensors/{name}/layout."""
+        return {
+            "name": self.name,
+            "model": self.model,
+            "kind": self.kind,
+            "dtype": self.dtype,
+            "sizes": _list(self.sizes),
+            "strides": _list(self.strides),
+            "storage_offset": self.storage_offset,
+            "dim_order": _list(self.dim_order),
+            "dense": self.dense,
+            "numel": self.numel,
+            "itemsize": self.itemsize,
+            "nbytes": self.nbytes,
+            "is_param": self.is_param,
+            "requires_grad": self.requires_grad,
+            "pickled": self.pickled,
+            "executorch_scalar_type": self.executorch_scalar_type,
+            "storage": self.storage.to_dict(),
+            "unsupported": self.unsupported,
+        }
+
+
+def _list(values: tuple[int, ...] | None) -> list[int] | None:
+    return None if values is None else list(values)

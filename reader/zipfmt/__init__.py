@@ -1,0 +1,26 @@
+"""Sans-IO ZIP parsing: bytes in, small frozen records out.
+
+Nothing here reads a file or awaits; every source hands this package bytes,
+so one parser serves local files, HTTP ranges and S3 alike, and it can be
+fuzzed directly.
+"""
+
+from .central import parse_central_directory
+from .decode import EntryDecoder, check_decodable, crc32
+from .end import MAX_END_SEARCH, locate_directory
+from .local import data_offset, local_header_prefix
+from .records import DirectorySpan, NeedBytes, ZipEntry
+
+__all__ = [
+    "MAX_END_SEARCH",
+    "DirectorySpan",
+    "EntryDecoder",
+    "NeedBytes",
+    "ZipEntry",
+    "check_decodable",
+    "crc32",
+    "data_offset",
+    "local_header_prefix",
+    "locate_directory",
+    "parse_central_directory",
+]

@@ -1,0 +1,138 @@
+"""Parse the central directory into checked ZipEntry records."""
+
+from __future__ import annotations
+
+from ..errors import ArchiveFormatError
+from .layouts import (
+    CENTRAL_HEADER,
+    CENTRAL_HEADER_SIGNATURE,
+    EXTRA_HEADER,
+    FLAG_UTF8,
+    LOCAL_HEADER,
+    MAX_DEFLATE_RATIO,
+    METHOD_DEFLATED,
+    METHOD_STORED,
+    SENTINEL_16,
+    SENTINEL_32,
+    ZIP64_EXTRA_ID,
+    ZIP64_FIELD,
+)
+from .records import DirectorySpan, ZipEntry
+
+
+def parse_central_directory(directory: bytes | memoryview, span: DirectorySpan) -> tuple[ZipEntry, ...]:
+    """Parse exactly `span.entries` records from the central directory bytes.
+
+    Every size and offset is checked against the archive layout: entries must lie
+    before the central directory, must not overlap, and names must be unique.
+    """
+    view = memoryview(directory)
+    if len(view) != span.size:
+        raise ValueError(f"expected {span.size} central directory bytes, got {len(view)}")
+    raw: list[tuple[bytes, int, int, int, int, int, int]] = []
+    at = 0
+    for index in range(span.entries):
+        raw.append(_parse_record(view, at, span.offset + at, index))
+        at += CENTRAL_HEADER.size + sum(CENTRAL_HEADER.unpack_from(view, at)[10:13])
+    if at != span.size:
+        raise ArchiveFormatError(
+            f"central directory at {span.offset} holds {span.size - at} bytes beyond its "
+            f"{span.entries} entries"
+        )
+    return _with_regions(raw, span)
+
+
+def _parse_record(view: memoryview, at: int, position: int, index: int) -> tuple:
+    if at + CENTRAL_HEADER.size > len(view):
+        raise ArchiveFormatError(f"central directory record {index} at {position} is truncated")
+    (
+        signature, _, _, flags, method, _, _, crc, compressed, size,
+        name_length, extra_length, comment_length, disk, _, _, header_offset,
+    ) = CENTRAL_HEADER.unpack_from(view, at)  # fmt: skip
+    if signature != CENTRAL_HEADER_SIGNATURE:
+        raise ArchiveFormatError(f"bad central directory signature for record {index} at {position}")
+    name_at = at + CENTRAL_HEADER.size
+    extra_at = name_at + name_length
+    record_end = extra_at + extra_length + comment_length
+    if record_end > len(view):
+        raise ArchiveFormatError(
+            f"central directory record {index} at {position} runs past the directory's end"
+        )
+    raw_name = bytes(view[name_at:extra_at])
+    if any(value == SENTINEL_32 for value in (compressed, size, header_offset)) or disk == SENTINEL_16:
+        size, compressed, header_offset = _zip64_values(
+            view[extra_at : extra_at + extra_length], size, compressed, header_offset, disk, position
+        )
+    elif disk != 0:
+        raise ArchiveFormatError(f"entry {raw_name!r} at {position} starts on disk {disk}")
+    return raw_name, flags, method, crc, compressed, size, header_offset
+
+
+def _zip64_values(
+    extra: memoryview, size: int, compressed: int, header_offset: int, disk: int, position: int
+) -> tuple[int, int, int]:
+    """Replace 0xFFFFFFFF fields with the ZIP64 extra field's values, in APPNOTE order."""
+    wanted = [name for name, value in (("size", size), ("compressed", compressed),
+                                       ("offset", header_offset)) if value == SENTINEL_32]  # fmt: skip
+    at = 0
+    while at + EXTRA_HEADER.size <= len(extra):
+        header_id, data_size = EXTRA_HEADER.unpack_from(extra, at)
+        data_at = at + EXTRA_HEADER.size
+        if data_at + data_size > len(extra):
+            break
+        if header_id == ZIP64_EXTRA_ID:
+            if data_size < ZIP64_FIELD.size * len(wanted):
+                raise ArchiveFormatError(
+                    f"ZIP64 extra field of record at {position} is {data_size} bytes, "
+                    f"too short for {', '.join(wanted)}"
+                )
+            values = {
+                name: ZIP64_FIELD.unpack_from(extra, data_at + i * ZIP64_FIELD.size)[0]
+                for i, name in enumerate(wanted)
+            }
+            if disk == SENTINEL_16 and data_size >= ZIP64_FIELD.size * len(wanted) + 4:
+                disk = int.from_bytes(
+                    extra[data_at + 8 * len(wanted) : data_at + 8 * len(wanted) + 4], "little"
+                )
+            if disk not in (0, SENTINEL_16):
+                raise ArchiveFormatError(f"record at {position} starts on disk {disk}")
+            return (
+                values.get("size", size),
+                values.get("compressed", compressed),
+                values.get("offset", header_offset),
+            )
+        at = data_at + data_size
+    raise ArchiveFormatError(
+        f"record at {position} defers {', '.join(wanted) or 'its disk'} to a ZIP64 extra field it lacks"
+    )
+
+
+def _with_regions(raw: list[tuple], span: DirectorySpan) -> tuple[ZipEntry, ...]:
+    """Check entries against each other and the directory; give each its region end."""
+    order = sorted(range(len(raw)), key=lambda i: raw[i][6])
+    region_ends = [0] * len(raw)
+    for rank, i in enumerate(order):
+        region_ends[i] = raw[order[rank + 1]][6] if rank + 1 < len(order) else span.offset
+    entries = []
+    names: set[str] = set()
+    for (raw_name, flags, method, crc, compressed, size, header_offset), region_end in zip(raw, region_ends):
+        name = raw_name.decode("utf-8" if flags & FLAG_UTF8 else "cp437", errors="replace")
+        minimum_end = header_offset + LOCAL_HEADER.size + len(raw_name) + compressed
+        if minimum_end > region_end:
+            what = "the central directory" if region_end == span.offset else "the next entry"
+            raise ArchiveFormatError(
+                f"entry {name!r} at {header_offset} ({compressed} bytes) overlaps {what} at {region_end}"
+            )
+        if method == METHOD_STORED and compressed != size:
+            raise ArchiveFormatError(f"stored entry {name!r} claims {size} bytes but holds {compressed}")
+        if method == METHOD_DEFLATED and size > compressed * MAX_DEFLATE_RATIO + 64:
+            raise ArchiveFormatError(
+                f"deflated entry {name!r} claims {size} bytes from {compressed}: impossible ratio"
+            )
+        if name in names:
+            raise ArchiveFormatError(f"duplicate entry name {name!r}")
+        names.add(name)
+        entries.append(
+            ZipEntry(name, raw_name, flags, method, crc, compressed, size, header_offset, region_end)
+        )
+    return tuple(entries)

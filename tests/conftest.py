@@ -1,0 +1,46 @@
+"""Shared fixtures: committed archives, their torch-computed expectations, the shared ExecuTorch file."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import importlib.util
+import json
+import pathlib
+
+import pytest
+
+HERE = pathlib.Path(__file__).resolve().parent
+ARCHIVES = HERE / "fixtures" / "archives"
+EXPECTED = json.loads((HERE / "fixtures" / "expected.json").read_text())
+SHARED_LINEAR = HERE.parent.parent / "shared" / "fixtures" / "linear.pt2"
+
+HAVE_TORCH = importlib.util.find_spec("torch") is not None
+needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed (CI installs torch==2.13.0)")
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def run(coro, timeout: float = 30.0):
+    """Run a coroutine with a hard time bound, so a hang fails instead of blocking the suite."""
+    return asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+@pytest.fixture(scope="session")
+def shared_linear() -> pathlib.Path:
+    if not SHARED_LINEAR.exists():
+        pytest.skip(f"../shared is absent ({SHARED_LINEAR} not found)")
+    return SHARED_LINEAR
+
+
+@pytest.fixture(scope="session")
+def fresh_archives(tmp_path_factory) -> tuple[pathlib.Path, dict]:
+    """Archives generated now by the installed torch, with torch's own expectations."""
+    if not HAVE_TORCH:
+        pytest.skip("torch is not installed (CI installs torch==2.13.0)")
+    from tests.fixtures import make_fixtures
+
+    out = tmp_path_factory.mktemp("fresh")
+    return out, make_fixtures.build_all(out)
