@@ -9,13 +9,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from . import zipfmt
-from .errors import IntegrityError
+from .errors import ArchiveFormatError, IntegrityError
 from .sources import DEFAULT_CHUNK_SIZE, ByteSource
 from .zipfmt import ZipEntry
 
-# torch's alignment padding is under 100 bytes; guessing this much local extra
-# lets one request cover a small entry's header and data together.
-LOCAL_EXTRA_GUESS = 128
 # A range starting this far into an entry gets its header resolved separately
 # rather than dragging the bytes in between along.
 HEADER_PIGGYBACK_LIMIT = 64 << 10
@@ -34,10 +31,25 @@ class EntryReader:
 
     async def data_offset(self, entry: ZipEntry) -> int:
         if entry.name not in self._data_offsets:
-            start = entry.header_offset
-            header = await self.source.read(start, start + zipfmt.local_header_prefix(entry), purpose="data")
-            self._data_offsets[entry.name] = zipfmt.data_offset(entry, header)
+            await self._read_from_header(entry, 0)
         return self._data_offsets[entry.name]
+
+    async def _read_from_header(self, entry: ZipEntry, data_length: int) -> bytes:
+        """One read from the local header through `data_length` bytes of data (more if the
+        header is longer than guessed); remembers the data offset, returns the data read."""
+        first = entry.header_offset
+        end = min(first + zipfmt.local_header_guess(entry) + data_length, entry.region_end)
+        fetched = await self.source.read(first, end)
+        header_size = zipfmt.local_header_size(entry, fetched)
+        if first + header_size + data_length > entry.region_end:
+            raise ArchiveFormatError(
+                f"local header of {entry.name!r} at {first} ({header_size} bytes) leaves no room for its data"
+            )
+        if header_size + data_length > len(fetched):
+            fetched += await self.source.read(first + len(fetched), first + header_size + data_length)
+        offset = zipfmt.data_offset(entry, fetched)
+        self._data_offsets[entry.name] = offset
+        return fetched[header_size : header_size + data_length]
 
     async def read(self, entry: ZipEntry, start: int = 0, end: int | None = None) -> bytes:
         """Content bytes [start, end) of the entry."""
@@ -82,17 +94,8 @@ class EntryReader:
         if known is not None or start > HEADER_PIGGYBACK_LIMIT:
             offset = known if known is not None else await self.data_offset(entry)
             return await self.source.read(offset + start, offset + end)
-        # One request for header and data: guess the local extra length, fix up if wrong.
-        first = entry.header_offset
-        guess_end = first + zipfmt.local_header_prefix(entry) + LOCAL_EXTRA_GUESS + end
-        fetched = await self.source.read(first, min(guess_end, entry.region_end, self.source.size))
-        offset = zipfmt.data_offset(entry, fetched)
-        self._data_offsets[entry.name] = offset
-        have_until = first + len(fetched)
-        if offset + end <= have_until:
-            return fetched[offset - first + start : offset - first + end]
-        rest = await self.source.read(have_until, offset + end)
-        return fetched[offset - first + start :] + rest
+        data = await self._read_from_header(entry, end)
+        return data[start:end]
 
     async def _inflated(
         self, entry: ZipEntry, offset: int, start: int, end: int, chunk_size: int

@@ -82,7 +82,7 @@ async def _extend(source: ByteSource, held: _HeldBytes, start: int) -> _HeldByte
 
 def _entry_region(entry: ZipEntry) -> tuple[int, int]:
     """The bytes that surely hold an entry's local header and data."""
-    longest = zipfmt.local_header_prefix(entry) + MAX_LOCAL_EXTRA + entry.compressed_size
+    longest = zipfmt.local_header_guess(entry) + MAX_LOCAL_EXTRA + entry.compressed_size
     return entry.header_offset, min(entry.region_end, entry.header_offset + longest)
 
 

@@ -7,6 +7,7 @@ import os
 from ..errors import SourceError
 from .base import DEFAULT_CHUNK_SIZE, ByteSource, SourceStats
 from .local import LocalFileSource
+from .memory import BytesSource
 
 
 async def open_source(location: str | os.PathLike[str]) -> ByteSource:
@@ -20,4 +21,4 @@ async def open_source(location: str | os.PathLike[str]) -> ByteSource:
     return await LocalFileSource.open(text)
 
 
-__all__ = ["DEFAULT_CHUNK_SIZE", "ByteSource", "LocalFileSource", "SourceStats", "open_source"]
+__all__ = ["DEFAULT_CHUNK_SIZE", "ByteSource", "BytesSource", "LocalFileSource", "SourceStats", "open_source"]

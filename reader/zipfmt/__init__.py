@@ -8,7 +8,7 @@ fuzzed directly.
 from .central import parse_central_directory
 from .decode import EntryDecoder, check_decodable, crc32
 from .end import MAX_END_SEARCH, locate_directory
-from .local import data_offset, local_header_prefix
+from .local import data_offset, local_header_guess, local_header_size
 from .records import DirectorySpan, NeedBytes, ZipEntry
 
 __all__ = [
@@ -20,7 +20,8 @@ __all__ = [
     "check_decodable",
     "crc32",
     "data_offset",
-    "local_header_prefix",
+    "local_header_guess",
+    "local_header_size",
     "locate_directory",
     "parse_central_directory",
 ]

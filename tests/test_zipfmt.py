@@ -1,0 +1,101 @@
+"""The sans-IO ZIP parser against archives written by CPython's zipfile and by torch."""
+
+from __future__ import annotations
+
+import os
+import zipfile
+
+import pytest
+
+from reader import ArchiveFormatError, IntegrityError, zipfmt
+from tests.conftest import ARCHIVES
+from tests.zipbytes import build_zip, content_of, directory_of
+
+FILES = {
+    "root/a.bin": os.urandom(1000),
+    "root/ü-utf8.json": b'{"x": 1}' * 50,
+    "root/empty": b"",
+    "root/zeros": bytes(70_000),
+}
+
+
+def _agrees_with_zipfile(data: bytes, tail_size: int = 1 << 20) -> None:
+    import io
+
+    span, entries = directory_of(data, tail_size)
+    reference = zipfile.ZipFile(io.BytesIO(data)).infolist()
+    assert [e.name for e in entries] == [i.filename for i in reference]
+    for entry, info in zip(entries, reference, strict=True):
+        assert (entry.crc32, entry.size) == (info.CRC, info.file_size)
+        assert entry.compressed_size == info.compress_size
+        assert entry.header_offset == info.header_offset
+        assert content_of(data, entry) == zipfile.ZipFile(io.BytesIO(data)).read(info)
+    assert span.entries == len(reference)
+
+
+@pytest.mark.parametrize("method", [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED])
+@pytest.mark.parametrize("streamed", [False, True], ids=["seekable", "data-descriptors"])
+@pytest.mark.parametrize("force_zip64", [False, True], ids=["zip32", "zip64"])
+def test_parses_what_zipfile_writes(method: int, streamed: bool, force_zip64: bool) -> None:
+    data = build_zip(FILES, method=method, streamed=streamed, force_zip64=force_zip64)
+    _agrees_with_zipfile(data)
+    assert {e.method for e in directory_of(data)[1]} == {method}
+    if streamed:
+        assert all(e.flags & 0x08 for e in directory_of(data)[1])
+
+
+def test_comment_holding_a_fake_end_record_is_not_fooled() -> None:
+    # CPython's zipfile takes the fake record and lists nothing; the record whose
+    # comment ends exactly at the end of the file is the real one.
+    fake = b"PK\x05\x06" + bytes(18)
+    tricky = build_zip(FILES, comment=b"hello " + fake + b" world")
+    _, entries = directory_of(tricky)
+    _, plain_entries = directory_of(build_zip(FILES))
+    assert entries == plain_entries
+    assert [content_of(tricky, e) for e in entries] == list(FILES.values())
+
+
+@pytest.mark.parametrize("tail_size", [22, 40, 100, 5000])
+def test_short_tails_ask_for_exactly_the_missing_bytes(tail_size: int) -> None:
+    for force_zip64 in (False, True):
+        data = build_zip(FILES, force_zip64=force_zip64, comment=b"c" * 30)
+        _agrees_with_zipfile(data, tail_size=tail_size)
+
+
+def test_torch_archives_have_zip64_end_records_and_aligned_data() -> None:
+    data = (ARCHIVES / "layouts.pt2").read_bytes()
+    span, entries = directory_of(data)
+    assert span.zip64
+    for entry in entries:
+        assert entry.flags & 0x08 or entry.size == 0  # torch writes data descriptors
+        offset = zipfmt.data_offset(entry, data[entry.header_offset : entry.region_end])
+        assert offset % 64 == 0  # the FB padding only the local header carries
+    _agrees_with_zipfile(data)
+
+
+def test_central_directory_larger_than_64k() -> None:
+    data = (ARCHIVES / "many.pt2").read_bytes()
+    span, entries = directory_of(data, tail_size=1 << 16)
+    assert span.size > 1 << 16 and len(entries) > 1000
+
+
+def test_decoder_rejects_wrong_crc_and_size() -> None:
+    data = build_zip({"r/x": b"abcdef" * 100}, method=zipfile.ZIP_DEFLATED, streamed=True)
+    _, (entry,) = directory_of(data)
+    bad_crc = zipfmt.ZipEntry(**{**_fields(entry), "crc32": entry.crc32 ^ 1})
+    with pytest.raises(IntegrityError, match="CRC"):
+        content_of(data, bad_crc)
+    short = zipfmt.ZipEntry(**{**_fields(entry), "size": entry.size - 1})
+    with pytest.raises(IntegrityError, match="more than"):
+        content_of(data, short)
+
+
+def test_unsupported_method_is_a_format_error() -> None:
+    data = build_zip({"r/x": b"abc" * 100}, method=zipfile.ZIP_BZIP2)
+    _, (entry,) = directory_of(data)
+    with pytest.raises(ArchiveFormatError, match="method 12"):
+        zipfmt.EntryDecoder(entry)
+
+
+def _fields(entry: zipfmt.ZipEntry) -> dict:
+    return {name: getattr(entry, name) for name in entry.__slots__}

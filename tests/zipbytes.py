@@ -1,0 +1,66 @@
+"""Test helpers: drive the sans-IO parser over in-memory archives, and build odd ZIPs with zipfile."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+
+from reader import zipfmt
+
+
+def directory_of(
+    data: bytes, tail_size: int = 1 << 20
+) -> tuple[zipfmt.DirectorySpan, tuple[zipfmt.ZipEntry, ...]]:
+    """What opening does, over bytes: grow the tail while the parser asks for more."""
+    start = max(0, len(data) - tail_size)
+    asks = 0
+    while True:
+        found = zipfmt.locate_directory(data[start:], start, len(data))
+        if isinstance(found, zipfmt.DirectorySpan):
+            break
+        assert found.start < start, "parser must ask for earlier bytes"
+        start = found.start
+        asks += 1
+        assert asks < 4
+    return found, zipfmt.parse_central_directory(data[found.offset : found.end], found)
+
+
+def content_of(data: bytes, entry: zipfmt.ZipEntry) -> bytes:
+    offset = zipfmt.data_offset(entry, data[entry.header_offset : entry.region_end])
+    decoder = zipfmt.EntryDecoder(entry)
+    out = b"".join(bytes(piece) for piece in decoder.feed(data[offset : offset + entry.compressed_size]))
+    decoder.finish()
+    return out
+
+
+class Unseekable(io.RawIOBase):
+    """A write-only stream: zipfile then sets flag bit 3 and writes data descriptors."""
+
+    def __init__(self) -> None:
+        self.buffer = bytearray()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: bytes) -> int:
+        self.buffer += data
+        return len(data)
+
+
+def build_zip(
+    files: dict[str, bytes],
+    *,
+    method: int = zipfile.ZIP_STORED,
+    comment: bytes = b"",
+    force_zip64: bool = False,
+    streamed: bool = False,
+) -> bytes:
+    target = Unseekable() if streamed else io.BytesIO()
+    with zipfile.ZipFile(target, "w", compression=method) as archive:
+        for name, content in files.items():
+            info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
+            info.compress_type = method
+            with archive.open(info, "w", force_zip64=force_zip64) as handle:
+                handle.write(content)
+        archive.comment = comment
+    return bytes(target.buffer if streamed else target.getvalue())
