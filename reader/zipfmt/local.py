@@ -88,4 +88,4 @@ def _check_matches_directory(entry: ZipEntry, crc: int, compressed: int, size: i
     pairs = ((compressed, entry.compressed_size, "compressed size"), (size, entry.size, "size"))
     for local, central, what in pairs:
         if local != central and local != SENTINEL_32:
-            raise ArchiveFormatError(f"{where}: {what} {local} differs from the central directory ({central})")
+            raise ArchiveFormatError(f"{where}: {what} {local}, central directory says {central}")
