@@ -1,0 +1,68 @@
+"""The local-file source: exact reads, chunked streams, typed errors, few reads to open."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+import reader
+from reader.sources import LocalFileSource
+from tests.conftest import ARCHIVES
+
+
+async def test_reads_and_streams_exact_ranges(tmp_path) -> None:
+    path = tmp_path / "blob"
+    content = os.urandom(100_003)
+    path.write_bytes(content)
+    source = await LocalFileSource.open(path)
+    try:
+        assert source.size == len(content)
+        assert await source.read(5, 70_000) == content[5:70_000]
+        assert await source.read(7, 7) == b""
+        chunks = [c async for c in source.stream(3, 100_000, chunk_size=4096)]
+        assert b"".join(chunks) == content[3:100_000]
+        assert max(map(len, chunks)) == 4096
+        assert source.stats.requests == 2 + len(chunks)
+        with pytest.raises(ValueError):
+            await source.read(0, len(content) + 1)
+        early = source.stream(0, len(content), chunk_size=1000)
+        assert await anext(early) == content[:1000]
+        await early.aclose()  # abandoning a stream early leaves nothing running
+    finally:
+        await source.close()
+
+
+async def test_missing_and_non_regular_files_are_source_errors(tmp_path) -> None:
+    with pytest.raises(reader.SourceError, match="cannot open"):
+        await reader.open_archive(tmp_path / "absent.pt2")
+    with pytest.raises(reader.SourceError):
+        await reader.open_archive(tmp_path)
+
+
+async def test_file_truncated_under_a_read_is_source_changed(tmp_path) -> None:
+    path = tmp_path / "shrinking.pt2"
+    shutil.copy(ARCHIVES / "many.pt2", path)
+    async with reader.open_archive(path) as ar:
+        name = ar.tensors()[-1].name  # its payload lies far beyond the cut
+        with open(path, "r+b") as handle:
+            handle.truncate(1000)
+        with pytest.raises(reader.SourceChanged):
+            await ar.read(name)
+
+
+async def test_open_takes_few_reads_and_a_small_share_of_the_file() -> None:
+    async with reader.open_archive(ARCHIVES / "many.pt2", tail_size=16 << 10) as ar:
+        # tail, then the rest of an 80 KiB central directory, then the configs in two
+        # parallel reads (weights + constants configs are adjacent; archive_format etc. lie
+        # 350 KiB away): 3 sequential round trips, 4 reads
+        assert ar.stats["open"]["requests"] == 4
+        assert "data" not in ar.stats
+        size = os.path.getsize(ARCHIVES / "many.pt2")
+        assert ar.stats["open"]["bytes"] < size / 2
+    async with reader.open_archive(ARCHIVES / "many.pt2") as ar:
+        # the default tail holds the directory: 2 reads (or 1 when it holds the configs too)
+        assert ar.stats["open"]["requests"] <= 2
+        await ar.read(ar.tensors()[5].name)
+        assert ar.stats["data"]["requests"] == 1  # header and data in one read
