@@ -213,7 +213,7 @@ def measure(name: str, run: Callable[[], tuple[float, int]], repeat: int, warmup
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cache-dir", type=pathlib.Path, default=pathlib.Path("/tmp/pt2serve-bench"))
-    parser.add_argument("--repeat", type=int, default=7, help="runs of pt2serve and zipfile (default 7)")
+    parser.add_argument("--repeat", type=int, default=11, help="runs of pt2serve and zipfile (default 11)")
     parser.add_argument("--torch-repeat", type=int, default=3, help="runs of torch.export.load (default 3)")
     parser.add_argument("--skip-torch", action="store_true", help="skip torch.export.load (no ratio)")
     parser.add_argument("--strict", action="store_true", help="exit 1 if a target is missed")

@@ -6,16 +6,14 @@ caller fetches them however it likes, `build_index` turns them into TensorInfo.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import orjson
 
-from . import layout
-from .dtypes import dtype_from_serialized
 from .errors import ArchiveFormatError, UnsupportedPayload
-from .tensorinfo import StorageRef, TensorInfo
+from .payload_meta import tensor_info
+from .tensorinfo import TensorInfo
 from .zipfmt import ZipEntry
 
 ARCHIVE_FORMAT = "archive_format"
@@ -24,13 +22,9 @@ BYTEORDER = "byteorder"
 MODELS_DIR = "models/"
 WEIGHTS_DIR = "data/weights/"
 CONSTANTS_DIR = "data/constants/"
-CUSTOM_OBJECT_PREFIXES = ("custom_obj_", "opaque_obj_")
-STRIDED_LAYOUT = 7  # torch._export.serde.schema.Layout.Strided
 
 # Configs are small JSON maps; anything bigger is not a PT2 config we should parse.
 MAX_CONFIG_BYTES = 256 << 20
-# No real tensor spans more than this; larger claims are corrupt (or hostile).
-MAX_TENSOR_BYTES = 1 << 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +105,10 @@ def build_index(
 ) -> dict[str, dict[str, TensorInfo]]:
     """Parse the fetched metadata entries into {model: {fqn: TensorInfo}}."""
     _check_header_files(plan, contents)
+    payloads = {
+        directory: _entries_under(entries, f"{plan.root}/{directory}")
+        for directory in (WEIGHTS_DIR, CONSTANTS_DIR)
+    }
     index: dict[str, dict[str, TensorInfo]] = {}
     for model in plan.models:
         configs = plan.configs[model]
@@ -120,15 +118,16 @@ def build_index(
             sources.append((configs.constants, CONSTANTS_DIR, "constant"))
         for config_name, directory, kind in sources:
             for fqn, meta in _payload_config(config_name, contents[config_name]).items():
-                where = f"{config_name}: {fqn!r}"
                 if fqn in tensors:
-                    raise ArchiveFormatError(f"{where} is listed twice in model {model!r}")
-                tensors[fqn] = _tensor_info(
-                    meta, name=fqn, model=model, kind=kind,
-                    payload_prefix=f"{plan.root}/{directory}", entries=entries, where=where,
-                )  # fmt: skip
+                    raise ArchiveFormatError(f"{config_name}: {fqn!r} is listed twice in model {model!r}")
+                tensors[fqn] = tensor_info(meta, fqn, model, kind, payloads[directory], config_name)
         index[model] = tensors
     return index
+
+
+def _entries_under(entries: Mapping[str, ZipEntry], prefix: str) -> dict[str, ZipEntry]:
+    """Entries directly in a folder, keyed by their name inside it (a config's path_name)."""
+    return {name[len(prefix) :]: entry for name, entry in entries.items() if name.startswith(prefix)}
 
 
 def _check_header_files(plan: IndexPlan, contents: Mapping[str, bytes]) -> None:
@@ -156,114 +155,3 @@ def _payload_config(name: str, raw: bytes) -> dict:
     if not isinstance(config, dict):
         raise ArchiveFormatError(f"{name}: expected an object with a 'config' map")
     return config
-
-
-def _tensor_info(
-    meta: object, *, name: str, model: str, kind: str, payload_prefix: str,
-    entries: Mapping[str, ZipEntry], where: str,
-) -> TensorInfo:  # fmt: skip
-    if not isinstance(meta, dict):
-        raise ArchiveFormatError(f"{where}: payload meta must be an object")
-    path_name = _field(meta, "path_name", str, where)
-    is_param = _field(meta, "is_param", bool, where)
-    pickled = _field(meta, "use_pickle", bool, where)
-    tensor_meta = meta.get("tensor_meta")
-    entry = entries.get(payload_prefix + path_name)
-    if entry is None:
-        raise ArchiveFormatError(f"{where}: payload {payload_prefix + path_name!r} is not in the archive")
-    custom = tensor_meta is None or path_name.startswith(CUSTOM_OBJECT_PREFIXES)
-    if custom:
-        return _opaque_info(name, model, "custom_object", entry, is_param, pickled,
-                            "custom object (a pickled script or opaque object), not a tensor")  # fmt: skip
-    if not isinstance(tensor_meta, dict):
-        raise ArchiveFormatError(f"{where}: tensor_meta must be an object or null")
-    dtype = dtype_from_serialized(tensor_meta.get("dtype"), where)
-    requires_grad = _field(tensor_meta, "requires_grad", bool, where)
-    sizes = _symints(tensor_meta.get("sizes"), where, "sizes")
-    strides = _symints(tensor_meta.get("strides"), where, "strides")
-    offset = _symints([tensor_meta.get("storage_offset")], where, "storage_offset")
-    base = dict(name=name, model=model, kind=kind, dtype=dtype.name, is_param=is_param,
-                requires_grad=requires_grad, pickled=pickled, itemsize=dtype.itemsize,
-                executorch_scalar_type=dtype.executorch_scalar_type)  # fmt: skip
-    storage = StorageRef(entry.name, None, entry.size, entry.compression, entry.crc32)
-    if sizes is None or strides is None or offset is None:
-        return TensorInfo(**base, sizes=sizes, strides=strides,
-                          storage_offset=None if offset is None else offset[0], dim_order=None,
-                          dense=False, numel=None, nbytes=None, storage=storage,
-                          unsupported="symbolic size, stride or offset (as_expr)")  # fmt: skip
-    (storage_offset,) = offset
-    if len(sizes) != len(strides):
-        raise ArchiveFormatError(f"{where}: {len(sizes)} sizes but {len(strides)} strides")
-    count = math.prod(sizes)
-    if count * dtype.itemsize > MAX_TENSOR_BYTES:
-        raise ArchiveFormatError(
-            f"{where}: sizes {list(sizes)} claim an absurd {count * dtype.itemsize} bytes"
-        )
-    dense = layout.is_dense(sizes, strides)
-    unsupported = None
-    if pickled:
-        unsupported = "pickled tensor (use_pickle: a torch.save of a tensor subclass), not raw bytes"
-    elif tensor_meta.get("layout", STRIDED_LAYOUT) != STRIDED_LAYOUT:
-        unsupported = f"layout {tensor_meta.get('layout')!r} is not strided"
-    else:
-        _check_bounds(sizes, strides, storage_offset, dtype.itemsize, entry, where)
-        storage = StorageRef(entry.name, storage_offset * dtype.itemsize, entry.size,
-                             entry.compression, entry.crc32)  # fmt: skip
-    return TensorInfo(
-        **base, sizes=sizes, strides=strides, storage_offset=storage_offset,
-        dim_order=layout.dim_order(sizes, strides) if dense else tuple(range(len(sizes))),
-        dense=dense, numel=count, nbytes=count * dtype.itemsize, storage=storage,
-        unsupported=unsupported,
-    )  # fmt: skip
-
-
-def _opaque_info(
-    name: str, model: str, kind: str, entry: ZipEntry, is_param: bool, pickled: bool, why: str
-) -> TensorInfo:
-    return TensorInfo(
-        name=name, model=model, kind=kind, dtype=None, sizes=None, strides=None,
-        storage_offset=None, dim_order=None, dense=False, numel=None, itemsize=None, nbytes=None,
-        is_param=is_param, requires_grad=False, pickled=pickled, executorch_scalar_type=None,
-        storage=StorageRef(entry.name, None, entry.size, entry.compression, entry.crc32),
-        unsupported=why,
-    )  # fmt: skip
-
-
-def _check_bounds(
-    sizes: Sequence[int], strides: Sequence[int], offset: int, itemsize: int, entry: ZipEntry, where: str
-) -> None:
-    """The view must lie inside its payload (a zero-byte payload means zeros, as torch loads it)."""
-    if entry.size == 0:
-        return
-    if entry.size % itemsize:
-        raise ArchiveFormatError(
-            f"{where}: payload {entry.name!r} has {entry.size} bytes, not a multiple of itemsize {itemsize}"
-        )
-    _, end = layout.element_extent(sizes, strides, offset)
-    if end * itemsize > entry.size:
-        raise ArchiveFormatError(
-            f"{where}: view (sizes {list(sizes)}, strides {list(strides)}, offset {offset}) reaches "
-            f"byte {end * itemsize} of a {entry.size}-byte payload {entry.name!r}"
-        )
-
-
-def _field(meta: dict, key: str, kind: type, where: str):
-    value = meta.get(key)
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ArchiveFormatError(f"{where}: {key!r} must be a {kind.__name__}, got {value!r}")
-    return value
-
-
-def _symints(values: object, where: str, what: str) -> tuple[int, ...] | None:
-    """Concrete ints from SymInt JSON ({"as_int": N}); None if any is symbolic (as_expr)."""
-    if not isinstance(values, list):
-        raise ArchiveFormatError(f"{where}: {what} must be a list of SymInts")
-    result = []
-    for value in values:
-        if isinstance(value, dict) and "as_expr" in value:
-            return None
-        number = value.get("as_int") if isinstance(value, dict) else None
-        if not isinstance(number, int) or isinstance(number, bool) or number < 0:
-            raise ArchiveFormatError(f"{where}: {what} holds {value!r}, not a non-negative as_int")
-        result.append(number)
-    return tuple(result)

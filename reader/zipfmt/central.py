@@ -26,14 +26,14 @@ def parse_central_directory(directory: bytes | memoryview, span: DirectorySpan) 
     Every size and offset is checked against the archive layout: entries must lie
     before the central directory, must not overlap, and names must be unique.
     """
-    view = memoryview(directory)
-    if len(view) != span.size:
-        raise ValueError(f"expected {span.size} central directory bytes, got {len(view)}")
+    data = bytes(directory)
+    if len(data) != span.size:
+        raise ValueError(f"expected {span.size} central directory bytes, got {len(data)}")
     raw: list[tuple[bytes, int, int, int, int, int, int]] = []
     at = 0
     for index in range(span.entries):
-        raw.append(_parse_record(view, at, span.offset + at, index))
-        at += CENTRAL_HEADER.size + sum(CENTRAL_HEADER.unpack_from(view, at)[10:13])
+        record, at = _parse_record(data, at, span.offset, index)
+        raw.append(record)
     if at != span.size:
         raise ArchiveFormatError(
             f"central directory at {span.offset} holds {span.size - at} bytes beyond its "
@@ -42,30 +42,37 @@ def parse_central_directory(directory: bytes | memoryview, span: DirectorySpan) 
     return _with_regions(raw, span)
 
 
-def _parse_record(view: memoryview, at: int, position: int, index: int) -> tuple:
-    if at + CENTRAL_HEADER.size > len(view):
+def _parse_record(data: bytes, at: int, directory_offset: int, index: int) -> tuple[tuple, int]:
+    """One record at `at`: its fields and where the next record starts."""
+    position = directory_offset + at
+    if at + CENTRAL_HEADER.size > len(data):
         raise ArchiveFormatError(f"central directory record {index} at {position} is truncated")
     (
         signature, _, _, flags, method, _, _, crc, compressed, size,
         name_length, extra_length, comment_length, disk, _, _, header_offset,
-    ) = CENTRAL_HEADER.unpack_from(view, at)  # fmt: skip
+    ) = CENTRAL_HEADER.unpack_from(data, at)  # fmt: skip
     if signature != CENTRAL_HEADER_SIGNATURE:
         raise ArchiveFormatError(f"bad central directory signature for record {index} at {position}")
     name_at = at + CENTRAL_HEADER.size
     extra_at = name_at + name_length
     record_end = extra_at + extra_length + comment_length
-    if record_end > len(view):
+    if record_end > len(data):
         raise ArchiveFormatError(
             f"central directory record {index} at {position} runs past the directory's end"
         )
-    raw_name = bytes(view[name_at:extra_at])
-    if any(value == SENTINEL_32 for value in (compressed, size, header_offset)) or disk == SENTINEL_16:
+    raw_name = data[name_at:extra_at]
+    if SENTINEL_32 in (compressed, size, header_offset) or disk == SENTINEL_16:
         size, compressed, header_offset = _zip64_values(
-            view[extra_at : extra_at + extra_length], size, compressed, header_offset, disk, position
+            memoryview(data)[extra_at : extra_at + extra_length],
+            size,
+            compressed,
+            header_offset,
+            disk,
+            position,
         )
     elif disk != 0:
         raise ArchiveFormatError(f"entry {raw_name!r} at {position} starts on disk {disk}")
-    return raw_name, flags, method, crc, compressed, size, header_offset
+    return (raw_name, flags, method, crc, compressed, size, header_offset), record_end
 
 
 def _zip64_values(

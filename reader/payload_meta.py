@@ -1,0 +1,152 @@
+"""One PayloadMeta (a config entry) → TensorInfo, with every field checked.
+
+This runs once per tensor at open, so it is kept lean: shape arithmetic is
+cached per (sizes, strides) (models repeat a few shapes many times), and error
+messages are only formatted when something is wrong.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+from . import layout
+from .dtypes import BY_SERIALIZED, DType, dtype_from_serialized
+from .errors import ArchiveFormatError
+from .tensorinfo import StorageRef, TensorInfo
+from .zipfmt import ZipEntry
+
+CUSTOM_OBJECT_PREFIXES = ("custom_obj_", "opaque_obj_")
+STRIDED_LAYOUT = 7  # torch._export.serde.schema.Layout.Strided
+# No real tensor spans more than this; larger claims are corrupt (or hostile).
+MAX_TENSOR_BYTES = 1 << 50
+
+PICKLED = "pickled tensor (use_pickle: a torch.save of a tensor subclass), not raw bytes"
+CUSTOM_OBJECT = "custom object (a pickled script or opaque object), not a tensor"
+SYMBOLIC = "symbolic size, stride or offset (as_expr)"
+
+
+class _Symbolic(Exception):
+    """A SymInt is an expression, not a number."""
+
+
+@dataclass(frozen=True, slots=True)
+class Geometry:
+    numel: int
+    dense: bool
+    dim_order: tuple[int, ...]
+    reach: int  # elements from the first to the last one touched (0 for empty views)
+
+
+@functools.lru_cache(maxsize=4096)
+def geometry(sizes: tuple[int, ...], strides: tuple[int, ...]) -> Geometry:
+    numel = math.prod(sizes)
+    dense = layout.is_dense(sizes, strides)
+    order = layout.dim_order(sizes, strides) if dense else tuple(range(len(sizes)))
+    _, end = layout.element_extent(sizes, strides, 0)
+    return Geometry(numel, dense, order, end)
+
+
+def tensor_info(meta: object, name: str, model: str, kind: str, payloads: dict, where: str) -> TensorInfo:
+    """`payloads` maps a config's path_name to its ZipEntry; `where` names the config for errors."""
+    try:
+        path_name = meta["path_name"]  # type: ignore[index]
+        is_param = meta["is_param"]  # type: ignore[index]
+        pickled = meta["use_pickle"]  # type: ignore[index]
+        tensor_meta = meta.get("tensor_meta")  # type: ignore[union-attr]
+    except (TypeError, KeyError, AttributeError):
+        raise ArchiveFormatError(f"{where}: {name!r} is not a payload meta object") from None
+    if type(path_name) is not str or type(is_param) is not bool or type(pickled) is not bool:
+        raise ArchiveFormatError(f"{where}: {name!r} has a bad path_name, is_param or use_pickle")
+    entry = payloads.get(path_name)
+    if entry is None:
+        raise ArchiveFormatError(
+            f"{where}: {name!r} names payload {path_name!r}, which is not in the archive"
+        )
+    if tensor_meta is None or path_name.startswith(CUSTOM_OBJECT_PREFIXES):
+        storage = StorageRef(entry.name, None, entry.size, entry.compression, entry.crc32)
+        return TensorInfo(name, model, "custom_object", None, None, None, None, None, False, None, None,
+                          None, is_param, False, pickled, None, storage, CUSTOM_OBJECT)  # fmt: skip
+    if type(tensor_meta) is not dict:
+        raise ArchiveFormatError(f"{where}: {name!r} has a tensor_meta that is not an object")
+    dtype = BY_SERIALIZED.get(tensor_meta.get("dtype"))  # type: ignore[arg-type]
+    if dtype is None or type(tensor_meta.get("dtype")) is not int:
+        dtype_from_serialized(tensor_meta.get("dtype"), f"{where}: {name!r}")  # raises, naming it
+    requires_grad = tensor_meta.get("requires_grad")
+    if type(requires_grad) is not bool:
+        raise ArchiveFormatError(f"{where}: {name!r} has requires_grad {requires_grad!r}")
+    try:
+        sizes = _ints(tensor_meta.get("sizes"))
+        strides = _ints(tensor_meta.get("strides"))
+        (offset,) = _ints([tensor_meta.get("storage_offset")])
+    except _Symbolic:
+        return _symbolic_info(name, model, kind, dtype, is_param, requires_grad, pickled, entry)
+    except (TypeError, KeyError, ValueError, AttributeError):
+        raise ArchiveFormatError(
+            f"{where}: {name!r} needs sizes, strides and storage_offset as non-negative {{'as_int': N}}"
+        ) from None
+    if len(sizes) != len(strides):
+        raise ArchiveFormatError(f"{where}: {name!r} has {len(sizes)} sizes but {len(strides)} strides")
+    shape = geometry(sizes, strides)
+    nbytes = shape.numel * dtype.itemsize
+    if nbytes > MAX_TENSOR_BYTES:
+        raise ArchiveFormatError(f"{where}: {name!r} claims an absurd {nbytes} bytes (sizes {list(sizes)})")
+    unsupported = None
+    byte_offset = None
+    if pickled:
+        unsupported = PICKLED
+    elif tensor_meta.get("layout", STRIDED_LAYOUT) != STRIDED_LAYOUT:
+        unsupported = f"layout {tensor_meta.get('layout')!r} is not strided"
+    else:
+        byte_offset = offset * dtype.itemsize
+        view_end = byte_offset + shape.reach * dtype.itemsize if shape.numel else 0
+        if entry.size and (view_end > entry.size or entry.size % dtype.itemsize):
+            _raise_out_of_bounds(shape, offset, dtype, entry, f"{where}: {name!r}", sizes, strides)
+    storage = StorageRef(entry.name, byte_offset, entry.size, entry.compression, entry.crc32)
+    return TensorInfo(name, model, kind, dtype.name, sizes, strides, offset, shape.dim_order, shape.dense,
+                      shape.numel, dtype.itemsize, nbytes, is_param, requires_grad, pickled,
+                      dtype.executorch_scalar_type, storage, unsupported)  # fmt: skip
+
+
+def _ints(values: object) -> tuple[int, ...]:
+    """Concrete ints from SymInt JSON ([{"as_int": N}, ...]); _Symbolic for any as_expr."""
+    if type(values) is not list:
+        raise TypeError
+    try:
+        numbers = tuple([value["as_int"] for value in values])
+    except KeyError:
+        if any(type(value) is dict and "as_expr" in value for value in values):
+            raise _Symbolic from None
+        raise
+    for number in numbers:
+        if type(number) is not int or number < 0:
+            raise ValueError
+    return numbers
+
+
+def _symbolic_info(
+    name: str, model: str, kind: str, dtype: DType, is_param: bool, requires_grad: bool,
+    pickled: bool, entry: ZipEntry,
+) -> TensorInfo:  # fmt: skip
+    storage = StorageRef(entry.name, None, entry.size, entry.compression, entry.crc32)
+    return TensorInfo(name, model, kind, dtype.name, None, None, None, None, False, None, dtype.itemsize,
+                      None, is_param, requires_grad, pickled, dtype.executorch_scalar_type, storage,
+                      SYMBOLIC)  # fmt: skip
+
+
+def _raise_out_of_bounds(
+    shape: Geometry, offset: int, dtype: DType, entry: ZipEntry, where: str,
+    sizes: tuple[int, ...], strides: tuple[int, ...],
+) -> None:  # fmt: skip
+    """A view must lie inside its payload (a zero-byte payload means zeros, as torch loads it)."""
+    if entry.size % dtype.itemsize:
+        raise ArchiveFormatError(
+            f"{where}: payload {entry.name!r} has {entry.size} bytes, not a multiple of {dtype.itemsize}"
+        )
+    end = (offset + shape.reach) * dtype.itemsize if shape.numel else 0
+    if end > entry.size:
+        raise ArchiveFormatError(
+            f"{where}: view (sizes {list(sizes)}, strides {list(strides)}, offset {offset}) reaches "
+            f"byte {end} of the {entry.size}-byte payload {entry.name!r}"
+        )
