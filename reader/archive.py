@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import os
 from collections.abc import AsyncIterator, Generator
+from contextlib import aclosing
 from typing import Any
 
 import numpy as np
@@ -13,8 +14,8 @@ from . import layout
 from .dtypes import BY_NAME, to_numpy
 from .entries import EntryReader
 from .errors import ModelNotFound, TensorNotFound, UnsupportedPayload
-from .opening import DEFAULT_TAIL_SIZE, OpenedIndex, read_index
-from .sources import DEFAULT_CHUNK_SIZE, ByteSource, open_source
+from .opening import OpenedIndex, read_index
+from .sources import DEFAULT_CHUNK_SIZE, DEFAULT_TAIL_SIZE, ByteSource, HttpOptions, S3Settings, open_source
 from .tensorinfo import TensorInfo
 
 ORDERS = ("default", "contiguous")
@@ -84,13 +85,18 @@ class Archive:
         end = total if end is None else end
         if not 0 <= start <= end <= total:
             raise ValueError(f"range [{start}, {end}) is outside {name!r} ({total} bytes)")
-        async for chunk in plan.stream(start, end, chunk_size or self._reader.chunk_size):
-            yield chunk
+        async with aclosing(plan.stream(start, end, chunk_size or self._reader.chunk_size)) as chunks:
+            async for chunk in chunks:
+                yield chunk
 
     async def read_numpy(self, name: str, model: str | None = None) -> np.ndarray:
         """An ndarray with the logical shape (bfloat16/float8 via ml_dtypes; complex32 widened)."""
         info, plan = self._plan(name, model, "contiguous")
         return to_numpy(await plan.read(), BY_NAME[info.dtype], info.sizes)  # type: ignore[index,arg-type]
+
+    async def revalidate(self) -> bool:
+        """True if the archive is still the one indexed (a cheap conditional request remotely)."""
+        return await self.source.revalidate()
 
     async def close(self) -> None:
         await self.source.close()
@@ -165,8 +171,11 @@ class _ReadPlan:
             return
         if self.direct:
             first = self.span[0]
-            async for chunk in self.reader.chunks(self.entry, first + start, first + end, chunk_size):
-                yield chunk
+            async with aclosing(
+                self.reader.chunks(self.entry, first + start, first + end, chunk_size)
+            ) as chunks:
+                async for chunk in chunks:
+                    yield chunk
             return
         data = memoryview(await self.read())
         position = start
@@ -185,8 +194,11 @@ def _pieces(total: int, chunk_size: int) -> Generator[int, None, None]:
 class open_archive:  # noqa: N801 - used like a function: `async with open_archive(...)`
     """Open a .pt2 archive: `async with open_archive(path) as ar` or `ar = await open_archive(path)`.
 
-    `location` is a path (or an already-open ByteSource). `tail_size` is how much
-    of the end is read speculatively; `chunk_size` is the default stream chunk.
+    `location` is a path, an http(s):// URL, an s3://bucket/key URI or an open
+    ByteSource. `tail_size` is how much of the end the first read takes (enough for
+    typical central directories); `chunk_size` is the default stream chunk;
+    `http_options` tune remote reads (timeouts, retries, budgets); `s3_settings`
+    override the AWS_* environment.
     """
 
     def __init__(
@@ -195,16 +207,25 @@ class open_archive:  # noqa: N801 - used like a function: `async with open_archi
         *,
         tail_size: int = DEFAULT_TAIL_SIZE,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
+        http_options: HttpOptions | None = None,
+        s3_settings: S3Settings | None = None,
     ) -> None:
         self._location = location
         self._tail_size = tail_size
         self._chunk_size = chunk_size
+        self._http_options = http_options
+        self._s3_settings = s3_settings
         self._archive: Archive | None = None
 
     async def _open(self) -> Archive:
         location = self._location
         if isinstance(location, (str, os.PathLike)):
-            source = await open_source(location)
+            source = await open_source(
+                location,
+                tail_size=self._tail_size,
+                http_options=self._http_options,
+                s3_settings=self._s3_settings,
+            )
         else:
             source = location
         reader = EntryReader(source, self._chunk_size)

@@ -7,6 +7,7 @@ cannot be (the CRC covers the whole entry) and are length-checked only.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 
 from . import zipfmt
 from .errors import ArchiveFormatError, IntegrityError
@@ -75,19 +76,76 @@ class EntryReader:
         chunk_size = chunk_size or self.chunk_size
         if start == end:
             return
-        offset = await self.data_offset(entry)
         if entry.method == zipfmt.layouts.METHOD_STORED:
             whole = start == 0 and end == entry.size
             crc = 0
-            async for chunk in self.source.stream(offset + start, offset + end, chunk_size=chunk_size):
-                if whole:
-                    crc = zipfmt.crc32(chunk, crc)
-                yield chunk
+            async with aclosing(self._stored_chunks(entry, start, end, chunk_size)) as chunks:
+                async for chunk in chunks:
+                    if whole:
+                        crc = zipfmt.crc32(chunk, crc)
+                    yield chunk
             if whole:
                 _verify_crc(entry, crc)
             return
-        async for piece in self._inflated(entry, offset, start, end, chunk_size):
-            yield piece
+        offset = await self.data_offset(entry)
+        async with aclosing(self._inflated(entry, offset, start, end, chunk_size)) as pieces:
+            async for piece in pieces:
+                yield piece
+
+    async def _stored_chunks(
+        self, entry: ZipEntry, start: int, end: int, chunk_size: int
+    ) -> AsyncIterator[bytes | memoryview]:
+        known = self._data_offsets.get(entry.name)
+        if known is None and start <= HEADER_PIGGYBACK_LIMIT:
+            async with aclosing(self._chunks_with_header(entry, start, end, chunk_size)) as chunks:
+                async for chunk in chunks:
+                    yield chunk
+            return
+        offset = known if known is not None else await self.data_offset(entry)
+        async with aclosing(
+            self.source.stream(offset + start, offset + end, chunk_size=chunk_size)
+        ) as chunks:
+            async for chunk in chunks:
+                yield chunk
+
+    async def _chunks_with_header(
+        self, entry: ZipEntry, start: int, end: int, chunk_size: int
+    ) -> AsyncIterator[bytes | memoryview]:
+        """Stream from the local header on, so one request covers header and data.
+
+        The header length is guessed; a longer one means a second request for
+        the last bytes, a shorter one means a few bytes past `end` are dropped.
+        """
+        first = entry.header_offset
+        guess = zipfmt.local_header_guess(entry)
+        stop = min(first + guess + end, entry.region_end)
+        pending = b""
+        position = None  # data position of the chunk in hand, once the header is parsed
+        async with aclosing(self.source.stream(first, stop, chunk_size=chunk_size)) as chunks:
+            async for chunk in chunks:
+                if position is None:
+                    pending += bytes(chunk)
+                    have_all = first + len(pending) >= stop
+                    if len(pending) < guess and not have_all:
+                        continue
+                    header_size = zipfmt.local_header_size(entry, pending)
+                    if len(pending) < header_size and not have_all:
+                        continue
+                    if len(pending) < header_size:
+                        break  # header longer than everything asked for: finish below
+                    self._data_offsets[entry.name] = zipfmt.data_offset(entry, pending)
+                    chunk, position = memoryview(pending)[header_size:], 0
+                low, high = max(start - position, 0), min(end - position, len(chunk))
+                if high > low:
+                    yield chunk[low:high]
+                position += len(chunk)
+                if position >= end:
+                    return
+        offset = await self.data_offset(entry)
+        resume = max(start, position or 0)
+        async with aclosing(self.source.stream(offset + resume, offset + end, chunk_size=chunk_size)) as rest:
+            async for chunk in rest:
+                yield chunk
 
     async def _read_stored(self, entry: ZipEntry, start: int, end: int) -> bytes:
         known = self._data_offsets.get(entry.name)

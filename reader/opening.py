@@ -16,11 +16,10 @@ from . import zipfmt
 from .entries import EntryReader
 from .errors import ArchiveFormatError
 from .index import MAX_CONFIG_BYTES, build_index, plan_index
-from .sources import ByteSource
+from .sources import DEFAULT_TAIL_SIZE, ByteSource
 from .tensorinfo import TensorInfo
 from .zipfmt import ZipEntry
 
-DEFAULT_TAIL_SIZE = 256 << 10
 # Ranges closer than this are fetched as one: a gap costs less than a round trip.
 COALESCE_GAP = 64 << 10
 MAX_LOCAL_EXTRA = 0xFFFF

@@ -1,4 +1,4 @@
-"""Byte sources: where an archive's bytes come from."""
+"""Byte sources: where an archive's bytes come from (local file, HTTP(S), S3, memory)."""
 
 from __future__ import annotations
 
@@ -6,19 +6,48 @@ import os
 
 from ..errors import SourceError
 from .base import DEFAULT_CHUNK_SIZE, ByteSource, SourceStats
+from .http import HttpOptions, HttpSource
 from .local import LocalFileSource
 from .memory import BytesSource
+from .s3 import S3Settings, open_s3
+
+DEFAULT_TAIL_SIZE = 256 << 10
 
 
-async def open_source(location: str | os.PathLike[str]) -> ByteSource:
-    """Open the source a location names: a local path (URLs come with remote sources)."""
+async def open_source(
+    location: str | os.PathLike[str],
+    *,
+    tail_size: int = DEFAULT_TAIL_SIZE,
+    http_options: HttpOptions | None = None,
+    s3_settings: S3Settings | None = None,
+) -> ByteSource:
+    """Open what a location names: http(s):// URL, s3://bucket/key, file:// URL or local path.
+
+    Remote sources read the last `tail_size` bytes while opening (one request), so
+    the directory read that follows costs nothing more.
+    """
     text = os.fspath(location)
     scheme = text.split("://", 1)[0].lower() if "://" in text else ""
-    if scheme in ("http", "https", "s3"):
-        raise SourceError(f"{scheme}:// locations are not supported yet; pass a local path")
+    if scheme in ("http", "https"):
+        return await HttpSource.open(text, tail_size=tail_size, options=http_options)
+    if scheme == "s3":
+        return await open_s3(text, tail_size=tail_size, options=http_options, settings=s3_settings)
     if scheme == "file":
-        text = text[len("file://") :]
+        return await LocalFileSource.open(text[len("file://") :])
+    if scheme:
+        raise SourceError(f"unsupported location scheme {scheme!r} in {text!r}")
     return await LocalFileSource.open(text)
 
 
-__all__ = ["DEFAULT_CHUNK_SIZE", "ByteSource", "BytesSource", "LocalFileSource", "SourceStats", "open_source"]
+__all__ = [
+    "DEFAULT_CHUNK_SIZE",
+    "DEFAULT_TAIL_SIZE",
+    "ByteSource",
+    "BytesSource",
+    "HttpOptions",
+    "HttpSource",
+    "LocalFileSource",
+    "S3Settings",
+    "SourceStats",
+    "open_source",
+]

@@ -63,6 +63,10 @@ class ByteSource(Protocol):
         """Bytes [start, end) in chunks of at most chunk_size, exactly."""
         ...
 
+    async def revalidate(self) -> bool:
+        """True if the object is still the one opened (cheaply: a stat, a conditional request)."""
+        ...
+
     async def close(self) -> None: ...
 
 

@@ -34,3 +34,6 @@ class BytesSource:
 
     async def close(self) -> None:
         return None
+
+    async def revalidate(self) -> bool:
+        return True

@@ -1,0 +1,390 @@
+"""HTTP(S) range reads with httpx: exact bytes or a typed error, whatever the network does.
+
+- Open is one speculative suffix GET (`Range: bytes=-N`) that yields the tail and the
+  total size; servers that refuse suffix ranges get HEAD + an explicit range instead.
+- Every later request pins the object: `If-Match` on a strong ETag (or the ETag and
+  total size are compared), so a replaced object raises SourceChanged.
+- Every 206 is checked: Content-Range must be the range asked, the body its length.
+- Connect errors, 408/429/5xx and bodies cut mid-stream are retried with capped,
+  jittered exponential backoff (Retry-After honoured) within attempt and time
+  budgets; a cut body resumes from the next byte.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import aclosing
+from dataclasses import dataclass, field
+
+import httpx
+
+from ..errors import SourceChanged, SourceError
+from .base import DEFAULT_CHUNK_SIZE, SourceStats, check_range
+
+CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
+UNSATISFIED_RANGE = re.compile(r"bytes \*/(\d+)")
+RETRYABLE_STATUS = {408, 425, 429, 500, 502, 503, 504}
+SUFFIX_REFUSED_STATUS = {405, 416, 501}
+
+
+@dataclass(frozen=True)
+class HttpOptions:
+    """Knobs for remote reads; the defaults suit object storage over a WAN."""
+
+    connect_timeout: float = 10.0
+    read_timeout: float = 30.0
+    max_attempts: int = 5  # per request, including the first
+    backoff_base: float = 0.2  # seconds; doubles per attempt, jittered
+    backoff_cap: float = 5.0
+    max_retry_after: float = 30.0  # longest Retry-After we will wait
+    time_budget: float = 120.0  # seconds one read may spend in retries and waits
+    full_body_cap: int = 16 << 20  # a server that ignores Range may send us this much, no more
+    http2: bool = False
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+class _Retry(Exception):
+    """A failure worth another attempt (after `delay` seconds if the server said so)."""
+
+    def __init__(self, message: str, delay: float | None = None) -> None:
+        super().__init__(message)
+        self.delay = delay
+
+
+@dataclass
+class _Held:
+    start: int
+    data: bytes
+
+    def covers(self, start: int, end: int) -> bool:
+        return self.start <= start and end <= self.start + len(self.data)
+
+
+class HttpSource:
+    """One remote object read by byte ranges over a pooled httpx client."""
+
+    def __init__(
+        self,
+        url: str,
+        client: httpx.AsyncClient,
+        options: HttpOptions,
+        *,
+        location: str | None = None,
+        owns_client: bool = True,
+    ) -> None:
+        self.url = url
+        self.location = location or _redacted(url)
+        self.client = client
+        self.options = options
+        self.owns_client = owns_client
+        self.stats = SourceStats()
+        self.size = 0
+        self.etag: str | None = None
+        self.last_modified: str | None = None
+        self._held: _Held | None = None  # bytes kept from open (the tail, or a small whole object)
+
+    # -- opening -------------------------------------------------------------
+
+    @classmethod
+    async def open(
+        cls,
+        url: str,
+        *,
+        tail_size: int = 256 << 10,
+        options: HttpOptions | None = None,
+        client: httpx.AsyncClient | None = None,
+        auth: httpx.Auth | None = None,
+        location: str | None = None,
+    ) -> HttpSource:
+        options = options or HttpOptions()
+        owns = client is None
+        client = client or make_client(options, auth)
+        source = cls(url, client, options, location=location, owns_client=owns)
+        try:
+            await source._retrying(lambda: source._open_with_tail(max(tail_size, 1)))
+        except BaseException:
+            await source.close()
+            raise
+        return source
+
+    @property
+    def identity(self) -> str:
+        return self.etag or f"{self.last_modified}-{self.size}"
+
+    async def _open_with_tail(self, tail_size: int) -> None:
+        request = self._request("GET", {"Range": f"bytes=-{tail_size}"})
+        response = await self._send(request, "open")
+        try:
+            if response.status_code in SUFFIX_REFUSED_STATUS:
+                await response.aclose()
+                await self._open_with_head(tail_size)
+                return
+            self._check_status(response, allow=(200, 206))
+            self._remember_validators(response)
+            if response.status_code == 200:
+                self._held = _Held(0, await self._whole_body(response, "open"))
+                self.size = len(self._held.data)
+                return
+            start, end, total = self._content_range(response)
+            if end != total - 1:
+                raise SourceError(f"{self.location}: suffix range answered with bytes {start}-{end}/{total}")
+            self.size = total
+            self._held = _Held(start, await self._body(response, end + 1 - start, "open"))
+        finally:
+            await response.aclose()
+
+    async def _open_with_head(self, tail_size: int) -> None:
+        response = await self._send(self._request("HEAD", {}), "open")
+        await response.aclose()
+        self._check_status(response, allow=(200,))
+        length = response.headers.get("content-length")
+        if length is None or not length.isdigit():
+            raise SourceError(f"{self.location}: no suffix ranges and no Content-Length; cannot find the end")
+        self._remember_validators(response)
+        self.size = int(length)
+        start = max(0, self.size - tail_size)
+        self._held = _Held(start, await self._fetch(start, self.size, "open"))
+
+    def _remember_validators(self, response: httpx.Response) -> None:
+        self.etag = response.headers.get("etag")
+        self.last_modified = response.headers.get("last-modified")
+
+    # -- reading -------------------------------------------------------------
+
+    async def read(self, start: int, end: int, *, purpose: str = "data") -> bytes:
+        check_range(self, start, end)
+        if start == end:
+            return b""
+        if self._held and self._held.covers(start, end):
+            offset = start - self._held.start
+            return self._held.data[offset : offset + end - start]
+        return await self._fetch(start, end, purpose)
+
+    async def stream(
+        self, start: int, end: int, *, chunk_size: int = DEFAULT_CHUNK_SIZE, purpose: str = "data"
+    ) -> AsyncIterator[bytes]:
+        check_range(self, start, end)
+        if self._held and self._held.covers(start, end):
+            data = await self.read(start, end)
+            for at in range(0, len(data), chunk_size):
+                yield data[at : at + chunk_size]
+            return
+        position = start
+        deadline = time.monotonic() + self.options.time_budget
+        attempt = 0
+        while position < end:
+            try:
+                async with aclosing(self._range_chunks(position, end, chunk_size, purpose)) as chunks:
+                    async for chunk in chunks:
+                        position += len(chunk)
+                        yield chunk
+                if position < end:
+                    raise _Retry(f"body ended after {position - start} of {end - start} bytes")
+            except _Retry as problem:
+                attempt += 1
+                await self._back_off(problem, attempt, deadline)
+
+    async def _fetch(self, start: int, end: int, purpose: str) -> bytes:
+        parts = [chunk async for chunk in self.stream(start, end, chunk_size=1 << 20, purpose=purpose)]
+        data = b"".join(parts)
+        if len(data) != end - start:  # cannot happen unless a check above is broken
+            raise SourceError(f"{self.location}: got {len(data)} bytes for a {end - start}-byte range")
+        return data
+
+    async def _range_chunks(
+        self, start: int, end: int, chunk_size: int, purpose: str
+    ) -> AsyncIterator[bytes]:
+        """One ranged GET; yields body chunks; raises _Retry for transient trouble."""
+        request = self._request("GET", {"Range": f"bytes={start}-{end - 1}", **self._pin()})
+        response = await self._send(request, purpose)
+        try:
+            if response.status_code == 200:
+                whole = await self._whole_body(response, purpose)
+                self._check_same_object(response, len(whole))
+                yield whole[start:end]
+                return
+            self._check_status(response, allow=(206,))
+            self._check_same_object(response, None)
+            got = self._content_range(response)
+            if got[:2] != (start, end - 1):
+                raise SourceError(
+                    f"{self.location}: asked for bytes {start}-{end - 1}, server sent {got[0]}-{got[1]}"
+                )
+            length = response.headers.get("content-length")
+            if length is not None and length != str(end - start):
+                raise SourceError(
+                    f"{self.location}: Content-Length {length} does not match range {start}-{end - 1}"
+                )
+            received = 0
+            try:
+                async for chunk in response.aiter_raw(chunk_size):
+                    received += len(chunk)
+                    if received > end - start:
+                        raise SourceError(f"{self.location}: body longer than the range {start}-{end - 1}")
+                    self.stats.add_bytes(purpose, len(chunk))
+                    yield chunk
+            except httpx.TransportError as exc:
+                raise _Retry(f"body cut after {received} bytes ({type(exc).__name__})") from None
+        finally:
+            await response.aclose()
+
+    async def _whole_body(self, response: httpx.Response, purpose: str) -> bytes:
+        """A 200 where a range was asked: fine for small objects, refused for big ones."""
+        cap = self.options.full_body_cap
+        length = response.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > cap:
+            raise SourceError(
+                f"{self.location} ignores Range and is {int(length)} bytes; refusing to download "
+                f"more than {cap} (HttpOptions.full_body_cap)"
+            )
+        parts, received = [], 0
+        try:
+            async for chunk in response.aiter_raw():
+                received += len(chunk)
+                if received > cap:
+                    raise SourceError(
+                        f"{self.location} ignores Range and sends more than {cap} bytes; refusing"
+                    )
+                self.stats.add_bytes(purpose, len(chunk))
+                parts.append(chunk)
+        except httpx.TransportError as exc:
+            raise _Retry(f"full body cut after {received} bytes ({type(exc).__name__})") from None
+        return b"".join(parts)
+
+    async def _body(self, response: httpx.Response, expected: int, purpose: str) -> bytes:
+        parts, received = [], 0
+        try:
+            async for chunk in response.aiter_raw():
+                received += len(chunk)
+                self.stats.add_bytes(purpose, len(chunk))
+                parts.append(chunk)
+        except httpx.TransportError as exc:
+            raise _Retry(f"body cut after {received} bytes ({type(exc).__name__})") from None
+        if received != expected:
+            raise _Retry(f"body of {received} bytes, expected {expected}")
+        return b"".join(parts)
+
+    # -- validation ----------------------------------------------------------
+
+    def _pin(self) -> dict[str, str]:
+        """Headers that make the server refuse (412) if the object is not the one opened."""
+        if self.etag and not self.etag.startswith("W/"):
+            return {"If-Match": self.etag}
+        if self.last_modified and not self.etag:
+            return {"If-Unmodified-Since": self.last_modified}
+        return {}
+
+    def _check_same_object(self, response: httpx.Response, whole_size: int | None) -> None:
+        etag = response.headers.get("etag")
+        if self.etag and etag and etag != self.etag:
+            raise SourceChanged(f"{self.location} changed: ETag {self.etag} is now {etag}")
+        if whole_size is not None and whole_size != self.size:
+            raise SourceChanged(f"{self.location} changed: {self.size} bytes are now {whole_size}")
+
+    def _content_range(self, response: httpx.Response) -> tuple[int, int, int]:
+        header = response.headers.get("content-range", "")
+        match = CONTENT_RANGE.fullmatch(header.strip())
+        if not match or match.group(3) == "*":
+            raise SourceError(f"{self.location}: 206 with unusable Content-Range {header!r}")
+        start, end, total = int(match.group(1)), int(match.group(2)), int(match.group(3))
+        if start > end or end >= total:
+            raise SourceError(f"{self.location}: impossible Content-Range {header!r}")
+        if self.size and total != self.size:
+            raise SourceChanged(f"{self.location} changed: {self.size} bytes are now {total}")
+        return start, end, total
+
+    def _check_status(self, response: httpx.Response, allow: tuple[int, ...]) -> None:
+        status = response.status_code
+        if status in allow:
+            return
+        if status in RETRYABLE_STATUS:
+            raise _Retry(f"HTTP {status}", _retry_after(response, self.options.max_retry_after))
+        if status == 412:
+            raise SourceChanged(f"{self.location} changed since it was opened (412 Precondition Failed)")
+        if status == 404 and self.size:
+            raise SourceChanged(f"{self.location} is gone (404) since it was opened")
+        if status == 416:
+            match = UNSATISFIED_RANGE.fullmatch(response.headers.get("content-range", "").strip())
+            if match and self.size and int(match.group(1)) != self.size:
+                raise SourceChanged(f"{self.location} changed: now {match.group(1)} bytes")
+        reason = {401: "unauthorized", 403: "access denied", 404: "not found"}.get(
+            status, "unexpected status"
+        )
+        raise SourceError(f"{self.location}: HTTP {status} ({reason})")
+
+    # -- requests and retries ------------------------------------------------
+
+    def _request(self, method: str, headers: Mapping[str, str]) -> httpx.Request:
+        all_headers = {"Accept-Encoding": "identity", **self.options.headers, **headers}
+        return self.client.build_request(method, self.url, headers=all_headers)
+
+    async def _send(self, request: httpx.Request, purpose: str) -> httpx.Response:
+        self.stats.record(purpose, 0)
+        try:
+            return await self.client.send(request, stream=True)
+        except httpx.TransportError as exc:
+            raise _Retry(f"{type(exc).__name__}: {exc}") from None
+
+    async def _retrying(self, attempt_once: Callable[[], object]) -> None:
+        deadline = time.monotonic() + self.options.time_budget
+        attempt = 0
+        while True:
+            try:
+                await attempt_once()  # type: ignore[misc]
+                return
+            except _Retry as problem:
+                attempt += 1
+                await self._back_off(problem, attempt, deadline)
+
+    async def _back_off(self, problem: _Retry, attempt: int, deadline: float) -> None:
+        options = self.options
+        if attempt >= options.max_attempts:
+            raise SourceError(f"{self.location}: giving up after {attempt} attempts: {problem}")
+        delay = problem.delay
+        if delay is None:
+            delay = min(options.backoff_cap, options.backoff_base * 2 ** (attempt - 1))
+            delay *= random.uniform(0.5, 1.0)
+        if time.monotonic() + delay > deadline:
+            raise SourceError(f"{self.location}: retry budget of {options.time_budget}s spent: {problem}")
+        await asyncio.sleep(delay)
+
+    async def revalidate(self) -> bool:
+        """True if the object is still the one opened (a conditional HEAD; 304 when ETags allow)."""
+        headers = {"If-None-Match": self.etag} if self.etag else {}
+        response = await self._send(self._request("HEAD", headers), "revalidate")
+        await response.aclose()
+        if response.status_code == 304:
+            return True
+        if response.status_code != 200:
+            return False
+        same_etag = response.headers.get("etag") == self.etag
+        same_size = response.headers.get("content-length") in (None, str(self.size))
+        return same_etag and same_size and response.headers.get("last-modified") == self.last_modified
+
+    async def close(self) -> None:
+        if self.owns_client:
+            await self.client.aclose()
+
+
+def make_client(options: HttpOptions, auth: httpx.Auth | None = None) -> httpx.AsyncClient:
+    timeout = httpx.Timeout(
+        connect=options.connect_timeout, read=options.read_timeout, write=options.read_timeout, pool=None
+    )
+    return httpx.AsyncClient(http2=options.http2, timeout=timeout, auth=auth, follow_redirects=True)
+
+
+def _retry_after(response: httpx.Response, cap: float) -> float | None:
+    value = response.headers.get("retry-after", "").strip()
+    if value.isdigit():
+        return min(float(value), cap)
+    return None
+
+
+def _redacted(url: str) -> str:
+    """The URL without query string or credentials (presigned URLs carry secrets there)."""
+    parsed = httpx.URL(url)
+    return str(parsed.copy_with(query=None, fragment=None, username=None, password=None))
