@@ -41,7 +41,7 @@ class HttpOptions:
     backoff_base: float = 0.2  # seconds; doubles per attempt, jittered
     backoff_cap: float = 5.0
     max_retry_after: float = 30.0  # longest Retry-After we will wait
-    time_budget: float = 120.0  # seconds one read may spend in retries and waits
+    time_budget: float | None = None  # seconds one open/read/stream may take in all (None: no limit)
     full_body_cap: int = 16 << 20  # a server that ignores Range may send us this much, no more
     http2: bool = False
     headers: Mapping[str, str] = field(default_factory=dict)
@@ -174,13 +174,14 @@ class HttpSource:
                 yield data[at : at + chunk_size]
             return
         position = start
-        deadline = time.monotonic() + self.options.time_budget
+        deadline = self._deadline()
         attempt = 0
         while position < end:
             try:
                 async with aclosing(self._range_chunks(position, end, chunk_size, purpose)) as chunks:
                     async for chunk in chunks:
                         position += len(chunk)
+                        _check_deadline(deadline, self.location)
                         yield chunk
                 if position < end:
                     raise _Retry(f"body ended after {position - start} of {end - start} bytes")
@@ -221,12 +222,14 @@ class HttpSource:
                 )
             received = 0
             try:
-                async for chunk in response.aiter_raw(chunk_size):
-                    received += len(chunk)
+                async for data in response.aiter_raw():
+                    received += len(data)
                     if received > end - start:
                         raise SourceError(f"{self.location}: body longer than the range {start}-{end - 1}")
-                    self.stats.add_bytes(purpose, len(chunk))
-                    yield chunk
+                    self.stats.add_bytes(purpose, len(data))
+                    # as received (so a cut loses nothing already here), at most chunk_size each
+                    for at in range(0, len(data), chunk_size):
+                        yield data[at : at + chunk_size]
             except httpx.TransportError as exc:
                 raise _Retry(f"body cut after {received} bytes ({type(exc).__name__})") from None
         finally:
@@ -330,17 +333,25 @@ class HttpSource:
             raise _Retry(f"{type(exc).__name__}: {exc}") from None
 
     async def _retrying(self, attempt_once: Callable[[], object]) -> None:
-        deadline = time.monotonic() + self.options.time_budget
+        deadline = self._deadline()
         attempt = 0
         while True:
             try:
-                await attempt_once()  # type: ignore[misc]
+                await asyncio.wait_for(attempt_once(), _remaining(deadline))  # type: ignore[arg-type]
                 return
+            except TimeoutError:
+                raise SourceError(
+                    f"{self.location}: time budget of {self.options.time_budget}s spent"
+                ) from None
             except _Retry as problem:
                 attempt += 1
                 await self._back_off(problem, attempt, deadline)
 
-    async def _back_off(self, problem: _Retry, attempt: int, deadline: float) -> None:
+    def _deadline(self) -> float | None:
+        budget = self.options.time_budget
+        return None if budget is None else time.monotonic() + budget
+
+    async def _back_off(self, problem: _Retry, attempt: int, deadline: float | None) -> None:
         options = self.options
         if attempt >= options.max_attempts:
             raise SourceError(f"{self.location}: giving up after {attempt} attempts: {problem}")
@@ -348,8 +359,8 @@ class HttpSource:
         if delay is None:
             delay = min(options.backoff_cap, options.backoff_base * 2 ** (attempt - 1))
             delay *= random.uniform(0.5, 1.0)
-        if time.monotonic() + delay > deadline:
-            raise SourceError(f"{self.location}: retry budget of {options.time_budget}s spent: {problem}")
+        if deadline is not None and time.monotonic() + delay > deadline:
+            raise SourceError(f"{self.location}: time budget of {options.time_budget}s spent: {problem}")
         await asyncio.sleep(delay)
 
     async def revalidate(self) -> bool:
@@ -375,6 +386,15 @@ def make_client(options: HttpOptions, auth: httpx.Auth | None = None) -> httpx.A
         connect=options.connect_timeout, read=options.read_timeout, write=options.read_timeout, pool=None
     )
     return httpx.AsyncClient(http2=options.http2, timeout=timeout, auth=auth, follow_redirects=True)
+
+
+def _remaining(deadline: float | None) -> float | None:
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
+def _check_deadline(deadline: float | None, location: str) -> None:
+    if deadline is not None and time.monotonic() > deadline:
+        raise SourceError(f"{location}: time budget spent before the transfer finished")
 
 
 def _retry_after(response: httpx.Response, cap: float) -> float | None:
