@@ -10,6 +10,8 @@ import pathlib
 
 import pytest
 
+from tests.seaweed import seaweed_s3  # noqa: F401 - session fixture: a real S3 server on loopback
+
 HERE = pathlib.Path(__file__).resolve().parent
 ARCHIVES = HERE / "fixtures" / "archives"
 EXPECTED = json.loads((HERE / "fixtures" / "expected.json").read_text())
