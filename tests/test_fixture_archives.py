@@ -68,9 +68,7 @@ async def _check_archive(path: pathlib.Path, spec: dict) -> int:
 @pytest.mark.parametrize("name", READABLE)
 async def test_committed_archive_matches_torch(name: str) -> None:
     checked = await _check_archive(ARCHIVES / name, EXPECTED[name])
-    assert checked == sum(
-        1 for t in EXPECTED[name]["tensors"] if t["sha256_default"] is not None
-    )
+    assert checked == sum(1 for t in EXPECTED[name]["tensors"] if t["sha256_default"] is not None)
 
 
 @needs_torch

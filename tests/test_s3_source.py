@@ -25,7 +25,10 @@ def _settings(server: SeaweedS3, *, anonymous: bool = False) -> S3Settings:
     if anonymous:
         return S3Settings(region=server.region, endpoint=server.endpoint)
     return S3Settings(
-        region=server.region, endpoint=server.endpoint, access_key=server.access_key, secret_key=server.secret_key
+        region=server.region,
+        endpoint=server.endpoint,
+        access_key=server.access_key,
+        secret_key=server.secret_key,
     )
 
 
@@ -37,7 +40,9 @@ async def _same_as_local(remote: reader.Archive, name: str) -> None:
                 for order in ("default", "contiguous"):
                     want = await local.read(info.name, model=info.model, order=order)
                     assert await remote.read(info.name, model=info.model, order=order) == want
-                    streamed = [bytes(c) async for c in remote.stream(info.name, model=info.model, order=order)]
+                    streamed = [
+                        bytes(c) async for c in remote.stream(info.name, model=info.model, order=order)
+                    ]
                     assert b"".join(streamed) == want
 
 
@@ -55,7 +60,9 @@ async def test_anonymous_s3_reads_a_public_bucket_only(uploaded: SeaweedS3) -> N
     async with reader.open_archive(public, s3_settings=anonymous) as ar:
         await _same_as_local(ar, "layouts.pt2")
     with pytest.raises(reader.SourceError, match="access denied"):
-        await reader.open_archive(f"s3://{uploaded.private_bucket}/archives/layouts.pt2", s3_settings=anonymous)
+        await reader.open_archive(
+            f"s3://{uploaded.private_bucket}/archives/layouts.pt2", s3_settings=anonymous
+        )
 
 
 async def test_credentials_and_endpoint_come_from_the_environment(uploaded: SeaweedS3, monkeypatch) -> None:
@@ -83,7 +90,9 @@ async def test_plain_http_and_presigned_urls(uploaded: SeaweedS3) -> None:
     async with reader.open_archive(public_url, tail_size=4096) as ar:
         await _same_as_local(ar, "dtypes.pt2")
     presigned = uploaded.client().generate_presigned_url(
-        "get_object", Params={"Bucket": uploaded.private_bucket, "Key": "archives/many_deflate.pt2"}, ExpiresIn=600
+        "get_object",
+        Params={"Bucket": uploaded.private_bucket, "Key": "archives/many_deflate.pt2"},
+        ExpiresIn=600,
     )
     async with reader.open_archive(presigned, tail_size=4096) as ar:
         assert "Signature" not in ar.location
