@@ -6,11 +6,13 @@ cannot be (the CRC covers the whole entry) and are length-checked only.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
 
 from . import zipfmt
 from .errors import ArchiveFormatError, IntegrityError
+from .ranges import coalesce, containing
 from .sources import DEFAULT_CHUNK_SIZE, ByteSource
 from .zipfmt import ZipEntry
 
@@ -65,6 +67,55 @@ class EntryReader:
         if start == 0 and end == entry.size:
             _verify_crc(entry, zipfmt.crc32(data))
         return data
+
+    async def read_many(self, ranges: Sequence[tuple[ZipEntry, int, int]]) -> list[bytes]:
+        """Content bytes of several (entry, start, end) ranges at once.
+
+        Stored ranges lying close together in the archive come in one request per
+        coalesced group, local headers included; groups are fetched in parallel.
+        """
+        results: list[bytes] = [b""] * len(ranges)
+        pending: list[tuple[int, ZipEntry, int, int, tuple[int, int]]] = []
+        for index, (entry, start, end) in enumerate(ranges):
+            _check(entry, start, end)
+            if start == end:
+                continue
+            if entry.method != zipfmt.layouts.METHOD_STORED:
+                results[index] = await self.read(entry, start, end)
+                continue
+            zipfmt.check_decodable(entry)
+            known = self._data_offsets.get(entry.name)
+            if known is not None:
+                region = (known + start, known + end)
+            else:
+                first = entry.header_offset
+                region = (first, min(first + zipfmt.local_header_guess(entry) + end, entry.region_end))
+            pending.append((index, entry, start, end, region))
+        groups = coalesce([region for *_, region in pending])
+        fetched = await asyncio.gather(*(self.source.read(low, high) for low, high in groups))
+        for index, entry, start, end, (low, high) in pending:
+            group = containing(groups, low)
+            base = groups[group][0]
+            window = memoryview(fetched[group])[low - base : high - base]
+            data = self._slice_from(entry, window, low, start, end)
+            if data is None:
+                data = await self.read(entry, start, end)  # checks its own CRC
+            elif start == 0 and end == entry.size:
+                _verify_crc(entry, zipfmt.crc32(data))
+            results[index] = data
+        return results
+
+    def _slice_from(self, entry: ZipEntry, window: memoryview, at: int, start: int, end: int) -> bytes | None:
+        """Bytes [start, end) of the entry out of archive bytes starting at `at`; None if the
+        window is short (a local header longer than guessed)."""
+        known = self._data_offsets.get(entry.name)
+        if known is None:
+            header_size = zipfmt.local_header_size(entry, window)
+            if header_size + end > len(window):
+                return None
+            known = zipfmt.data_offset(entry, window)
+            self._data_offsets[entry.name] = known
+        return bytes(window[known - at + start : known - at + end])
 
     async def chunks(
         self, entry: ZipEntry, start: int = 0, end: int | None = None, chunk_size: int | None = None

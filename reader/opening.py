@@ -16,12 +16,11 @@ from . import zipfmt
 from .entries import EntryReader
 from .errors import ArchiveFormatError
 from .index import MAX_CONFIG_BYTES, build_index, plan_index
+from .ranges import coalesce
 from .sources import DEFAULT_TAIL_SIZE, ByteSource
 from .tensorinfo import TensorInfo
 from .zipfmt import ZipEntry
 
-# Ranges closer than this are fetched as one: a gap costs less than a round trip.
-COALESCE_GAP = 64 << 10
 MAX_LOCAL_EXTRA = 0xFFFF
 
 
@@ -83,17 +82,6 @@ def _entry_region(entry: ZipEntry) -> tuple[int, int]:
     """The bytes that surely hold an entry's local header and data."""
     longest = zipfmt.local_header_guess(entry) + MAX_LOCAL_EXTRA + entry.compressed_size
     return entry.header_offset, min(entry.region_end, entry.header_offset + longest)
-
-
-def coalesce(ranges: list[tuple[int, int]], gap: int = COALESCE_GAP) -> list[tuple[int, int]]:
-    """Merge sorted-or-not [start, end) ranges that overlap or lie within `gap` of each other."""
-    merged: list[list[int]] = []
-    for start, end in sorted(ranges):
-        if merged and start - merged[-1][1] <= gap:
-            merged[-1][1] = max(merged[-1][1], end)
-        else:
-            merged.append([start, end])
-    return [(start, end) for start, end in merged]
 
 
 async def _fetch_metadata(

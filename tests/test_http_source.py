@@ -243,3 +243,40 @@ async def test_query_string_is_kept_for_requests_but_hidden_from_the_location(se
     async with reader.open_archive(url, http_options=FAST) as ar:
         assert "secret" not in ar.location
         assert server.log[0].target.endswith("?X-Amz-Signature=secret")
+
+
+async def test_read_many_coalesces_neighbouring_tensors_into_one_request(server) -> None:
+    async with (
+        reader.open_archive(server.url("/" + BIG), tail_size=4096, http_options=FAST) as ar,
+        reader.open_archive(ARCHIVES / BIG) as local,
+    ):
+        names = [t.name for t in ar.tensors()[200:260]]
+        before = len(server.log)
+        got = await ar.read_many(names)
+        assert len(server.log) == before + 1  # 60 neighbouring payloads, one range request
+        assert got == {name: await local.read(name) for name in names}
+        again = await ar.read_many(names[:3] + names[-3:], order="contiguous")
+        assert again == {name: await local.read(name, order="contiguous") for name in names[:3] + names[-3:]}
+
+
+async def test_read_many_handles_views_zeros_and_deflate(server) -> None:
+    for name in ("layouts.pt2", "many_deflate.pt2"):
+        async with (
+            reader.open_archive(server.url("/" + name), tail_size=2048, http_options=FAST) as ar,
+            reader.open_archive(ARCHIVES / name) as local,
+        ):
+            names = [t.name for t in ar.tensors() if t.readable][:40]
+            for order in ("default", "contiguous"):
+                got = await ar.read_many(names, order=order)
+                assert got == {n: await local.read(n, order=order) for n in names}
+
+
+async def test_http2_option_and_an_object_that_shrank(server) -> None:
+    async with reader.open_archive(
+        server.url("/" + BIG), tail_size=4096, http_options=HttpOptions(http2=True)
+    ) as ar:
+        assert len(ar.tensors()) == 1100
+        etag = server.etag("/" + BIG)
+        server.put("/" + BIG, b"x" * 1000, etag=etag)  # same validator, fewer bytes: a broken server
+        with pytest.raises(reader.SourceChanged):
+            await ar.read(ar.tensors()[-1].name)
