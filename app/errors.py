@@ -1,0 +1,85 @@
+"""Every error is JSON `{"error": {"code", "message"}}` with the right status; never a traceback."""
+
+from __future__ import annotations
+
+import logging
+
+import orjson
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException
+from starlette.responses import Response
+
+import reader
+
+from .registry import ArchiveUnavailable
+
+log = logging.getLogger("pt2serve")
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, code: str, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.headers = status, code, message, headers or {}
+
+
+def json_response(content: object, status: int = 200) -> Response:
+    return Response(orjson.dumps(content), status_code=status, media_type="application/json")
+
+
+def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> Response:
+    body = orjson.dumps({"error": {"code": code, "message": message}})
+    return Response(body, status_code=status, media_type="application/json", headers=headers)
+
+
+# reader errors → (status, code); order matters: subclasses first
+READER_ERRORS: list[tuple[type[Exception], int, str]] = [
+    (reader.TensorNotFound, 404, "tensor_not_found"),
+    (reader.ModelNotFound, 404, "model_not_found"),
+    (reader.UnsupportedPayload, 422, "unsupported_payload"),
+    (reader.SourceChanged, 503, "archive_changed"),
+    (reader.SourceError, 502, "upstream_error"),
+    (reader.IntegrityError, 502, "integrity_error"),
+    (reader.ArchiveFormatError, 502, "archive_format_error"),
+]
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, exc: ApiError) -> Response:
+        return error_response(exc.status, exc.code, exc.message, exc.headers)
+
+    @app.exception_handler(reader.ReaderError)
+    async def reader_error(request: Request, exc: reader.ReaderError) -> Response:
+        for kind, status, code in READER_ERRORS:
+            if isinstance(exc, kind):
+                headers = {"retry-after": "1"} if status == 503 else None
+                if isinstance(exc, reader.SourceChanged):
+                    await request.app.state.registry.reopen(
+                        request.path_params.get("archive_id") or request.app.state.registry.default_id
+                    )
+                return error_response(status, code, str(exc), headers)
+        return error_response(500, "reader_error", str(exc))
+
+    @app.exception_handler(ArchiveUnavailable)
+    async def unavailable(request: Request, exc: ArchiveUnavailable) -> Response:
+        return error_response(503, "archive_unavailable", str(exc), {"retry-after": "5"})
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> Response:
+        details = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+        return error_response(422, "invalid_request", details or "invalid request")
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> Response:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return error_response(exc.status_code, code, str(exc.detail), getattr(exc, "headers", None))
+
+    @app.exception_handler(ValueError)
+    async def bad_value(request: Request, exc: ValueError) -> Response:
+        return error_response(400, "bad_request", str(exc))
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> Response:
+        log.exception("unexpected error on %s", request.url.path)
+        return error_response(500, "internal_error", "internal error (see the server log)")

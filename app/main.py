@@ -1,0 +1,69 @@
+"""The FastAPI application: settings → registry, middleware, routes, error handlers."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI
+from starlette.middleware.cors import CORSMiddleware
+
+from .errors import install_error_handlers
+from .limits import StreamLimiter
+from .metrics import Metrics, MetricsMiddleware
+from .registry import Registry
+from .routes import service, stats, tensors, viewer
+from .security import BearerTokenMiddleware
+from .settings import Settings
+
+EXPOSED_HEADERS = [
+    "Content-Range",
+    "Content-Length",
+    "ETag",
+    "Accept-Ranges",
+    "X-Tensor-Dtype",
+    "X-Tensor-Shape",
+    "X-Tensor-Dim-Order",
+]
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings.from_environment()
+    registry = Registry(settings)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        await registry.start()
+        try:
+            yield
+        finally:
+            await registry.close()
+
+    app = FastAPI(
+        title="pt2serve",
+        summary="Tensors out of PyTorch .pt2 archives by name: layouts, bytes, ranges, safetensors.",
+        version="0.1.0",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.registry = registry
+    app.state.limiter = StreamLimiter(settings.max_streams)
+    app.state.metrics = Metrics(registry)
+    app.include_router(service.router)
+    app.include_router(tensors.router)
+    app.include_router(stats.router)
+    app.include_router(viewer.router)
+    install_error_handlers(app)
+    # outermost last: CORS answers preflights before the token check; metrics see everything
+    if settings.api_token:
+        app.add_middleware(BearerTokenMiddleware, token=settings.api_token)
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(settings.cors_origins),
+            allow_methods=["GET", "HEAD"],
+            allow_headers=["Authorization", "Range", "If-None-Match", "If-Range"],
+            expose_headers=EXPOSED_HEADERS,
+        )
+    app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
+    return app

@@ -1,0 +1,133 @@
+"""The archives this service serves, by id: opened at start-up (or lazily), each with a status.
+
+Clients name archives only by id; locations come from the operator, so a client
+can never make the service fetch a URL of its choosing. A remote archive that
+changes (SourceChanged on a read, or a failed periodic revalidation) is reopened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from dataclasses import dataclass, field
+
+import reader
+
+from .settings import ArchiveSpec, Settings
+
+log = logging.getLogger("pt2serve")
+
+
+class ArchiveUnavailable(Exception):
+    """The archive is configured but not open (still opening, or it failed)."""
+
+
+@dataclass
+class Slot:
+    spec: ArchiveSpec
+    archive: reader.Archive | None = None
+    status: str = "pending"  # pending | opening | open | error
+    error: str | None = None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def describe(self) -> dict[str, object]:
+        """What /archives shows: never the location of a remote archive's credentials or query."""
+        info: dict[str, object] = {
+            "id": self.spec.id,
+            "status": self.status,
+            "location": _public(self.spec.location),
+        }
+        if self.error:
+            info["error"] = self.error
+        if self.archive is not None:
+            info.update(
+                models=self.archive.models, tensors=len(self.archive.tensors()), root=self.archive.root
+            )
+        return info
+
+
+class Registry:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.slots = {spec.id: Slot(spec) for spec in settings.archives}
+        self.default_id = settings.archives[0].id if settings.archives else None
+        self._revalidator: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        if not self.settings.lazy:
+            await asyncio.gather(*(self._open(slot) for slot in self.slots.values()))
+        if self.settings.revalidate_seconds > 0:
+            self._revalidator = asyncio.create_task(self._revalidate_forever())
+
+    async def close(self) -> None:
+        if self._revalidator:
+            self._revalidator.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._revalidator
+        for slot in self.slots.values():
+            if slot.archive is not None:
+                await slot.archive.close()
+                slot.archive = None
+
+    def slot(self, archive_id: str | None) -> Slot:
+        archive_id = archive_id or self.default_id
+        if archive_id not in self.slots:
+            raise KeyError(archive_id)
+        return self.slots[archive_id]
+
+    async def get(self, archive_id: str | None) -> reader.Archive:
+        slot = self.slot(archive_id)
+        if slot.archive is None:
+            await self._open(slot)
+        if slot.archive is None:
+            raise ArchiveUnavailable(f"archive {slot.spec.id!r} is unavailable: {slot.error or slot.status}")
+        return slot.archive
+
+    async def reopen(self, archive_id: str) -> None:
+        """After SourceChanged: index the new version."""
+        slot = self.slots[archive_id]
+        old = slot.archive
+        slot.archive = None
+        await self._open(slot)
+        if old is not None:
+            await old.close()
+
+    async def _open(self, slot: Slot) -> None:
+        async with slot.lock:
+            if slot.archive is not None:
+                return
+            slot.status = "opening"
+            try:
+                slot.archive = await reader.open_archive(
+                    slot.spec.location, chunk_size=self.settings.chunk_size
+                )
+            except reader.ReaderError as exc:
+                slot.status, slot.error = "error", f"{type(exc).__name__}: {exc}"
+                log.warning("archive %s failed to open: %s", slot.spec.id, slot.error)
+            else:
+                slot.status, slot.error = "open", None
+
+    async def _revalidate_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.revalidate_seconds)
+            for archive_id, slot in list(self.slots.items()):
+                try:
+                    if slot.archive is None and slot.status == "error":
+                        await self._open(slot)
+                    elif slot.archive is not None and not await slot.archive.revalidate():
+                        log.info("archive %s changed; reopening", archive_id)
+                        await self.reopen(archive_id)
+                except reader.ReaderError as exc:
+                    log.warning("revalidating %s failed: %s", archive_id, exc)
+
+
+def _public(location: str) -> str:
+    """A location safe to show: no query string (presigned credentials) or user info."""
+    if "://" not in location:
+        return location
+    scheme, rest = location.split("://", 1)
+    rest = rest.split("?", 1)[0].split("#", 1)[0]
+    host, slash, path = rest.partition("/")
+    host = host.rsplit("@", 1)[-1]
+    return f"{scheme}://{host}{slash}{path}"

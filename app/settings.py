@@ -1,0 +1,70 @@
+"""Service settings, from the command line and PT2SERVE_* environment variables."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+DEMO_ARCHIVE = pathlib.Path(__file__).resolve().parent / "demo" / "demo.pt2"
+
+
+@dataclass(frozen=True)
+class ArchiveSpec:
+    id: str
+    location: str
+
+
+@dataclass(frozen=True)
+class Settings:
+    archives: tuple[ArchiveSpec, ...] = ()
+    api_token: str | None = None
+    cors_origins: tuple[str, ...] = ()
+    max_streams: int = 64  # concurrent body streams; more get 503 + Retry-After
+    revalidate_seconds: float = 30.0  # how often remote archives are checked for changes
+    lazy: bool = False  # open archives on first use instead of at start-up
+    chunk_size: int = 1 << 20
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_environment(
+        cls, archives: Sequence[str] = (), environ: Mapping[str, str] | None = None
+    ) -> Settings:
+        env = os.environ if environ is None else environ
+        specs = list(archives) or [
+            part for part in env.get("PT2SERVE_ARCHIVES", "").split(",") if part.strip()
+        ]
+        origins = tuple(o.strip() for o in env.get("PT2SERVE_CORS_ORIGINS", "").split(",") if o.strip())
+        return cls(
+            archives=parse_archive_specs(specs) if specs else (ArchiveSpec("demo", str(DEMO_ARCHIVE)),),
+            api_token=env.get("PT2SERVE_API_TOKEN") or None,
+            cors_origins=origins,
+            max_streams=int(env.get("PT2SERVE_MAX_STREAMS", "64")),
+            revalidate_seconds=float(env.get("PT2SERVE_REVALIDATE_SECONDS", "30")),
+            lazy=env.get("PT2SERVE_LAZY", "").lower() in ("1", "true", "yes"),
+            chunk_size=int(env.get("PT2SERVE_CHUNK_SIZE", str(1 << 20))),
+        )
+
+
+def parse_archive_specs(specs: Sequence[str]) -> tuple[ArchiveSpec, ...]:
+    """`id=LOCATION` or `LOCATION` (the id is then the file stem); ids must be unique."""
+    result: list[ArchiveSpec] = []
+    for spec in specs:
+        spec = spec.strip()
+        head, eq, tail = spec.partition("=")
+        if eq and "://" not in head and "/" not in head and head:
+            archive_id, location = head, tail
+        else:
+            archive_id, location = _stem(spec), spec
+        if not location:
+            raise ValueError(f"archive spec {spec!r} has no location")
+        if any(existing.id == archive_id for existing in result):
+            raise ValueError(f"archive id {archive_id!r} is given twice; name them with id=LOCATION")
+        result.append(ArchiveSpec(archive_id, location))
+    return tuple(result)
+
+
+def _stem(location: str) -> str:
+    name = location.rstrip("/").split("?", 1)[0].rsplit("/", 1)[-1]
+    return name[: -len(".pt2")] if name.endswith(".pt2") else name
