@@ -52,16 +52,16 @@ class Archive:
 
     def tensors(self, model: str | None = None) -> list[TensorInfo]:
         """Every tensor of one model, or of every model when model is None."""
-        models = self.models if model is None else [self._model(model)]
+        models = self.models if model is None else [self.resolve_model(model)]
         return [info for name in models for info in self._index[name].values()]
 
     def layout(self, name: str, model: str | None = None) -> TensorInfo:
-        tensors = self._index[self._model(model)]
+        tensors = self._index[self.resolve_model(model)]
         info = tensors.get(name)
         if info is None:
             close = difflib.get_close_matches(name, list(tensors), n=5, cutoff=0.6)
             hint = f"; close matches: {', '.join(close)}" if close else ""
-            raise TensorNotFound(f"no tensor {name!r} in model {self._model(model)!r}{hint}")
+            raise TensorNotFound(f"no tensor {name!r} in model {self.resolve_model(model)!r}{hint}")
         return info
 
     async def read(self, name: str, model: str | None = None, order: str = "default") -> bytes:
@@ -118,7 +118,8 @@ class Archive:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
-    def _model(self, model: str | None) -> str:
+    def resolve_model(self, model: str | None) -> str:
+        """The model a call means: the named one, else the only one, else "model"."""
         if model is None:
             if len(self._index) == 1:
                 return next(iter(self._index))

@@ -16,5 +16,5 @@ router = APIRouter()
 async def index() -> Response:
     page = VIEWER / "index.html"
     if not page.exists():
-        return HTMLResponse('<!doctype html><title>pt2serve</title><p><a href="/docs">API documentation</a></p>')
+        return HTMLResponse('<!doctype html><title>pt2serve</title><a href="/docs">API documentation</a>')
     return FileResponse(page, media_type="text/html")
