@@ -12,7 +12,7 @@ from starlette.responses import Response
 
 import reader
 
-from .registry import ArchiveUnavailable
+from .registry import ArchiveNotFound, ArchiveUnavailable
 
 log = logging.getLogger("pt2serve")
 
@@ -60,6 +60,10 @@ def install_error_handlers(app: FastAPI) -> None:
                     )
                 return error_response(status, code, str(exc), headers)
         return error_response(500, "reader_error", str(exc))
+
+    @app.exception_handler(ArchiveNotFound)
+    async def no_archive(request: Request, exc: ArchiveNotFound) -> Response:
+        return error_response(404, "archive_not_found", str(exc))
 
     @app.exception_handler(ArchiveUnavailable)
     async def unavailable(request: Request, exc: ArchiveUnavailable) -> Response:

@@ -19,6 +19,10 @@ from .settings import ArchiveSpec, Settings
 log = logging.getLogger("pt2serve")
 
 
+class ArchiveNotFound(LookupError):
+    """No archive is configured under that id."""
+
+
 class ArchiveUnavailable(Exception):
     """The archive is configured but not open (still opening, or it failed)."""
 
@@ -73,7 +77,7 @@ class Registry:
     def slot(self, archive_id: str | None) -> Slot:
         archive_id = archive_id or self.default_id
         if archive_id not in self.slots:
-            raise KeyError(archive_id)
+            raise ArchiveNotFound(f"no archive {archive_id!r} (archives: {', '.join(self.slots) or 'none'})")
         return self.slots[archive_id]
 
     async def get(self, archive_id: str | None) -> reader.Archive:

@@ -9,15 +9,16 @@ the client sees a short body, never a completed response with wrong bytes.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import aclosing
 
 import anyio
+import anyio.lowlevel
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from .bodies import Body
+from .bodies import Body, Chunk
 from .errors import error_response
 from .httpranges import content_range, decide
 from .limits import StreamLimiter
@@ -108,27 +109,35 @@ class BodyResponse(Response):
             await busy(scope, receive, send)
             return
         try:
-            await self._start(send, decision.status, headers, total)
-            await self._send_parts(parts, closing if len(parts) > 1 else b"", receive, send)
+            async with aclosing(self._pieces(parts, closing if len(parts) > 1 else b"")) as pieces:
+                # the first bytes are read before the headers go out, so the usual upstream
+                # failures (object changed, gone, unreachable) still get a JSON error status
+                first = await anext(pieces, b"")
+                await self._start(send, decision.status, headers, total)
+                async with anyio.create_task_group() as group:
+                    group.start_soon(self._cancel_on_disconnect, receive, group.cancel_scope)
+                    await send({"type": "http.response.body", "body": first, "more_body": True})
+                    async for piece in pieces:
+                        await send({"type": "http.response.body", "body": piece, "more_body": True})
+                        # uvicorn drops writes to a gone client silently, and page-cache reads
+                        # never suspend: yield once per chunk so a disconnect cancels us
+                        await anyio.lowlevel.checkpoint()
+                    await send({"type": "http.response.body", "body": b""})
+                    group.cancel_scope.cancel()
         finally:
             if self.limiter is not None:
                 self.limiter.release()
 
-    async def _send_parts(
-        self, parts: list[tuple[bytes, int, int]], closing: bytes, receive: Receive, send: Send
-    ) -> None:
-        async with anyio.create_task_group() as group:
-            group.start_soon(self._cancel_on_disconnect, receive, group.cancel_scope)
-            for head, start, end in parts:
-                if head:
-                    await send({"type": "http.response.body", "body": head, "more_body": True})
-                async with aclosing(self.body.chunks(start, end, self.chunk_size)) as chunks:
-                    async for chunk in chunks:
-                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            if closing:
-                await send({"type": "http.response.body", "body": closing, "more_body": True})
-            await send({"type": "http.response.body", "body": b""})
-            group.cancel_scope.cancel()
+    async def _pieces(self, parts: list[tuple[bytes, int, int]], closing: bytes) -> AsyncIterator[Chunk]:
+        """The body as it goes on the wire: part headers (multipart only), chunks, closing line."""
+        for head, start, end in parts:
+            if head:
+                yield head
+            async with aclosing(self.body.chunks(start, end, self.chunk_size)) as chunks:
+                async for chunk in chunks:
+                    yield chunk
+        if closing:
+            yield closing
 
     async def _start(self, send: Send, status: int, headers: dict[str, str], length: int | None) -> None:
         if length is not None:

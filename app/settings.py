@@ -21,7 +21,7 @@ class Settings:
     archives: tuple[ArchiveSpec, ...] = ()
     api_token: str | None = None
     cors_origins: tuple[str, ...] = ()
-    max_streams: int = 64  # concurrent body streams; more get 503 + Retry-After
+    max_streams: int = 256  # concurrent body streams; more get 503 + Retry-After
     revalidate_seconds: float = 30.0  # how often remote archives are checked for changes
     lazy: bool = False  # open archives on first use instead of at start-up
     chunk_size: int = 1 << 20
@@ -40,7 +40,7 @@ class Settings:
             archives=parse_archive_specs(specs) if specs else (ArchiveSpec("demo", str(DEMO_ARCHIVE)),),
             api_token=env.get("PT2SERVE_API_TOKEN") or None,
             cors_origins=origins,
-            max_streams=int(env.get("PT2SERVE_MAX_STREAMS", "64")),
+            max_streams=int(env.get("PT2SERVE_MAX_STREAMS", "256")),
             revalidate_seconds=float(env.get("PT2SERVE_REVALIDATE_SECONDS", "30")),
             lazy=env.get("PT2SERVE_LAZY", "").lower() in ("1", "true", "yes"),
             chunk_size=int(env.get("PT2SERVE_CHUNK_SIZE", str(1 << 20))),

@@ -64,3 +64,40 @@ def build_zip(
                 handle.write(content)
         archive.comment = comment
     return bytes(target.buffer if streamed else target.getvalue())
+
+
+def write_pt2(path, tensors: dict[str, tuple[int, list[int], bytes]], root: str = "synthetic") -> None:
+    """A minimal PT2 archive (what torch writes, minus the graph) with raw float payloads.
+
+    tensors: name → (serialized dtype, sizes, payload bytes); each gets its own payload,
+    row-major strides, offset 0.
+    """
+    import json
+
+    config = {}
+    payloads = {}
+    for index, (name, (dtype, sizes, payload)) in enumerate(tensors.items()):
+        strides, step = [], 1
+        for size in reversed(sizes):
+            strides.insert(0, step)
+            step *= size
+        config[name] = {
+            "path_name": f"weight_{index}", "is_param": True, "use_pickle": False,
+            "tensor_meta": {"dtype": dtype, "sizes": [{"as_int": s} for s in sizes], "requires_grad": False,
+                            "device": {"type": "cpu", "index": None},
+                            "strides": [{"as_int": s} for s in strides], "storage_offset": {"as_int": 0},
+                            "layout": 7},
+        }  # fmt: skip
+        payloads[f"{root}/data/weights/weight_{index}"] = payload
+    files = {
+        f"{root}/archive_format": b"pt2",
+        f"{root}/archive_version": b"0",
+        f"{root}/byteorder": b"little",
+        **payloads,
+        f"{root}/data/weights/model_weights_config.json": json.dumps({"config": config}).encode(),
+        f"{root}/data/constants/model_constants_config.json": b'{"config": {}}',
+        f"{root}/models/model.json": b"{}",
+    }
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0)), data)

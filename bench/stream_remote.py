@@ -1,0 +1,200 @@
+"""Stream one 512 MiB tensor over HTTP (loopback, no injected delay): pt2serve's ar.stream vs curl.
+
+    python3 bench/stream_remote.py [--cache-dir DIR] [--repeat N] [--servers fault,nginx]
+                                   [--chunk-sizes 1M,4M] [--no-profile] [--strict]
+
+The archive is the one bench/stream_local.py generates and caches (one float32 tensor "big", stored).
+It is served by a separate process: tests/faultserver.py's FaultServer (bench/_rangeserver.py) and,
+if installed, nginx (`apt-get install -y nginx-light`; run as our own process, stopped by PID).
+For each server and chunk size, runs alternate (pt2serve, curl, pt2serve, ...): pt2serve consumes every
+chunk of `ar.stream("big")` (HTTP/1.1, HttpOptions(http2=False); a whole-entry stream, so the CRC-32 is
+checked) on an archive opened once; curl fetches exactly the same byte range with
+`curl -s -o /dev/null -r START-END`, its time taken from `-w %{time_total}` (process start excluded).
+Medians in GB/s (1e9 B/s), CPU seconds of the client (pt2serve: process_time; curl: rusage of the child)
+and of the server process. A cProfile of one pt2serve stream (top 15 by tottime) shows where time goes.
+
+Target: pt2serve / curl >= 0.8 at the default chunk size (1 MiB), on the fastest server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import io
+import os
+import pathlib
+import pstats
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import reader  # noqa: E402, I001
+from reader.sources import HttpOptions  # noqa: E402
+from reader.sources.base import DEFAULT_CHUNK_SIZE  # noqa: E402
+from _rangeserver import FaultServerProcess, NginxProcess, nginx_binary  # noqa: E402
+from stream_local import TENSOR_NAME, ensure_archive, human, parse_size  # noqa: E402
+
+RATIO_MIN = 0.8
+OPTIONS = HttpOptions(http2=False)
+
+
+async def tensor_span(ar: reader.Archive) -> tuple[int, int]:
+    info = ar.layout(TENSOR_NAME)
+    start = await ar._reader.data_offset(ar._entries[info.storage.entry]) + info.storage.offset
+    return start, start + info.nbytes
+
+
+async def run_pt2serve(ar: reader.Archive, chunk_size: int) -> dict:
+    cpu, started = time.process_time(), time.perf_counter()
+    total = 0
+    async for chunk in ar.stream(TENSOR_NAME, chunk_size=chunk_size):
+        total += len(chunk)
+    return {"seconds": time.perf_counter() - started, "cpu": time.process_time() - cpu, "bytes": total}
+
+
+def run_curl(url: str, span: tuple[int, int]) -> dict:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    command = ["curl", "-s", "-S", "-f", "-o", "/dev/null", "-w", "%{time_total} %{size_download}",
+               "-r", f"{span[0]}-{span[1] - 1}", url]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    seconds, size = done.stdout.split()
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return {"seconds": float(seconds), "cpu": cpu, "bytes": int(size)}
+
+
+async def alternate(ar: reader.Archive, server, url: str, span: tuple[int, int], chunk_size: int,
+                    repeat: int) -> dict:  # fmt: skip
+    nbytes = span[1] - span[0]
+    runs: dict[str, list[dict]] = {"pt2serve": [], "curl": []}
+    await run_pt2serve(ar, chunk_size)  # warm-up, not counted
+    run_curl(url, span)
+    server.take_log()
+    for _ in range(repeat):
+        for label in runs:
+            server_cpu = server.cpu_seconds()
+            if label == "pt2serve":
+                result = await run_pt2serve(ar, chunk_size)
+            else:
+                result = await asyncio.to_thread(run_curl, url, span)
+            result["server_cpu"] = server.cpu_seconds() - server_cpu
+            if result["bytes"] != nbytes:
+                raise AssertionError(f"{label} got {result['bytes']} bytes, expected {nbytes}")
+            runs[label].append(result)
+    log = server.take_log()
+    requests = sum(1 for record in log if record["method"] == "GET")
+    out = {label: {key: statistics.median(r[key] for r in values) for key in ("seconds", "cpu", "server_cpu")}
+           for label, values in runs.items()}  # fmt: skip
+    out["requests_per_run"] = requests / (2 * repeat)
+    return out
+
+
+def gbps(nbytes: int, seconds: float) -> float:
+    return nbytes / seconds / 1e9
+
+
+async def profile_stream(ar: reader.Archive, chunk_size: int) -> str:
+    profiler = cProfile.Profile()
+    profiler.enable()
+    await run_pt2serve(ar, chunk_size)
+    profiler.disable()
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(15)
+    return "\n".join(line for line in text.getvalue().splitlines() if line.strip())
+
+
+async def bench_server(server, url: str, chunk_sizes: list[int], repeat: int, profile: bool) -> list[dict]:
+    rows = []
+    async with reader.open_archive(url, http_options=OPTIONS) as ar:
+        span = await tensor_span(ar)
+        nbytes = span[1] - span[0]
+        print(f"  tensor {TENSOR_NAME!r}: {nbytes / 2**20:.0f} MiB at [{span[0]}, {span[1]})", flush=True)
+        for size in chunk_sizes:
+            result = await alternate(ar, server, url, span, size, repeat)
+            pt2, curl = result["pt2serve"], result["curl"]
+            row = {"server": server.name, "chunk": size, "pt2serve": gbps(nbytes, pt2["seconds"]),
+                   "curl": gbps(nbytes, curl["seconds"]), "ratio": curl["seconds"] / pt2["seconds"],
+                   "pt2_cpu": pt2["cpu"], "curl_cpu": curl["cpu"], "pt2_server_cpu": pt2["server_cpu"],
+                   "curl_server_cpu": curl["server_cpu"], "pt2_s": pt2["seconds"], "curl_s": curl["seconds"],
+                   "requests": result["requests_per_run"]}  # fmt: skip
+            rows.append(row)
+            print(f"  {human(size):>8}  pt2serve {row['pt2serve']:5.2f} GB/s ({row['pt2_s'] * 1e3:6.0f} ms, "
+                  f"cpu {row['pt2_cpu']:.2f} s, server cpu {row['pt2_server_cpu']:.2f} s)   curl "
+                  f"{row['curl']:5.2f} GB/s ({row['curl_s'] * 1e3:6.0f} ms, cpu {row['curl_cpu']:.2f} s, "
+                  f"server cpu {row['curl_server_cpu']:.2f} s)   ratio {row['ratio']:.2f}",
+                  flush=True)  # fmt: skip
+        if profile:
+            print(
+                f"\n  cProfile of one pt2serve stream ({server.name}, {human(chunk_sizes[0])} chunks), "
+                "top 15 by tottime:"
+            )
+            print("    " + (await profile_stream(ar, chunk_sizes[0])).replace("\n", "\n    "))
+        print(f"  pt2serve source stats: {ar.stats}")
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cache-dir", type=pathlib.Path, default=pathlib.Path("/tmp/pt2serve-bench"))
+    parser.add_argument("--repeat", type=int, default=5, help="runs per contender and setting (default 5)")
+    parser.add_argument("--servers", default="fault,nginx", help="fault and/or nginx (default fault,nginx)")
+    parser.add_argument("--chunk-sizes", default="1M,4M", help="pt2serve chunk sizes, first is the target")
+    parser.add_argument("--no-profile", action="store_true", help="skip the cProfile run")
+    parser.add_argument("--strict", action="store_true", help="exit 1 if the target is missed")
+    args = parser.parse_args(argv)
+    chunk_sizes = [parse_size(item) for item in args.chunk_sizes.split(",") if item.strip()]
+    servers = [name.strip() for name in args.servers.split(",") if name.strip()]
+    if shutil.which("curl") is None:
+        print("curl is not installed (apt-get install -y curl)")
+        return 1
+    if "nginx" in servers and nginx_binary() is None:
+        print("nginx is not installed (apt-get install -y nginx-light): skipping it")
+        servers.remove("nginx")
+
+    path = ensure_archive(args.cache_dir)
+    print(f"archive: {path} ({path.stat().st_size / 2**20:.0f} MiB); reader default chunk size "
+          f"{human(DEFAULT_CHUNK_SIZE)}; {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} "
+          f"(results are noisy if other work runs); medians of {args.repeat} alternating runs")  # fmt: skip
+    rows: list[dict] = []
+    for name in servers:
+        print(f"\n{name}: starting in a separate process ...", flush=True)
+        if name == "fault":
+            server = FaultServerProcess(path)
+            url = server.url
+        elif name == "nginx":
+            server = NginxProcess(path.parent)
+            url = server.url(path.name)
+        else:
+            raise SystemExit(f"unknown server {name!r} (fault, nginx)")
+        with server:
+            print(f"  serving {url} (pid {server.pid})", flush=True)
+            rows += asyncio.run(bench_server(server, url, chunk_sizes, args.repeat, not args.no_profile))
+
+    print(f"\n{'server':<13}{'chunk':>8}{'pt2serve GB/s':>15}{'curl GB/s':>11}{'ratio':>7}"
+          f"{'pt2 cpu s':>11}{'curl cpu s':>12}{'req/run':>9}")  # fmt: skip
+    for row in rows:
+        print(f"{row['server']:<13}{human(row['chunk']):>8}{row['pt2serve']:>15.2f}{row['curl']:>11.2f}"
+              f"{row['ratio']:>7.2f}{row['pt2_cpu']:>11.2f}{row['curl_cpu']:>12.2f}"
+              f"{row['requests']:>9.1f}")  # fmt: skip
+    main_rows = [row for row in rows if row["chunk"] == chunk_sizes[0]]
+    if not main_rows:
+        return 0
+    fastest = max(main_rows, key=lambda row: row["curl"])
+    passed = fastest["ratio"] >= RATIO_MIN
+    print(
+        f"\npt2serve / curl on {fastest['server']} (fastest server), {human(fastest['chunk'])} chunks: "
+        f"{fastest['ratio']:.2f}x   target >= {RATIO_MIN}x   {'PASS' if passed else 'FAIL'}"
+    )
+    return 1 if args.strict and not passed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

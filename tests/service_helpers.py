@@ -1,0 +1,77 @@
+"""Test helpers for the service: an app over fixture archives, in process or under a real uvicorn."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+from collections.abc import AsyncIterator, Sequence
+
+import httpx
+import uvicorn
+from fastapi import FastAPI
+
+from app.main import create_app
+from app.settings import Settings, parse_archive_specs
+from tests.conftest import ARCHIVES
+
+DEFAULT_SPECS = [
+    f"layouts={ARCHIVES / 'layouts.pt2'}",
+    f"dtypes={ARCHIVES / 'dtypes.pt2'}",
+    f"two={ARCHIVES / 'two_models.pt2'}",
+    f"pickled={ARCHIVES / 'pickled.pt2'}",
+    f"deflate={ARCHIVES / 'many_deflate.pt2'}",
+]
+
+
+def make_app(specs: Sequence[str] = DEFAULT_SPECS, **settings: object) -> FastAPI:
+    options = {"revalidate_seconds": 0, **settings}
+    return create_app(Settings(archives=parse_archive_specs(specs), **options))  # type: ignore[arg-type]
+
+
+@contextlib.asynccontextmanager
+async def in_process(app: FastAPI) -> AsyncIterator[httpx.AsyncClient]:
+    """An httpx client calling the app in process (ASGI transport runs no lifespan: we do)."""
+    await app.state.registry.start()
+    try:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
+            yield client
+    finally:
+        await app.state.registry.close()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.asynccontextmanager
+async def real_server(app: FastAPI) -> AsyncIterator[str]:
+    """The app under a real uvicorn (uvloop + httptools) on loopback, in a thread; yields its URL.
+
+    Waits asynchronously, so servers running on the caller's loop (upstreams) keep answering."""
+    port = free_port()
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", loop="uvloop",
+                            http="httptools", lifespan="on")  # fmt: skip
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    for _ in range(1000):
+        if server.started or not thread.is_alive():
+            break
+        await asyncio.sleep(0.01)
+    if not server.started:
+        server.should_exit = True
+        raise RuntimeError("uvicorn did not start")
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await asyncio.to_thread(thread.join, 10)
+
+
+def run(coro, timeout: float = 60.0):
+    return asyncio.run(asyncio.wait_for(coro, timeout))
