@@ -17,6 +17,7 @@ from .errors import ModelNotFound, TensorNotFound, UnsupportedPayload
 from .opening import OpenedIndex, read_index
 from .sources import DEFAULT_CHUNK_SIZE, DEFAULT_TAIL_SIZE, ByteSource, HttpOptions, S3Settings, open_source
 from .tensorinfo import TensorInfo
+from .zipfmt import ZipEntry
 
 ORDERS = ("default", "contiguous")
 DEFAULT_MODEL = "model"
@@ -149,7 +150,7 @@ class _ReadPlan:
     is read and gathered.
     """
 
-    def __init__(self, info: TensorInfo, entry: Any, reader: EntryReader, order: str) -> None:
+    def __init__(self, info: TensorInfo, entry: ZipEntry, reader: EntryReader, order: str) -> None:
         sizes, strides = info.sizes, info.strides
         assert sizes is not None and strides is not None and info.storage_offset is not None
         self.info = info
