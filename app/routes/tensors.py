@@ -95,7 +95,7 @@ async def _data(
         headers=headers,
         chunk_size=request.app.state.settings.chunk_size,
         limiter=request.app.state.limiter,
-    )  # type: ignore[return-value]
+    )
 
 
 async def _safetensors(
@@ -103,7 +103,7 @@ async def _safetensors(
 ) -> Response:
     archive = await _registry(request).get(archive_id)
     if names:
-        chosen = [archive.layout(name, model) for name in names]
+        chosen = [archive.layout(name, model) for name in dict.fromkeys(names)]  # each name once
         refused = [t.name for t in chosen if not writable(t)]
         if refused:
             raise ApiError(
@@ -131,7 +131,7 @@ async def _safetensors(
         },
         chunk_size=request.app.state.settings.chunk_size,
         limiter=request.app.state.limiter,
-    )  # type: ignore[return-value]
+    )
 
 
 def _check_accept(request: Request, media_type: str) -> None:
