@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
 from starlette.middleware.cors import CORSMiddleware
+from starlette.staticfiles import StaticFiles
 
 from .errors import install_error_handlers
 from .limits import StreamLimiter
@@ -53,6 +54,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(tensors.router)
     app.include_router(stats.router)
     app.include_router(viewer.router)
+    app.mount("/viewer", StaticFiles(directory=viewer.VIEWER), name="viewer")
     install_error_handlers(app)
     # outermost last: CORS answers preflights before the token check; metrics see everything
     if settings.api_token:
