@@ -25,7 +25,11 @@ class Metrics:
             "pt2serve_errors", "Responses with status >= 400", ["status"], registry=self.registry
         )
         self.latency = Histogram(
-            "pt2serve_request_seconds", "Time to the response's first byte", ["route"], registry=self.registry
+            "pt2serve_request_seconds",
+            "Time to the response's first byte",
+            ["route"],
+            registry=self.registry,
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
         )
         self.active_streams = Gauge(
             "pt2serve_active_streams", "Bodies being streamed", registry=self.registry

@@ -173,10 +173,12 @@ async def archive_tensor_layout(request: Request, archive_id: str, name: str, mo
     return await _layout(request, archive_id, name, model)
 
 
-@router.api_route(
+@router.get(
+    "/tensors/{name:path}/data", summary="A tensor's bytes (default archive)", response_class=Response
+)
+@router.head(
     "/tensors/{name:path}/data",
-    methods=["GET", "HEAD"],
-    summary="A tensor's bytes (default archive)",
+    summary="A tensor's bytes (default archive) (headers only)",
     response_class=Response,
 )
 async def tensor_data(
@@ -185,10 +187,12 @@ async def tensor_data(
     return await _data(request, None, name, model, order, format)
 
 
-@router.api_route(
+@router.get(
+    "/archives/{archive_id}/tensors/{name:path}/data", summary="A tensor's bytes", response_class=Response
+)
+@router.head(
     "/archives/{archive_id}/tensors/{name:path}/data",
-    methods=["GET", "HEAD"],
-    summary="A tensor's bytes",
+    summary="A tensor's bytes (headers only)",
     response_class=Response,
 )
 async def archive_tensor_data(
@@ -202,10 +206,14 @@ async def archive_tensor_data(
     return await _data(request, archive_id, name, model, order, format)
 
 
-@router.api_route(
+@router.get(
     "/archives/{archive_id}/safetensors",
-    methods=["GET", "HEAD"],
     summary="Selected tensors as one safetensors file",
+    response_class=Response,
+)
+@router.head(
+    "/archives/{archive_id}/safetensors",
+    summary="Selected tensors as one safetensors file (headers only)",
     response_class=Response,
 )
 async def archive_safetensors(
