@@ -21,6 +21,10 @@ from .zipfmt import ZipEntry
 
 ORDERS = ("default", "contiguous")
 DEFAULT_MODEL = "model"
+# read() and gathered streams build the whole output in memory. When that output is
+# larger than the payload bytes behind it (a zero-byte payload, a stride-0 view), its
+# size is only a claim, so it is capped; zero payloads can still be streamed.
+MAX_UNBACKED_OUTPUT = 1 << 30
 
 
 class Archive:
@@ -76,6 +80,8 @@ class Archive:
         """Several tensors' bytes, as `read` gives them; payloads that lie close together in the
         archive are fetched in one request (remotely: one round trip for a whole block)."""
         plans = {name: self._plan(name, model, order)[1] for name in names}
+        for plan in plans.values():
+            plan.check_materializable()
         fetching = [plan for plan in plans.values() if plan.needs_payload]
         spans = await self._reader.read_many([(plan.entry, *plan.span) for plan in fetching])
         found = dict(zip([id(plan) for plan in fetching], spans))
@@ -167,8 +173,18 @@ class _ReadPlan:
         return bool(self.info.nbytes) and not self.zeros
 
     async def read(self) -> bytes:
+        self.check_materializable()
         span = await self.reader.read(self.entry, *self.span) if self.needs_payload else b""
         return self.finish(span)
+
+    def check_materializable(self) -> None:
+        nbytes = self.info.nbytes or 0
+        backed = 0 if self.zeros else self.span[1] - self.span[0]
+        if nbytes > backed and nbytes > MAX_UNBACKED_OUTPUT:
+            raise UnsupportedPayload(
+                f"{self.info.model}/{self.info.name}: {nbytes} bytes from a {backed}-byte payload "
+                f"would have to be built in memory (limit {MAX_UNBACKED_OUTPUT}); stream it instead"
+            )
 
     def finish(self, span: bytes) -> bytes:
         """The output bytes from the bytes of the view's storage span."""

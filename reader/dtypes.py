@@ -6,9 +6,9 @@ ExecuTorch values are c10's ScalarType numbering, which ExecuTorch mirrors.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
-import ml_dtypes
 import numpy as np
 
 from .errors import ArchiveFormatError
@@ -20,36 +20,46 @@ class DType:
     name: str  # torch's name, without "torch."
     itemsize: int
     executorch_scalar_type: int  # c10 / ExecuTorch ScalarType
-    numpy: np.dtype  # what read_numpy returns (see NUMPY_UPCAST)
+    numpy_name: str  # what read_numpy returns: a numpy dtype name, or "ml_dtypes.<name>"
+
+    @property
+    def numpy(self) -> np.dtype:
+        return _numpy_dtype(self.numpy_name)
 
 
-def _dtype(serialized: int, name: str, itemsize: int, executorch: int, numpy_dtype: object) -> DType:
-    return DType(serialized, name, itemsize, executorch, np.dtype(numpy_dtype))
+@functools.cache
+def _numpy_dtype(name: str) -> np.dtype:
+    """ml_dtypes takes most of a second to import, so only read_numpy of its types pays for it."""
+    if name.startswith("ml_dtypes."):
+        import ml_dtypes
+
+        return np.dtype(getattr(ml_dtypes, name.removeprefix("ml_dtypes.")))
+    return np.dtype(name)
 
 
 _TABLE = (
-    _dtype(1, "uint8", 1, 0, np.uint8),
-    _dtype(2, "int8", 1, 1, np.int8),
-    _dtype(3, "int16", 2, 2, np.int16),
-    _dtype(4, "int32", 4, 3, np.int32),
-    _dtype(5, "int64", 8, 4, np.int64),
-    _dtype(6, "float16", 2, 5, np.float16),
-    _dtype(7, "float32", 4, 6, np.float32),
-    _dtype(8, "float64", 8, 7, np.float64),
+    DType(1, "uint8", 1, 0, "uint8"),
+    DType(2, "int8", 1, 1, "int8"),
+    DType(3, "int16", 2, 2, "int16"),
+    DType(4, "int32", 4, 3, "int32"),
+    DType(5, "int64", 8, 4, "int64"),
+    DType(6, "float16", 2, 5, "float16"),
+    DType(7, "float32", 4, 6, "float32"),
+    DType(8, "float64", 8, 7, "float64"),
     # numpy has no complex32: read_numpy widens it to complex64 (exact).
-    _dtype(9, "complex32", 4, 8, np.complex64),
-    _dtype(10, "complex64", 8, 9, np.complex64),
-    _dtype(11, "complex128", 16, 10, np.complex128),
-    _dtype(12, "bool", 1, 11, np.bool_),
-    _dtype(13, "bfloat16", 2, 15, ml_dtypes.bfloat16),
-    _dtype(28, "uint16", 2, 27, np.uint16),
-    _dtype(29, "float8_e4m3fn", 1, 24, ml_dtypes.float8_e4m3fn),
-    _dtype(30, "float8_e5m2", 1, 23, ml_dtypes.float8_e5m2),
-    _dtype(31, "float8_e4m3fnuz", 1, 26, ml_dtypes.float8_e4m3fnuz),
-    _dtype(32, "float8_e5m2fnuz", 1, 25, ml_dtypes.float8_e5m2fnuz),
-    _dtype(33, "float8_e8m0fnu", 1, 44, ml_dtypes.float8_e8m0fnu),
-    _dtype(34, "uint32", 4, 28, np.uint32),
-    _dtype(35, "uint64", 8, 29, np.uint64),
+    DType(9, "complex32", 4, 8, "complex64"),
+    DType(10, "complex64", 8, 9, "complex64"),
+    DType(11, "complex128", 16, 10, "complex128"),
+    DType(12, "bool", 1, 11, "bool"),
+    DType(13, "bfloat16", 2, 15, "ml_dtypes.bfloat16"),
+    DType(28, "uint16", 2, 27, "uint16"),
+    DType(29, "float8_e4m3fn", 1, 24, "ml_dtypes.float8_e4m3fn"),
+    DType(30, "float8_e5m2", 1, 23, "ml_dtypes.float8_e5m2"),
+    DType(31, "float8_e4m3fnuz", 1, 26, "ml_dtypes.float8_e4m3fnuz"),
+    DType(32, "float8_e5m2fnuz", 1, 25, "ml_dtypes.float8_e5m2fnuz"),
+    DType(33, "float8_e8m0fnu", 1, 44, "ml_dtypes.float8_e8m0fnu"),
+    DType(34, "uint32", 4, 28, "uint32"),
+    DType(35, "uint64", 8, 29, "uint64"),
 )
 
 BY_SERIALIZED: dict[int, DType] = {d.serialized: d for d in _TABLE}

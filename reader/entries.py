@@ -127,21 +127,26 @@ class EntryReader:
         chunk_size = chunk_size or self.chunk_size
         if start == end:
             return
+        whole = start == 0 and end == entry.size
         if entry.method == zipfmt.layouts.METHOD_STORED:
-            whole = start == 0 and end == entry.size
-            crc = 0
-            async with aclosing(self._stored_chunks(entry, start, end, chunk_size)) as chunks:
-                async for chunk in chunks:
-                    if whole:
-                        crc = zipfmt.crc32(chunk, crc)
-                    yield chunk
-            if whole:
-                _verify_crc(entry, crc)
-            return
-        offset = await self.data_offset(entry)
-        async with aclosing(self._inflated(entry, offset, start, end, chunk_size)) as pieces:
-            async for piece in pieces:
-                yield piece
+            pieces = self._stored_chunks(entry, start, end, chunk_size)
+        else:
+            pieces = self._inflated(entry, await self.data_offset(entry), start, end, chunk_size)
+        # A whole entry is checked against its CRC before its last chunk is handed out, so a
+        # consumer that forwards chunks (the service) never completes a corrupt body.
+        crc = 0
+        held: bytes | memoryview | None = None
+        async with aclosing(pieces) as chunks:
+            async for chunk in chunks:
+                if whole and entry.method == zipfmt.layouts.METHOD_STORED:
+                    crc = zipfmt.crc32(chunk, crc)
+                if held is not None:
+                    yield held
+                held = chunk
+        if whole and entry.method == zipfmt.layouts.METHOD_STORED:
+            _verify_crc(entry, crc)  # deflate entries were verified when inflating finished
+        if held is not None:
+            yield held
 
     async def _stored_chunks(
         self, entry: ZipEntry, start: int, end: int, chunk_size: int

@@ -19,8 +19,12 @@ from .zipfmt import ZipEntry
 
 CUSTOM_OBJECT_PREFIXES = ("custom_obj_", "opaque_obj_")
 STRIDED_LAYOUT = 7  # torch._export.serde.schema.Layout.Strided
-# No real tensor spans more than this; larger claims are corrupt (or hostile).
+# No real tensor spans more than this; larger claims are corrupt (or hostile). The limit
+# holds for the product of the non-zero sizes too, so numpy can always shape the result.
 MAX_TENSOR_BYTES = 1 << 50
+# torch and numpy both stop at 64 dimensions; more is a corrupt (or hostile) config, and
+# checking it first keeps the per-dimension work bounded.
+MAX_NDIM = 64
 
 PICKLED = "pickled tensor (use_pickle: a torch.save of a tensor subclass), not raw bytes"
 CUSTOM_OBJECT = "custom object (a pickled script or opaque object), not a tensor"
@@ -70,9 +74,10 @@ def tensor_info(meta: object, name: str, model: str, kind: str, payloads: dict, 
                           None, is_param, False, pickled, None, storage, CUSTOM_OBJECT)  # fmt: skip
     if type(tensor_meta) is not dict:
         raise ArchiveFormatError(f"{where}: {name!r} has a tensor_meta that is not an object")
-    dtype = BY_SERIALIZED.get(tensor_meta.get("dtype"))  # type: ignore[arg-type]
-    if dtype is None or type(tensor_meta.get("dtype")) is not int:
-        dtype_from_serialized(tensor_meta.get("dtype"), f"{where}: {name!r}")  # raises, naming it
+    serialized = tensor_meta.get("dtype")
+    dtype = BY_SERIALIZED.get(serialized) if type(serialized) is int else None
+    if dtype is None:
+        dtype_from_serialized(serialized, f"{where}: {name!r}")  # raises, naming it
     requires_grad = tensor_meta.get("requires_grad")
     if type(requires_grad) is not bool:
         raise ArchiveFormatError(f"{where}: {name!r} has requires_grad {requires_grad!r}")
@@ -88,10 +93,12 @@ def tensor_info(meta: object, name: str, model: str, kind: str, payloads: dict, 
         ) from None
     if len(sizes) != len(strides):
         raise ArchiveFormatError(f"{where}: {name!r} has {len(sizes)} sizes but {len(strides)} strides")
+    if len(sizes) > MAX_NDIM:
+        raise ArchiveFormatError(f"{where}: {name!r} has {len(sizes)} dimensions (at most {MAX_NDIM})")
+    if _claims_absurd_size(sizes, strides, offset, dtype.itemsize):
+        raise ArchiveFormatError(f"{where}: {name!r} claims more than {MAX_TENSOR_BYTES} bytes or elements")
     shape = geometry(sizes, strides)
     nbytes = shape.numel * dtype.itemsize
-    if nbytes > MAX_TENSOR_BYTES:
-        raise ArchiveFormatError(f"{where}: {name!r} claims an absurd {nbytes} bytes (sizes {list(sizes)})")
     unsupported = None
     byte_offset = None
     if pickled:
@@ -107,6 +114,13 @@ def tensor_info(meta: object, name: str, model: str, kind: str, payloads: dict, 
     return TensorInfo(name, model, kind, dtype.name, sizes, strides, offset, shape.dim_order, shape.dense,
                       shape.numel, dtype.itemsize, nbytes, is_param, requires_grad, pickled,
                       dtype.executorch_scalar_type, storage, unsupported)  # fmt: skip
+
+
+def _claims_absurd_size(sizes: tuple[int, ...], strides: tuple[int, ...], offset: int, itemsize: int) -> bool:
+    limit = MAX_TENSOR_BYTES
+    if any(value > limit for value in (*sizes, *strides, offset)):
+        return True
+    return math.prod(size for size in sizes if size) * itemsize > limit
 
 
 def _ints(values: object) -> tuple[int, ...]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from ..errors import SourceError
-from .base import DEFAULT_CHUNK_SIZE, ByteSource, SourceStats
+from .base import DEFAULT_CHUNK_SIZE, ByteSource, SourceStats, redact_location
 from .http import HttpOptions, HttpSource
 from .local import LocalFileSource
 from .memory import BytesSource
@@ -35,7 +35,7 @@ async def open_source(
     if scheme == "file":
         return await LocalFileSource.open(text[len("file://") :])
     if scheme:
-        raise SourceError(f"unsupported location scheme {scheme!r} in {text!r}")
+        raise SourceError(f"unsupported location scheme {scheme!r} in {redact_location(text)!r}")
     return await LocalFileSource.open(text)
 
 
@@ -50,4 +50,5 @@ __all__ = [
     "S3Settings",
     "SourceStats",
     "open_source",
+    "redact_location",
 ]

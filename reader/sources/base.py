@@ -70,6 +70,17 @@ class ByteSource(Protocol):
     async def close(self) -> None: ...
 
 
+def redact_location(location: str) -> str:
+    """A location safe to show in errors and listings: no query string (presigned URLs carry
+    credentials there), no fragment, no user info."""
+    if "://" not in location:
+        return location
+    scheme, rest = location.split("://", 1)
+    rest = rest.split("#", 1)[0].split("?", 1)[0]
+    host, slash, path = rest.partition("/")
+    return f"{scheme}://{host.rsplit('@', 1)[-1]}{slash}{path}"
+
+
 def check_range(source: ByteSource, start: int, end: int) -> None:
     if not 0 <= start <= end <= source.size:
         raise ValueError(f"range [{start}, {end}) is outside {source.location} ({source.size} bytes)")

@@ -26,7 +26,7 @@ import certifi
 import httpx
 
 from ..errors import SourceChanged, SourceError
-from .base import DEFAULT_CHUNK_SIZE, SourceStats, check_range
+from .base import DEFAULT_CHUNK_SIZE, SourceStats, check_range, redact_location
 
 CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 UNSATISFIED_RANGE = re.compile(r"bytes \*/(\d+)")
@@ -80,7 +80,7 @@ class HttpSource:
         owns_client: bool = True,
     ) -> None:
         self.url = url
-        self.location = location or _redacted(url)
+        self.location = location or redact_location(url)
         self.client = client
         self.options = options
         self.owns_client = owns_client
@@ -413,9 +413,3 @@ def _retry_after(response: httpx.Response, cap: float) -> float | None:
     if value.isdigit():
         return min(float(value), cap)
     return None
-
-
-def _redacted(url: str) -> str:
-    """The URL without query string or credentials (presigned URLs carry secrets there)."""
-    parsed = httpx.URL(url)
-    return str(parsed.copy_with(query=None, fragment=None, username=None, password=None))

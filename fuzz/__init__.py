@@ -1,0 +1,1 @@
+"""Fuzzing harnesses for pt2serve's reader (see fuzz/README.md)."""
