@@ -52,24 +52,36 @@ def parse_ranges(header: str, length: int) -> list[tuple[int, int]] | None:
         return None
     ranges = []
     for part in spec.split(","):
-        first, dash, last = part.strip().partition("-")
-        first, last = first.strip(), last.strip()
-        if not dash or not (first.isdigit() or first == "") or not (last.isdigit() or last == ""):
+        first_text, dash, last_text = part.strip().partition("-")
+        try:
+            first, last = _number(first_text), _number(last_text)
+        except ValueError:
             return None
-        if first == "":
-            if last == "":
+        if not dash:
+            return None
+        if first is None:
+            if last is None:
                 return None
-            suffix = int(last)
-            if suffix > 0 and length > 0:
-                ranges.append((max(0, length - suffix), length))
+            if last > 0 and length > 0:
+                ranges.append((max(0, length - last), length))
             continue
-        start = int(first)
-        end = length if last == "" else int(last) + 1
-        if last != "" and end <= start:
+        end = length if last is None else last + 1
+        start = first
+        if last is not None and end <= start:
             return None
         if start < length:
             ranges.append((start, min(end, length)))
     return ranges
+
+
+def _number(text: str) -> int | None:
+    """A byte position (ASCII digits, at most 19), None if empty; ValueError for anything else."""
+    text = text.strip()
+    if not text:
+        return None
+    if not (text.isascii() and text.isdigit()) or len(text) > 19:
+        raise ValueError(text)
+    return int(text)
 
 
 def content_range(start: int, end: int, length: int) -> str:

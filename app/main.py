@@ -6,7 +6,6 @@ import contextlib
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
-from starlette.middleware.cors import CORSMiddleware
 from starlette.staticfiles import StaticFiles
 
 from .errors import install_error_handlers
@@ -14,7 +13,7 @@ from .limits import StreamLimiter
 from .metrics import Metrics, MetricsMiddleware
 from .registry import Registry
 from .routes import service, stats, tensors, viewer
-from .security import BearerTokenMiddleware
+from .security import BearerTokenMiddleware, JsonCORSMiddleware, quiet_url_logging
 from .settings import Settings
 
 EXPOSED_HEADERS = [
@@ -30,6 +29,7 @@ EXPOSED_HEADERS = [
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings.from_environment()
+    quiet_url_logging()
     registry = Registry(settings)
 
     @contextlib.asynccontextmanager
@@ -61,7 +61,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.add_middleware(BearerTokenMiddleware, token=settings.api_token)
     if settings.cors_origins:
         app.add_middleware(
-            CORSMiddleware,
+            JsonCORSMiddleware,
             allow_origins=list(settings.cors_origins),
             allow_methods=["GET", "HEAD"],
             allow_headers=["Authorization", "Range", "If-None-Match", "If-Range"],

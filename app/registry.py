@@ -10,9 +10,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from dataclasses import dataclass, field
 
 import reader
+from reader.sources import HttpOptions, redact_location
 
 from .settings import ArchiveSpec, Settings
 
@@ -33,6 +35,7 @@ class Slot:
     archive: reader.Archive | None = None
     status: str = "pending"  # pending | opening | open | error
     error: str | None = None
+    failed_at: float = 0.0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def describe(self) -> dict[str, object]:
@@ -40,7 +43,7 @@ class Slot:
         info: dict[str, object] = {
             "id": self.spec.id,
             "status": self.status,
-            "location": _public(self.spec.location),
+            "location": redact_location(self.spec.location),
         }
         if self.error:
             info["error"] = self.error
@@ -57,6 +60,12 @@ class Registry:
         self.slots = {spec.id: Slot(spec) for spec in settings.archives}
         self.default_id = settings.archives[0].id if settings.archives else None
         self._revalidator: asyncio.Task[None] | None = None
+        self._http_options = HttpOptions(
+            connect_timeout=min(10.0, settings.upstream_timeout),
+            read_timeout=settings.upstream_timeout,
+            max_attempts=settings.upstream_attempts,
+            time_budget=settings.upstream_budget,
+        )
 
     async def start(self) -> None:
         if not self.settings.lazy:
@@ -82,7 +91,8 @@ class Registry:
 
     async def get(self, archive_id: str | None) -> reader.Archive:
         slot = self.slot(archive_id)
-        if slot.archive is None:
+        recently_failed = time.monotonic() - slot.failed_at < self.settings.retry_failed_after
+        if slot.archive is None and not (slot.status == "error" and recently_failed):
             await self._open(slot)
         if slot.archive is None:
             raise ArchiveUnavailable(f"archive {slot.spec.id!r} is unavailable: {slot.error or slot.status}")
@@ -104,10 +114,11 @@ class Registry:
             slot.status = "opening"
             try:
                 slot.archive = await reader.open_archive(
-                    slot.spec.location, chunk_size=self.settings.chunk_size
+                    slot.spec.location, chunk_size=self.settings.chunk_size, http_options=self._http_options
                 )
             except reader.ReaderError as exc:
                 slot.status, slot.error = "error", f"{type(exc).__name__}: {exc}"
+                slot.failed_at = time.monotonic()
                 log.warning("archive %s failed to open: %s", slot.spec.id, slot.error)
             else:
                 slot.status, slot.error = "open", None
@@ -124,14 +135,3 @@ class Registry:
                         await self.reopen(archive_id)
                 except reader.ReaderError as exc:
                     log.warning("revalidating %s failed: %s", archive_id, exc)
-
-
-def _public(location: str) -> str:
-    """A location safe to show: no query string (presigned credentials) or user info."""
-    if "://" not in location:
-        return location
-    scheme, rest = location.split("://", 1)
-    rest = rest.split("?", 1)[0].split("#", 1)[0]
-    host, slash, path = rest.partition("/")
-    host = host.rsplit("@", 1)[-1]
-    return f"{scheme}://{host}{slash}{path}"

@@ -8,6 +8,7 @@ the client sees a short body, never a completed response with wrong bytes.
 
 from __future__ import annotations
 
+import asyncio
 import secrets
 from collections.abc import AsyncIterator, Mapping
 from contextlib import aclosing
@@ -108,14 +109,17 @@ class BodyResponse(Response):
             )
             await busy(scope, receive, send)
             return
-        try:
-            async with aclosing(self._pieces(parts, closing if len(parts) > 1 else b"")) as pieces:
-                # the first bytes are read before the headers go out, so the usual upstream
-                # failures (object changed, gone, unreachable) still get a JSON error status
-                first = await anext(pieces, b"")
-                await self._start(send, decision.status, headers, total)
-                async with anyio.create_task_group() as group:
-                    group.start_soon(self._cancel_on_disconnect, receive, group.cancel_scope)
+        # A client that leaves cancels everything below, even while the upstream hangs.
+        # (A plain task and a cancel scope rather than a task group: errors before the
+        # headers must reach the app's error handlers unwrapped.)
+        with anyio.CancelScope() as cancel_scope:
+            watcher = asyncio.ensure_future(self._cancel_on_disconnect(receive, cancel_scope))
+            try:
+                async with aclosing(self._pieces(parts, closing if len(parts) > 1 else b"")) as pieces:
+                    # the first bytes are read before the headers go out, so the usual upstream
+                    # failures (object changed, gone, unreachable) still get a JSON error status
+                    first = await anext(pieces, b"")
+                    await self._start(send, decision.status, headers, total)
                     await send({"type": "http.response.body", "body": first, "more_body": True})
                     async for piece in pieces:
                         await send({"type": "http.response.body", "body": piece, "more_body": True})
@@ -123,10 +127,10 @@ class BodyResponse(Response):
                         # never suspend: yield once per chunk so a disconnect cancels us
                         await anyio.lowlevel.checkpoint()
                     await send({"type": "http.response.body", "body": b""})
-                    group.cancel_scope.cancel()
-        finally:
-            if self.limiter is not None:
-                self.limiter.release()
+            finally:
+                watcher.cancel()
+                if self.limiter is not None:
+                    self.limiter.release()
 
     async def _pieces(self, parts: list[tuple[bytes, int, int]], closing: bytes) -> AsyncIterator[Chunk]:
         """The body as it goes on the wire: part headers (multipart only), chunks, closing line."""

@@ -1,9 +1,14 @@
-"""Bearer-token check for everything but /healthz, as a plain ASGI middleware (streams untouched)."""
+"""Access control: a bearer token for everything but /healthz (a plain ASGI middleware, streams
+untouched), CORS with JSON refusals, and no secrets in logs."""
 
 from __future__ import annotations
 
 import hmac
+import logging
 
+from starlette.datastructures import Headers
+from starlette.middleware.cors import CORSMiddleware
+from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .errors import error_response
@@ -27,3 +32,19 @@ class BearerTokenMiddleware:
             await response(scope, receive, send)
             return
         await self.app(scope, receive, send)
+
+
+class JsonCORSMiddleware(CORSMiddleware):
+    """Starlette's CORS handling, with refused preflights answered in the service's JSON error shape."""
+
+    def preflight_response(self, request_headers: Headers) -> Response:
+        response = super().preflight_response(request_headers)
+        if response.status_code != 400:
+            return response
+        keep = {k: v for k, v in response.headers.items() if k not in ("content-type", "content-length")}
+        return error_response(400, "cors_refused", bytes(response.body).decode(), keep)
+
+
+def quiet_url_logging() -> None:
+    """httpx logs every request URL at INFO, presigned signatures included: keep it to warnings."""
+    logging.getLogger("httpx").setLevel(logging.WARNING)

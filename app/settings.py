@@ -25,6 +25,10 @@ class Settings:
     revalidate_seconds: float = 30.0  # how often remote archives are checked for changes
     lazy: bool = False  # open archives on first use instead of at start-up
     chunk_size: int = 1 << 20
+    upstream_timeout: float = 30.0  # seconds to wait for a remote archive's server to answer or send
+    upstream_attempts: int = 5  # tries per upstream request (retries on 5xx, 429, resets)
+    upstream_budget: float | None = None  # seconds one upstream open or read may take in all (None: no cap)
+    retry_failed_after: float = 10.0  # an archive that failed to open is retried at most this often
     extra: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
@@ -44,6 +48,11 @@ class Settings:
             revalidate_seconds=float(env.get("PT2SERVE_REVALIDATE_SECONDS", "30")),
             lazy=env.get("PT2SERVE_LAZY", "").lower() in ("1", "true", "yes"),
             chunk_size=int(env.get("PT2SERVE_CHUNK_SIZE", str(1 << 20))),
+            upstream_timeout=float(env.get("PT2SERVE_UPSTREAM_TIMEOUT", "30")),
+            upstream_attempts=int(env.get("PT2SERVE_UPSTREAM_ATTEMPTS", "5")),
+            upstream_budget=float(env["PT2SERVE_UPSTREAM_BUDGET"])
+            if env.get("PT2SERVE_UPSTREAM_BUDGET")
+            else None,
         )
 
 

@@ -314,8 +314,8 @@ async def test_an_archive_that_fails_to_open_is_reported_not_fatal(tmp_path) -> 
 
 
 async def test_archive_locations_never_show_secrets() -> None:
-    from app.registry import _public
+    from reader.sources import redact_location
 
-    assert _public("https://user:pw@host/a/b.pt2?X-Amz-Signature=abc") == "https://host/a/b.pt2"
-    assert _public("s3://bucket/key.pt2") == "s3://bucket/key.pt2"
-    assert _public("/data/x.pt2") == "/data/x.pt2"
+    assert redact_location("https://user:pw@host/a/b.pt2?X-Amz-Signature=abc") == "https://host/a/b.pt2"
+    assert redact_location("s3://bucket/key.pt2") == "s3://bucket/key.pt2"
+    assert redact_location("/data/x.pt2") == "/data/x.pt2"

@@ -46,10 +46,12 @@ async def test_client_disconnect_stops_the_upstream_read(big_archive) -> None:
     async with real_server(app) as url:
         archive = await _archive(app)
         before = archive.stats.get("data", {}).get("bytes", 0)
-        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
-            async with client.stream("GET", "/tensors/big/data") as response:
-                async for _ in response.aiter_raw(64 << 10):
-                    break  # read a little, then hang up
+        async with (
+            httpx.AsyncClient(base_url=url, timeout=30) as client,
+            client.stream("GET", "/tensors/big/data") as response,
+        ):
+            async for _ in response.aiter_raw(64 << 10):
+                break  # read a little, then hang up
         await asyncio.sleep(0.5)
         read = archive.stats["data"]["bytes"] - before
         assert read < BIG / 2, f"kept reading {read} bytes after the client left"
