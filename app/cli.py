@@ -1,19 +1,86 @@
-"""`pt2serve` command line: `pt2serve serve [ARCHIVE | id=LOCATION ...]`."""
+"""`pt2serve` command line: serve archives, or list, inspect, download and export their tensors.
+
+    pt2serve serve [ARCHIVE | id=LOCATION ...]
+    pt2serve ls LOCATION [--model M] [--json]
+    pt2serve layout LOCATION NAME [--model M]
+    pt2serve get LOCATION NAME -o FILE [--format raw|npy] [--order default|contiguous] [--model M]
+    pt2serve export LOCATION -o FILE.safetensors [--prefix P] [--model M]
+
+LOCATION is a path, an http(s):// URL or an s3://bucket/key URI (credentials and endpoint from
+the AWS_* environment). Exit status: 0 success, 1 the archive or the output failed (one line on
+stderr: `pt2serve: <ErrorClass>: message`), 2 bad usage, 130 interrupted. `get` resumes a partial
+FILE: it continues from the file's length and checks the final size.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import IO, Any, NoReturn
 
 from .settings import Settings
 
+PROGRESS_THRESHOLD = 1 << 20  # `get`/`export` show a progress bar (on a terminal) from this size up
+DEFAULT_CHUNK = 1 << 20
+
+EPILOG = """\
+LOCATION is a file path, an http(s):// URL or an s3://bucket/key URI. For S3 the
+credentials, region and endpoint come from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+AWS_SESSION_TOKEN, AWS_REGION and AWS_ENDPOINT_URL (or PT2SERVE_S3_ENDPOINT).
+
+examples:
+  pt2serve serve                                   serve the bundled demo archive on :8000
+  pt2serve serve gpt2=s3://models/gpt2.pt2         serve an archive from S3 under the id gpt2
+  pt2serve ls model.pt2                            table of every tensor
+  pt2serve ls https://host/model.pt2 --json        the same as JSON
+  pt2serve layout model.pt2 linear.weight          one tensor's layout (dtype, sizes, strides, ...)
+  pt2serve get model.pt2 linear.weight -o w.npy --format npy
+  pt2serve get s3://models/big.pt2 embed.weight -o embed.bin     (run again to resume)
+  pt2serve export model.pt2 -o model.safetensors --prefix encoder.
+
+exit status: 0 ok, 1 archive/source/output error, 2 usage error, 130 interrupted.
+"""
+
+
+class UsageError(Exception):
+    """Bad command-line input found after parsing (exit status 2)."""
+
+
+class CliError(Exception):
+    """A failure of the command itself, reported as `pt2serve: <name>: message` (exit status 1)."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(message)
+        self.name = name
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line usage errors (exit status 2) instead of usage + error."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="pt2serve", description="Serve tensors out of PyTorch .pt2 archives."
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        release = version("pt2serve")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree without install
+        release = "unknown"
+    parser = _Parser(
+        prog="pt2serve",
+        description="Serve, list, inspect and download tensors of PyTorch .pt2 archives "
+        "(from a path, an http(s) URL or s3://), without PyTorch.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--version", action="version", version=f"pt2serve {release}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     serve = commands.add_parser(
         "serve",
         help="serve archives over HTTP",
@@ -27,19 +94,386 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--workers", type=int, default=1)
     serve.add_argument("--log-level", default="info")
+
+    location = {"metavar": "LOCATION", "help": "archive: a path, an http(s):// URL or s3://bucket/key"}
+    model_help = "model name (default: the only model, else 'model')"
+
+    ls = commands.add_parser(
+        "ls",
+        help="list an archive's tensors",
+        description="List the tensors of an archive: name, kind, dtype, shape and bytes "
+        "(a model column is added when the archive holds several models).",
+        epilog="examples:\n  pt2serve ls model.pt2\n  pt2serve ls s3://bucket/model.pt2 --json | jq .models",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ls.add_argument("location", **location)
+    ls.add_argument("--model", help="only this model's tensors (default: every model)")
+    ls.add_argument("--json", action="store_true", help="print {models, tensors: [layout, ...]} as JSON")
+
+    layout = commands.add_parser(
+        "layout",
+        help="print one tensor's layout as JSON",
+        description="Print one tensor's layout as JSON: dtype, sizes, strides, storage_offset, "
+        "dim_order, dense, nbytes, storage entry and more.",
+        epilog="example:\n  pt2serve layout model.pt2 linear.weight",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    layout.add_argument("location", **location)
+    layout.add_argument("name", metavar="NAME", help="the tensor's fully qualified name")
+    layout.add_argument("--model", help=model_help)
+
+    get = commands.add_parser(
+        "get",
+        help="download one tensor to a file (resumable)",
+        description="Download one tensor's bytes to FILE, raw or as an .npy file. If FILE exists and is "
+        "shorter than the result, the download continues from FILE's length (run the same command "
+        "again after an interruption); the final size is checked.",
+        epilog="examples:\n"
+        "  pt2serve get model.pt2 linear.weight -o weight.bin\n"
+        "  pt2serve get https://host/model.pt2 linear.weight -o weight.npy --format npy\n"
+        "  pt2serve get model.pt2 linear.weight -o - --order contiguous | xxd | head",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    get.add_argument("location", **location)
+    get.add_argument("name", metavar="NAME", help="the tensor's fully qualified name")
+    get.add_argument("-o", "--output", required=True, metavar="FILE", help="output file ('-': stdout)")
+    get.add_argument(
+        "--format", choices=("raw", "npy"), default="raw", help="raw bytes (default) or an .npy file"
+    )
+    get.add_argument(
+        "--order",
+        choices=("default", "contiguous"),
+        default=None,
+        help="raw only: default = memory order (see the layout's dim_order), contiguous = row-major; "
+        ".npy files are always row-major",
+    )
+    get.add_argument("--model", help=model_help)
+    get.add_argument("--no-resume", action="store_true", help="overwrite FILE instead of resuming it")
+    _add_transfer_options(get)
+
+    export = commands.add_parser(
+        "export",
+        help="write tensors as one .safetensors file",
+        description="Write a model's tensors (row-major) as one .safetensors file, streamed. Tensors "
+        "safetensors cannot hold (complex, pickled, custom objects, ...) are skipped with a warning "
+        "and listed in the file's __metadata__['pt2serve.skipped'].",
+        epilog="examples:\n"
+        "  pt2serve export model.pt2 -o model.safetensors\n"
+        "  pt2serve export s3://bucket/model.pt2 -o enc.safetensors --prefix encoder.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    export.add_argument("location", **location)
+    export.add_argument("-o", "--output", required=True, metavar="FILE", help="output file ('-': stdout)")
+    export.add_argument("--prefix", default="", help="only tensors whose name starts with this")
+    export.add_argument("--model", help=model_help)
+    _add_transfer_options(export)
     return parser
+
+
+def _add_transfer_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help=f"progress bar on stderr (default: on a terminal, for {PROGRESS_THRESHOLD >> 20} MiB and more)",
+    )
+    parser.add_argument(
+        "--chunk-size", type=_positive_int, default=DEFAULT_CHUNK, metavar="BYTES", help="read size"
+    )
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "serve":
         return serve(args)
-    return 2
+    commands: dict[str, Callable[[argparse.Namespace], Any]] = {
+        "ls": cmd_ls,
+        "layout": cmd_layout,
+        "get": cmd_get,
+        "export": cmd_export,
+    }
+    return run_command(commands[args.command], args)
+
+
+def run_command(command: Callable[[argparse.Namespace], Any], args: argparse.Namespace) -> int:
+    """Run an async command; every failure becomes one line on stderr and an exit status."""
+    import reader
+
+    try:
+        asyncio.run(command(args))
+    except UsageError as exc:
+        return _fail(f"pt2serve {args.command}: error: {exc}", 2)
+    except reader.ReaderError as exc:
+        return _fail(f"pt2serve: {type(exc).__name__}: {exc}", 1)
+    except CliError as exc:
+        return _fail(f"pt2serve: {exc.name}: {exc}", 1)
+    except KeyboardInterrupt:
+        return _fail("pt2serve: interrupted", 130)
+    except BrokenPipeError:
+        # the reader of our stdout went away (`| head`): quiet exit, no flush error at shutdown
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except OSError as exc:
+        return _fail(f"pt2serve: {type(exc).__name__}: {exc}", 1)
+    except Exception as exc:  # a bug: still one line, unless PT2SERVE_DEBUG asks for the traceback
+        if os.environ.get("PT2SERVE_DEBUG"):
+            raise
+        name = type(exc).__name__
+        return _fail(f"pt2serve: internal error: {name}: {exc} (PT2SERVE_DEBUG=1 shows the traceback)", 1)
+    return 0
+
+
+def _fail(message: str, status: int) -> int:
+    print(" ".join(message.split()), file=sys.stderr)
+    return status
+
+
+# -- ls / layout -------------------------------------------------------------------------------------
+
+
+async def cmd_ls(args: argparse.Namespace) -> None:
+    import json
+
+    import reader
+
+    async with reader.open_archive(args.location) as ar:
+        tensors = ar.tensors(args.model)
+        models = ar.models
+    if args.json:
+        _write_stdout(json.dumps({"models": models, "tensors": [t.to_dict() for t in tensors]}, indent=1))
+        return
+    several = len({t.model for t in tensors}) > 1
+    notes = any(not t.readable for t in tensors)
+    header = (
+        (["model"] if several else [])
+        + ["name", "kind", "dtype", "shape", "bytes"]
+        + (["note"] if notes else [])
+    )
+    rows = [header]
+    for t in tensors:
+        shape = "[" + ", ".join(str(s) for s in t.sizes) + "]" if t.sizes is not None else "?"
+        size = str(t.nbytes) if t.readable and t.nbytes is not None else "-"
+        note = [t.unsupported or ""] if notes else []
+        rows.append(([t.model] if several else []) + [t.name, t.kind, t.dtype or "-", shape, size, *note])
+    _write_stdout(_table(rows, right=header.index("bytes")))
+
+
+def _table(rows: list[list[str]], right: int) -> str:
+    """Columns padded to their widest cell, column `right` right-aligned."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = []
+    for row in rows:
+        cells = [
+            cell.rjust(w) if i == right else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))
+        ]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+async def cmd_layout(args: argparse.Namespace) -> None:
+    import json
+
+    import reader
+
+    async with reader.open_archive(args.location) as ar:
+        info = ar.layout(args.name, args.model)
+    _write_stdout(json.dumps(info.to_dict(), indent=1))
+
+
+def _write_stdout(text: str) -> None:
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+# -- get ---------------------------------------------------------------------------------------------
+
+
+async def cmd_get(args: argparse.Namespace) -> None:
+    import reader
+
+    from .npy import npy_header
+
+    if args.format == "npy" and args.order == "default":
+        raise UsageError("--format npy writes row-major bytes; drop --order default (or use --format raw)")
+    order = "contiguous" if args.format == "npy" else args.order or "default"
+    async with reader.open_archive(args.location) as ar:
+        info = ar.layout(args.name, args.model)
+        if not info.readable:
+            raise reader.UnsupportedPayload(f"{info.model}/{info.name}: {info.unsupported}")
+        header = npy_header(info) if args.format == "npy" else b""
+        total = len(header) + info.nbytes
+        with _open_output(args.output, resume=not args.no_resume) as (out, have):
+            if have > total:
+                raise CliError(
+                    "OutputMismatch",
+                    f"{args.output} has {have} bytes but {info.name} is {total} bytes as {args.format}; "
+                    "it is not a partial download of this tensor (remove it or pass --no-resume)",
+                )
+            if have and header and _existing_prefix(args.output, min(have, len(header))) != header[:have]:
+                raise CliError(
+                    "OutputMismatch",
+                    f"{args.output} does not start with this tensor's .npy header; not resuming "
+                    "(remove it or pass --no-resume)",
+                )
+            with _progress(args, total, info.name, done=have) as advance:
+                if have < len(header):
+                    out.write(header[have:])
+                    advance(len(header) - have)
+                start = max(0, have - len(header))
+                if start < info.nbytes:
+                    chunks = ar.stream(info.name, info.model, order=order, start=start,
+                                       chunk_size=args.chunk_size)  # fmt: skip
+                    await _copy(chunks, out, advance)
+            out.flush()
+            written = _size_of(out)
+    if written is not None and written != total:
+        raise CliError("IncompleteOutput", f"{args.output} has {written} bytes, expected {total}")
+
+
+@contextlib.contextmanager
+def _open_output(path: str, *, resume: bool):
+    """Yield (binary file positioned at its end, bytes already there); '-' is stdout (never resumed)."""
+    if path == "-":
+        yield sys.stdout.buffer, 0
+        sys.stdout.buffer.flush()
+        return
+    if os.path.isdir(path):
+        raise CliError("IsADirectoryError", f"{path} is a directory")
+    with open(path, "ab" if resume else "wb") as out:
+        yield out, out.tell()
+
+
+def _existing_prefix(path: str, n: int) -> bytes:
+    with open(path, "rb") as f:
+        return f.read(n)
+
+
+def _size_of(out: IO[bytes]) -> int | None:
+    try:
+        return os.fstat(out.fileno()).st_size if os.path.isfile(out.name) else None  # type: ignore[arg-type]
+    except (OSError, AttributeError, TypeError, ValueError):
+        return None
+
+
+async def _copy(chunks: AsyncIterator[bytes | memoryview], out: IO[bytes], advance: Callable[[int], None]):
+    async with contextlib.aclosing(chunks) as stream:  # type: ignore[type-var]
+        async for chunk in stream:
+            out.write(chunk)
+            advance(len(chunk))
+
+
+@contextlib.contextmanager
+def _progress(args: argparse.Namespace, total: int, label: str, done: int = 0):
+    """Yield `advance(n)`; draws a rich progress bar on stderr when asked or on a terminal."""
+    show = args.progress
+    if show is None:
+        show = total >= PROGRESS_THRESHOLD and sys.stderr.isatty()
+    if not show:
+        yield lambda n: None
+        return
+    try:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+            TransferSpeedColumn,
+        )
+    except ImportError:  # rich is a dependency; a broken install still downloads, without the bar
+        if args.progress:
+            print("pt2serve: warning: no progress bar (the rich package is missing)", file=sys.stderr)
+        yield lambda n: None
+        return
+
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+               TimeRemainingColumn())  # fmt: skip
+    with Progress(*columns, console=Console(stderr=True), transient=False) as bar:
+        task = bar.add_task(label if len(label) <= 40 else "…" + label[-39:], total=total, completed=done)
+        yield lambda n: bar.advance(task, n)
+
+
+# -- export ------------------------------------------------------------------------------------------
+
+
+async def cmd_export(args: argparse.Namespace) -> None:
+    import reader
+
+    from .safetensors_format import DTYPES, safetensors_header, writable
+
+    async with reader.open_archive(args.location) as ar:
+        model = args.model or _default_model(ar.models)
+        chosen = [t for t in ar.tensors(model) if t.name.startswith(args.prefix)]
+        skipped = [t for t in chosen if not writable(t)]
+        for t in skipped:
+            reason = t.unsupported or f"dtype {t.dtype} has no safetensors type"
+            print(f"pt2serve: warning: skipping {t.name}: {reason}", file=sys.stderr)
+        chosen = [t for t in chosen if writable(t)]
+        if not chosen:
+            what = f" starting with {args.prefix!r}" if args.prefix else ""
+            raise CliError("NothingToExport", f"no writable tensors{what} in model {model!r}")
+        metadata = {"format": "pt"}
+        if skipped:
+            metadata["pt2serve.skipped"] = ",".join(t.name for t in skipped)
+        header = safetensors_header(chosen, metadata)
+        total = len(header) + sum(t.nbytes for t in chosen)
+        assert all(t.dtype in DTYPES for t in chosen)
+        label = os.path.basename(args.output)
+        with _atomic_output(args.output) as out, _progress(args, total, label) as advance:
+            out.write(header)
+            advance(len(header))
+            for t in chosen:
+                chunks = ar.stream(t.name, t.model, order="contiguous", chunk_size=args.chunk_size)
+                await _copy(chunks, out, advance)
+            out.flush()
+            written = _size_of(out)
+            if written is not None and written != total:
+                raise CliError("IncompleteOutput", f"{args.output} has {written} bytes, expected {total}")
+
+
+def _default_model(models: list[str]) -> str:
+    if len(models) == 1:
+        return models[0]
+    if "model" in models:
+        return "model"
+    raise UsageError(f"the archive holds several models ({', '.join(models)}); choose one with --model")
+
+
+@contextlib.contextmanager
+def _atomic_output(path: str):
+    """Write to PATH.partial and rename it to PATH on success; '-' is stdout."""
+    if path == "-":
+        yield sys.stdout.buffer
+        sys.stdout.buffer.flush()
+        return
+    if os.path.isdir(path):
+        raise CliError("IsADirectoryError", f"{path} is a directory")
+    partial = path + ".partial"
+    try:
+        with open(partial, "wb") as out:
+            yield out
+        os.replace(partial, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(partial)
+
+
+# -- serve -------------------------------------------------------------------------------------------
 
 
 def serve(args: argparse.Namespace) -> int:
-    import os
-
     import uvicorn
 
     try:

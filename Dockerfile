@@ -1,0 +1,30 @@
+# syntax=docker/dockerfile:1
+# pt2serve service image: `docker build -t pt2serve .`, then
+#   docker run -p 8000:8000 -e PT2SERVE_ARCHIVES=demo=s3://bucket/demo.pt2 -e AWS_... pt2serve
+# With no PT2SERVE_ARCHIVES it serves the bundled demo archive.
+
+# -- builder: turn the source tree into a wheel (build tools stay in this stage) ----------------------
+FROM python:3.11-slim AS builder
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY reader ./reader
+COPY app ./app
+RUN python -m pip wheel --no-deps --wheel-dir /wheels .
+
+# -- runtime: the wheel and its runtime dependencies only, run as a non-root user ---------------------
+FROM python:3.11-slim
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+COPY --from=builder /wheels /wheels
+# the README's service install (`pip install .`), from the wheel built above
+RUN pip install /wheels/*.whl && rm -rf /wheels
+RUN useradd --system --uid 10001 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin pt2serve
+USER pt2serve
+WORKDIR /tmp
+# archives: PT2SERVE_ARCHIVES="id=LOCATION,id=LOCATION" (path, http(s) URL or s3://bucket/key);
+# S3 credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_REGION / AWS_ENDPOINT_URL.
+ENV PT2SERVE_ARCHIVES=""
+EXPOSE 8000
+HEALTHCHECK --interval=15s --timeout=5s --start-period=20s --retries=3 \
+    CMD ["python", "-c", "import urllib.request,sys; sys.exit(urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=4).status != 200)"]
+CMD ["pt2serve", "serve", "--host", "0.0.0.0"]

@@ -1,0 +1,420 @@
+"""The `pt2serve` console script, run for real in subprocesses: local files, HTTP, S3, resume, errors."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pathlib
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import reader
+from tests.conftest import ARCHIVES, run
+from tests.faultserver import Drip, FaultServer
+from tests.zipbytes import write_pt2
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+TIMEOUT = 120
+
+
+def console_script() -> list[str]:
+    """The installed `pt2serve` entry point next to this interpreter, else `python -m app`."""
+    script = pathlib.Path(sys.executable).parent / "pt2serve"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "app"]
+
+
+def cli(*args: object, env: dict[str, str] | None = None, cwd: pathlib.Path | None = None):
+    return subprocess.run(
+        [*console_script(), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        env={**os.environ, **(env or {})},
+        cwd=cwd,
+    )
+
+
+async def acli(*args: object, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """The same, from async tests (so a server on this loop keeps answering)."""
+    proc = await asyncio.create_subprocess_exec(
+        *console_script(),
+        *map(str, args),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, **(env or {})},
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), TIMEOUT)
+    return proc.returncode, out.decode(), err.decode()
+
+
+def one_line_error(stderr: str, starts: str) -> None:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith(starts), stderr
+    assert "Traceback" not in stderr
+
+
+async def _reader_bytes(location, name: str, order: str = "default", model: str | None = None) -> bytes:
+    async with reader.open_archive(location) as ar:
+        return await ar.read(name, model, order=order)
+
+
+async def _reader_tensors(location, model: str | None = None):
+    async with reader.open_archive(location) as ar:
+        return ar.models, ar.tensors(model)
+
+
+@pytest.fixture(scope="module")
+def big_archive(tmp_path_factory) -> pathlib.Path:
+    """A synthetic archive with one 8 MiB tensor (progress bar and resume territory)."""
+    path = tmp_path_factory.mktemp("big") / "big.pt2"
+    rng = np.random.default_rng(7)
+    write_pt2(
+        path,
+        {
+            "big.weight": (7, [1024, 2048], rng.standard_normal((1024, 2048), dtype=np.float32).tobytes()),
+            "small": (7, [4], np.arange(4, dtype=np.float32).tobytes()),
+        },
+    )
+    return path
+
+
+# -- help and usage ----------------------------------------------------------------------------------
+
+
+def test_help_reads_well():
+    top = cli("--help")
+    assert top.returncode == 0
+    for word in ("serve", "ls", "layout", "get", "export", "examples:", "s3://", "exit status"):
+        assert word in top.stdout
+    for command in ("serve", "ls", "layout", "get", "export"):
+        sub = cli(command, "--help")
+        assert sub.returncode == 0, sub.stderr
+        assert f"usage: pt2serve {command}" in sub.stdout
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        ((), "required: COMMAND"),
+        (("ls",), "LOCATION"),
+        (("get", ARCHIVES / "layouts.pt2", "lin1.weight", "-o", "x", "--format", "bad"), "--format"),
+        (("get", ARCHIVES / "layouts.pt2", "lin1.weight"), "-o/--output"),
+        (("frobnicate",), "invalid choice"),
+    ],
+)
+def test_usage_errors_are_one_line_exit_2(args, fragment):
+    result = cli(*args)
+    assert result.returncode == 2
+    one_line_error(result.stderr, "pt2serve")
+    assert fragment in result.stderr
+
+
+def test_npy_with_memory_order_is_a_usage_error(tmp_path):
+    result = cli("get", ARCHIVES / "layouts.pt2", "transposed", "-o", tmp_path / "t.npy",
+                 "--format", "npy", "--order", "default")  # fmt: skip
+    assert result.returncode == 2
+    one_line_error(result.stderr, "pt2serve get: error: --format npy")
+
+
+@pytest.mark.parametrize(
+    "args, error",
+    [
+        (("ls", "/nonexistent/model.pt2"), "pt2serve: SourceError: cannot open /nonexistent/model.pt2"),
+        (("ls", REPO / "README.md"), "pt2serve: ArchiveFormatError:"),
+        (("layout", ARCHIVES / "layouts.pt2", "no.such.tensor"), "pt2serve: TensorNotFound:"),
+        (("ls", ARCHIVES / "layouts.pt2", "--model", "nope"), "pt2serve: ModelNotFound:"),
+        (("get", ARCHIVES / "pickled.pt2", "sub", "-o", "{tmp}/sub.bin"), "pt2serve: UnsupportedPayload:"),
+        (("ls", "ftp://example.invalid/model.pt2"), "pt2serve: SourceError: unsupported location scheme"),
+        (("export", ARCHIVES / "two_models.pt2", "-o", "{tmp}/x.safetensors"), "pt2serve export: error:"),
+    ],
+)
+def test_reader_errors_are_one_line_exit_1(tmp_path, args, error):
+    args = [str(a).replace("{tmp}", str(tmp_path)) for a in args]
+    result = cli(*args)
+    assert result.returncode == (2 if "export: error" in error else 1), result.stderr
+    one_line_error(result.stderr, error)
+    assert result.stdout == ""
+
+
+# -- ls / layout -------------------------------------------------------------------------------------
+
+
+def test_ls_table_and_json_match_the_reader():
+    location = ARCHIVES / "layouts.pt2"
+    models, tensors = run(_reader_tensors(location))
+    table = cli("ls", location)
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0].split() == ["name", "kind", "dtype", "shape", "bytes"]
+    rows = {line.split()[0]: line for line in lines[1:]}
+    assert set(rows) == {t.name for t in tensors}
+    for t in tensors:
+        assert rows[t.name].split()[-1] == str(t.nbytes)
+        assert "[" + ", ".join(map(str, t.sizes)) + "]" in rows[t.name]
+        assert f" {t.dtype} " in rows[t.name]
+
+    listed = cli("ls", location, "--json")
+    assert listed.returncode == 0
+    assert json.loads(listed.stdout) == {"models": models, "tensors": [t.to_dict() for t in tensors]}
+
+
+def test_ls_model_column_and_filter():
+    location = ARCHIVES / "two_models.pt2"
+    models, tensors = run(_reader_tensors(location))
+    assert len(models) > 1
+    every = cli("ls", location)
+    assert every.stdout.splitlines()[0].split()[0] == "model"
+    assert len(every.stdout.splitlines()) == 1 + len(tensors)
+    one = cli("ls", location, "--model", models[0], "--json")
+    data = json.loads(one.stdout)
+    assert data["tensors"] and {t["model"] for t in data["tensors"]} == {models[0]}
+
+
+def test_ls_notes_unsupported_entries():
+    result = cli("ls", ARCHIVES / "pickled.pt2")
+    assert result.returncode == 0
+    assert result.stdout.splitlines()[0].split()[-1] == "note"
+    assert "pickled" in result.stdout
+
+
+def test_layout_is_the_reader_layout():
+    async def expected():
+        async with reader.open_archive(ARCHIVES / "layouts.pt2") as ar:
+            return ar.layout("transposed").to_dict()
+
+    result = cli("layout", ARCHIVES / "layouts.pt2", "transposed")
+    assert result.returncode == 0
+    assert json.loads(result.stdout) == run(expected())
+
+
+# -- get / export, local -----------------------------------------------------------------------------
+
+
+def test_get_raw_contiguous_and_npy_are_byte_exact(tmp_path):
+    location = ARCHIVES / "layouts.pt2"
+    name = "transposed"  # a non-row-major dense tensor: memory order differs from row-major
+    for order in ("default", "contiguous"):
+        out = tmp_path / f"{order}.bin"
+        result = cli("get", location, name, "-o", out, "--order", order)
+        assert result.returncode == 0, result.stderr
+        assert out.read_bytes() == run(_reader_bytes(location, name, order))
+    out = tmp_path / "t.npy"
+    assert cli("get", location, name, "-o", out, "--format", "npy").returncode == 0
+
+    async def array():
+        async with reader.open_archive(location) as ar:
+            return await ar.read_numpy(name)
+
+    np.testing.assert_array_equal(np.load(out), run(array()))
+    stdout = subprocess.run([*console_script(), "get", str(location), name, "-o", "-"],
+                            capture_output=True, timeout=TIMEOUT)  # fmt: skip
+    assert stdout.returncode == 0 and stdout.stdout == run(_reader_bytes(location, name))
+
+
+def _safetensors_header(path: pathlib.Path) -> dict:
+    data = path.read_bytes()
+    (length,) = struct.unpack("<Q", data[:8])
+    return json.loads(data[8 : 8 + length])
+
+
+def test_export_safetensors(tmp_path):
+    from safetensors.numpy import load_file
+
+    location = ARCHIVES / "layouts.pt2"
+    out = tmp_path / "layouts.safetensors"
+    result = cli("export", location, "-o", out)
+    assert result.returncode == 0, result.stderr
+    loaded = load_file(out)
+    _, tensors = run(_reader_tensors(location))
+    assert set(loaded) == {t.name for t in tensors}
+    for t in tensors:
+        assert loaded[t.name].tobytes() == run(_reader_bytes(location, t.name, "contiguous"))
+    assert not (tmp_path / "layouts.safetensors.partial").exists()
+
+    prefixed = tmp_path / "lin.safetensors"
+    assert cli("export", location, "-o", prefixed, "--prefix", "lin").returncode == 0
+    assert set(load_file(prefixed)) == {t.name for t in tensors if t.name.startswith("lin")}
+
+
+def test_export_skips_unwritable_with_warnings(tmp_path):
+    out = tmp_path / "dtypes.safetensors"
+    result = cli("export", ARCHIVES / "dtypes.pt2", "-o", out)
+    assert result.returncode == 0, result.stderr
+    warnings = result.stderr.strip().splitlines()
+    assert warnings and all(line.startswith("pt2serve: warning: skipping ") for line in warnings)
+    header = _safetensors_header(out)
+    skipped = header["__metadata__"]["pt2serve.skipped"].split(",")
+    assert len(skipped) == len(warnings)
+    assert not set(skipped) & set(header)
+    data = out.read_bytes()
+    (length,) = struct.unpack("<Q", data[:8])
+    tensors = {k: v for k, v in header.items() if k != "__metadata__"}
+    assert len(data) == 8 + length + max(v["data_offsets"][1] for v in tensors.values())
+    for name, entry in tensors.items():
+        begin, end = entry["data_offsets"]
+        blob = data[8 + length + begin : 8 + length + end]
+        assert blob == run(_reader_bytes(ARCHIVES / "dtypes.pt2", name, "contiguous"))
+
+
+# -- resume ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["raw", "npy"])
+def test_get_resumes_truncated_files(tmp_path, big_archive, fmt):
+    from app.npy import npy_header
+
+    async def expected():
+        async with reader.open_archive(big_archive) as ar:
+            info = ar.layout("big.weight")
+            head = npy_header(info) if fmt == "npy" else b""
+            return head + await ar.read("big.weight", order="contiguous")
+
+    full = run(expected())
+    for cut in (7, 200_001, len(full) - 1, len(full)):
+        out = tmp_path / f"cut{cut}.{fmt}"
+        out.write_bytes(full[:cut])
+        result = cli("get", big_archive, "big.weight", "-o", out, "--format", fmt, "--no-progress")
+        assert result.returncode == 0, result.stderr
+        assert out.read_bytes() == full, cut
+
+
+def test_get_refuses_to_resume_a_different_file(tmp_path, big_archive):
+    out = tmp_path / "other.bin"
+    out.write_bytes(b"x" * 100)
+    result = cli("get", big_archive, "small", "-o", out)  # small is 16 bytes: 100 cannot be a part of it
+    assert result.returncode == 1
+    one_line_error(result.stderr, "pt2serve: OutputMismatch:")
+    assert out.read_bytes() == b"x" * 100
+    again = cli("get", big_archive, "small", "-o", out, "--no-resume")
+    assert again.returncode == 0
+    assert out.read_bytes() == np.arange(4, dtype=np.float32).tobytes()
+
+
+def test_progress_bar_on_request(tmp_path, big_archive):
+    result = cli("get", big_archive, "big.weight", "-o", tmp_path / "w.bin", "--progress")
+    assert result.returncode == 0
+    assert "big.weight" in result.stderr and "MB" in result.stderr
+
+
+async def _interrupt_then_resume(tmp_path: pathlib.Path, big_archive: pathlib.Path, sig: int):
+    data = big_archive.read_bytes()
+    out = tmp_path / "w.bin"
+    expected = await _reader_bytes(big_archive, "big.weight")
+    async with FaultServer() as server:
+        server.put("/big.pt2", data)
+        # ~3 MB/s: the 8 MiB tensor takes seconds, so the process is interrupted mid-download
+        server.faults.append(Drip(times=None, chunk_size=64 << 10, interval=0.02))
+        proc = await asyncio.create_subprocess_exec(
+            *console_script(), "get", server.url("/big.pt2"), "big.weight", "-o", str(out),
+            "--chunk-size", str(64 << 10),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        deadline = time.monotonic() + 60
+        while not (out.exists() and out.stat().st_size >= 512 << 10):
+            assert proc.returncode is None and time.monotonic() < deadline, "download did not start"
+            await asyncio.sleep(0.01)
+        proc.send_signal(sig)  # by PID: only the process this test started
+        _, err = await asyncio.wait_for(proc.communicate(), 30)
+        partial = out.stat().st_size
+        assert 0 < partial < len(expected), partial
+        server.faults.clear()
+        code, _, err2 = await acli("get", server.url("/big.pt2"), "big.weight", "-o", out)
+        assert code == 0, err2
+    assert out.read_bytes() == expected
+    return proc.returncode, err.decode()
+
+
+def test_get_killed_mid_download_then_resumed(tmp_path, big_archive):
+    code, _ = run(_interrupt_then_resume(tmp_path, big_archive, signal.SIGKILL), timeout=120)
+    assert code == -signal.SIGKILL
+
+
+def test_get_interrupted_by_ctrl_c_exits_130_then_resumes(tmp_path, big_archive):
+    code, err = run(_interrupt_then_resume(tmp_path, big_archive, signal.SIGINT), timeout=120)
+    assert code == 130
+    one_line_error(err, "pt2serve: interrupted")
+
+
+# -- remote locations --------------------------------------------------------------------------------
+
+
+async def test_http_location(tmp_path):
+    location = ARCHIVES / "layouts.pt2"
+    async with FaultServer() as server:
+        server.put("/models/layouts.pt2", location.read_bytes())
+        url = server.url("/models/layouts.pt2")
+        code, out, err = await acli("ls", url, "--json")
+        assert code == 0, err
+        _, tensors = await _reader_tensors(location)
+        assert json.loads(out)["tensors"] == [t.to_dict() for t in tensors]
+        code, _, err = await acli("get", url, "conv.weight", "-o", tmp_path / "conv.bin")
+        assert code == 0, err
+        code, _, err = await acli("ls", server.url("/missing.pt2"))
+        assert code == 1
+        one_line_error(err, "pt2serve: SourceError:")
+    assert (tmp_path / "conv.bin").read_bytes() == await _reader_bytes(location, "conv.weight")
+
+
+def test_s3_location(tmp_path, seaweed_s3):
+    location = ARCHIVES / "layouts.pt2"
+    seaweed_s3.upload(seaweed_s3.private_bucket, "cli/layouts.pt2", location)
+    uri = f"s3://{seaweed_s3.private_bucket}/cli/layouts.pt2"
+    env = {
+        "AWS_ACCESS_KEY_ID": seaweed_s3.access_key,
+        "AWS_SECRET_ACCESS_KEY": seaweed_s3.secret_key,
+        "AWS_REGION": seaweed_s3.region,
+        "AWS_ENDPOINT_URL": seaweed_s3.endpoint,
+    }
+    listed = cli("ls", uri, env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert "conv.weight" in listed.stdout
+    out = tmp_path / "conv.npy"
+    got = cli("get", uri, "conv.weight", "-o", out, "--format", "npy", env=env)
+    assert got.returncode == 0, got.stderr
+    assert np.load(out).tobytes() == run(_reader_bytes(location, "conv.weight", "contiguous"))
+    denied = cli("ls", uri, env={**env, "AWS_SECRET_ACCESS_KEY": "wrong"})
+    assert denied.returncode == 1
+    one_line_error(denied.stderr, "pt2serve: SourceError:")
+
+
+# -- installing --------------------------------------------------------------------------------------
+
+
+def test_fresh_venv_install_runs_ls(tmp_path):
+    """`pip install` of the project into a new venv gives a working `pt2serve` with the demo archive.
+
+    --system-site-packages + --no-deps + --no-build-isolation keep it offline and fast; the project is
+    built from a copy of the source tree, so the build leaves nothing in the repo."""
+    source = tmp_path / "src"
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, source / name)
+    for package in ("app", "reader"):
+        shutil.copytree(REPO / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
+    venv = tmp_path / "venv"
+    # --without-pip: the venv then uses this interpreter's pip and setuptools (ensurepip's bundled
+    # setuptools would shadow them and may be too old to build wheels without the `wheel` package)
+    venv_cmd = [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", venv]
+    subprocess.run(venv_cmd, check=True, timeout=120)
+    python = venv / "bin" / "python"
+    pip = [python, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index"]
+    install = subprocess.run([*pip, source], capture_output=True, text=True, timeout=300)
+    assert install.returncode == 0, install.stderr
+    where = subprocess.run([python, "-c", "import app.settings as s; print(s.DEMO_ARCHIVE)"],
+                           capture_output=True, text=True, cwd=tmp_path, check=True)  # fmt: skip
+    demo = pathlib.Path(where.stdout.strip())
+    assert demo.is_file() and venv in demo.parents, demo  # the installed copy, package data included
+    listed = subprocess.run([venv / "bin" / "pt2serve", "ls", demo], capture_output=True, text=True,
+                            cwd=tmp_path, timeout=TIMEOUT)  # fmt: skip
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.splitlines()[0].split() == ["name", "kind", "dtype", "shape", "bytes"]
+    assert len(listed.stdout.splitlines()) > 1

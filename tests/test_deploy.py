@@ -1,0 +1,162 @@
+"""Deployment files: docker-compose.yml, Dockerfile, .dockerignore, deploy/ (no Docker engine needed)."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import pathlib
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "scripts"))
+import topology  # noqa: E402 - scripts/ is not a package
+
+yaml = pytest.importorskip("yaml", reason="PyYAML is not installed (pip install pyyaml)")
+
+COMPOSE = REPO / "docker-compose.yml"
+DOCKERFILE = REPO / "Dockerfile"
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict:
+    return yaml.safe_load(COMPOSE.read_text())
+
+
+def test_compose_services(compose):
+    services = compose["services"]
+    assert set(services) == {"seaweedfs", "init-s3", "pt2serve-a", "pt2serve-b", "nginx"}
+    for name in ("pt2serve-a", "pt2serve-b"):
+        replica = services[name]
+        assert replica["build"] == "."
+        env = replica["environment"]
+        assert env["PT2SERVE_ARCHIVES"].split("=", 1)[1].startswith("s3://")
+        assert {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL"} <= set(env)
+        assert replica["depends_on"]["init-s3"]["condition"] == "service_completed_successfully"
+    # the replicas read the object the init service uploads
+    init_env = services["init-s3"]["environment"]
+    uploaded = f"s3://{init_env['S3_BUCKET']}/{init_env['S3_KEY']}"
+    assert services["pt2serve-a"]["environment"]["PT2SERVE_ARCHIVES"].endswith(uploaded)
+    assert any(v.endswith(":/etc/nginx/nginx.conf:ro") for v in services["nginx"]["volumes"])
+
+
+def test_compose_references_existing_files(compose):
+    referenced = []
+    for service in compose["services"].values():
+        build = service.get("build")
+        if build:
+            context = REPO / (build if isinstance(build, str) else build.get("context", "."))
+            dockerfile = "Dockerfile" if isinstance(build, str) else build.get("dockerfile", "Dockerfile")
+            referenced.append(context / dockerfile)
+        for volume in service.get("volumes", []):
+            source = volume.split(":")[0]
+            if source.startswith((".", "/")):
+                referenced.append(REPO / source)
+            else:
+                assert source in compose.get("volumes", {}), f"named volume {source!r} is not declared"
+    assert referenced
+    missing = [str(p) for p in referenced if not p.exists()]
+    assert not missing, missing
+
+
+def test_nginx_upstreams_are_compose_services(compose):
+    conf = topology.NGINX_CONF.read_text()
+    upstream = re.search(r"upstream pt2serve \{(.*?)\}", conf, re.S)
+    assert upstream
+    servers = re.findall(r"^\s*server\s+([\w.-]+):(\d+)", upstream.group(1), re.M)
+    assert [host for host, _ in servers] == ["pt2serve-a", "pt2serve-b"]
+    assert all(host in compose["services"] for host, _ in servers)
+    assert "proxy_next_upstream error timeout http_502 http_503;" in conf
+    assert "add_header X-Cache-Status $upstream_cache_status" in conf
+
+
+def test_dockerfile():
+    text = DOCKERFILE.read_text()
+    stages = re.findall(r"^FROM\s+(\S+)", text, re.M)
+    assert len(stages) == 2 and all(s.startswith("python:3.11-slim") for s in stages), stages
+    assert re.search(r"^USER\s+(?!root\b|0\b)\S+", text, re.M), "the final stage must not run as root"
+    assert 'CMD ["pt2serve", "serve", "--host", "0.0.0.0"]' in text
+    joined = text.replace("\\\n", " ")  # continuation lines
+    healthcheck = re.search(r"^HEALTHCHECK .*? CMD (\[.*\])$", joined, re.M)
+    assert healthcheck and "/healthz" in healthcheck.group(1)
+    command = json.loads(healthcheck.group(1))
+    assert command[:2] == ["python", "-c"]
+    compile(command[2], "<healthcheck>", "exec")  # a valid one-liner, stdlib only
+    for source in re.findall(r"^COPY\s+(?!--from)(\S+)", text, re.M):
+        assert (REPO / source).exists(), source
+    ignored = (REPO / ".dockerignore").read_text().split()
+    for source in re.findall(r"^COPY\s+(?!--from)(\S+)", text, re.M):
+        assert f"!{source.rstrip('/')}" in ignored or f"!{source.rstrip('/')}/" in ignored, source
+
+
+def _installs(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if re.search(r"\bpip install\b", line)]
+
+
+def test_dockerfile_installs_like_the_readme():
+    """The image installs the project with `pip install` (its wheel), as the README's serve command does."""
+    docker = [line for line in _installs(DOCKERFILE.read_text()) if line.startswith("RUN")]
+    assert any(re.search(r"pip install (/wheels/\*\.whl|\.)", line) for line in docker), docker
+    readme = (REPO / "README.md").read_text()
+    # the README's shell lines that start the service (prose and comments mention it too)
+    serve = [line.strip() for line in readme.splitlines() if re.search(r"&&\s*pt2serve serve", line)]
+    if not serve:
+        pytest.skip("README has no service command (expected a line like `pip install . && pt2serve serve`)")
+    assert all(line.startswith("pip install ") for line in serve), serve
+
+
+def test_init_script_is_valid_shell():
+    sh = shutil.which("sh")
+    if sh is None:
+        pytest.skip("no sh")
+    subprocess.run([sh, "-n", str(REPO / "deploy" / "init-s3.sh")], check=True)
+
+
+RENDER_ARGS = {
+    "replica_a": "127.0.0.1:10001",
+    "replica_b": "127.0.0.1:10002",
+    "port": 10000,
+    "cache_dir": "/some/dir/cache",
+    "pid_file": "/some/dir/nginx.pid",
+}
+
+
+def test_rendering_changes_only_the_substituted_strings():
+    original = topology.NGINX_CONF.read_text()
+    rendered = topology.render_nginx_conf(original, **RENDER_ARGS)
+    before, after = original.splitlines(), rendered.splitlines()
+    assert len(before) == len(after)
+    changed = [(a, b) for a, b in zip(before, after) if a != b]
+    assert changed
+    for old, new in changed:
+        literals = [lit for lit in topology.RUNTIME_SUBSTITUTIONS if lit in old]
+        assert literals, f"line changed without a substitution: {old!r}"
+        # undoing the substitutions on the new line gives back the old line exactly
+        undone = new
+        for literal in literals:
+            undone = undone.replace(topology.RUNTIME_SUBSTITUTIONS[literal].format(**RENDER_ARGS), literal)
+        assert undone == old, "".join(difflib.unified_diff([old], [new]))
+    for literal in topology.RUNTIME_SUBSTITUTIONS:
+        assert literal not in rendered
+    with pytest.raises(ValueError, match="pt2serve-a"):
+        topology.render_nginx_conf(original.replace("pt2serve-a:8000", "elsewhere:1"), **RENDER_ARGS)
+
+
+def test_nginx_accepts_the_rendered_config(tmp_path):
+    nginx = topology.nginx_binary()
+    if nginx is None:
+        pytest.skip("nginx is not installed (apt-get install -y nginx-light)")
+    tmp_path.chmod(0o755)
+    (tmp_path / "cache").mkdir()
+    conf = tmp_path / "nginx.conf"
+    args = {**RENDER_ARGS, "cache_dir": str(tmp_path / "cache"), "pid_file": str(tmp_path / "nginx.pid")}
+    conf.write_text(topology.render_nginx_conf(topology.NGINX_CONF.read_text(), **args))
+    command = [nginx, "-t", "-p", str(tmp_path), "-c", str(conf), "-e", "stderr"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, f"{shlex.join(command)}\n{result.stderr}"
+    assert "test is successful" in result.stderr
