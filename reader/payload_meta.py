@@ -41,15 +41,18 @@ class Geometry:
     dense: bool
     dim_order: tuple[int, ...]
     reach: int  # elements from the first to the last one touched (0 for empty views)
+    claim: int  # the largest of: any size or stride, the product of the non-zero sizes
 
 
 @functools.lru_cache(maxsize=4096)
 def geometry(sizes: tuple[int, ...], strides: tuple[int, ...]) -> Geometry:
+    """Shape arithmetic for (sizes, strides); callers keep ndim <= MAX_NDIM so this stays cheap."""
     numel = math.prod(sizes)
     dense = layout.is_dense(sizes, strides)
     order = layout.dim_order(sizes, strides) if dense else tuple(range(len(sizes)))
     _, end = layout.element_extent(sizes, strides, 0)
-    return Geometry(numel, dense, order, end)
+    claim = max(max(sizes, default=0), max(strides, default=0), math.prod(s for s in sizes if s))
+    return Geometry(numel, dense, order, end, claim)
 
 
 def tensor_info(meta: object, name: str, model: str, kind: str, payloads: dict, where: str) -> TensorInfo:
@@ -95,9 +98,9 @@ def tensor_info(meta: object, name: str, model: str, kind: str, payloads: dict, 
         raise ArchiveFormatError(f"{where}: {name!r} has {len(sizes)} sizes but {len(strides)} strides")
     if len(sizes) > MAX_NDIM:
         raise ArchiveFormatError(f"{where}: {name!r} has {len(sizes)} dimensions (at most {MAX_NDIM})")
-    if _claims_absurd_size(sizes, strides, offset, dtype.itemsize):
-        raise ArchiveFormatError(f"{where}: {name!r} claims more than {MAX_TENSOR_BYTES} bytes or elements")
     shape = geometry(sizes, strides)
+    if shape.claim * dtype.itemsize > MAX_TENSOR_BYTES or offset > MAX_TENSOR_BYTES:
+        raise ArchiveFormatError(f"{where}: {name!r} claims more than {MAX_TENSOR_BYTES} bytes or elements")
     nbytes = shape.numel * dtype.itemsize
     unsupported = None
     byte_offset = None
@@ -116,27 +119,22 @@ def tensor_info(meta: object, name: str, model: str, kind: str, payloads: dict, 
                       dtype.executorch_scalar_type, storage, unsupported)  # fmt: skip
 
 
-def _claims_absurd_size(sizes: tuple[int, ...], strides: tuple[int, ...], offset: int, itemsize: int) -> bool:
-    limit = MAX_TENSOR_BYTES
-    if any(value > limit for value in (*sizes, *strides, offset)):
-        return True
-    return math.prod(size for size in sizes if size) * itemsize > limit
-
-
 def _ints(values: object) -> tuple[int, ...]:
     """Concrete ints from SymInt JSON ([{"as_int": N}, ...]); _Symbolic for any as_expr."""
     if type(values) is not list:
         raise TypeError
-    try:
-        numbers = tuple([value["as_int"] for value in values])
-    except KeyError:
-        if any(type(value) is dict and "as_expr" in value for value in values):
-            raise _Symbolic from None
-        raise
-    for number in numbers:
+    numbers = []
+    for value in values:
+        try:
+            number = value["as_int"]
+        except KeyError:
+            if type(value) is dict and "as_expr" in value:
+                raise _Symbolic from None
+            raise
         if type(number) is not int or number < 0:
             raise ValueError
-    return numbers
+        numbers.append(number)
+    return tuple(numbers)
 
 
 def _symbolic_info(
