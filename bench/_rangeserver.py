@@ -55,7 +55,7 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def _stop_process(process: subprocess.Popen, grace: float = 5.0) -> None:
+def stop_process(process: subprocess.Popen, grace: float = 5.0) -> None:
     """Ask politely (SIGTERM), then SIGKILL; always by this process's own PID."""
     if process.poll() is not None:
         return
@@ -67,6 +67,18 @@ def _stop_process(process: subprocess.Popen, grace: float = 5.0) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.kill(process.pid, signal.SIGKILL)
         process.wait()
+
+
+def wait_listening(port: int, process: subprocess.Popen, what: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited with status {process.returncode} before listening")
+        with contextlib.suppress(OSError), socket.create_connection((HOST, port), timeout=0.2):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not start listening on {HOST}:{port} within {timeout:.0f} s")
+        time.sleep(0.05)
 
 
 class _ServerProcess:
@@ -89,7 +101,7 @@ class _ServerProcess:
 
     def stop(self) -> None:
         if self.process is not None:
-            _stop_process(self.process)
+            stop_process(self.process)
 
 
 # --------------------------------------------------------------------------- FaultServer in a child process
@@ -149,7 +161,7 @@ class FaultServerProcess(_ServerProcess):
         try:
             process.wait(5.0)
         except subprocess.TimeoutExpired:
-            _stop_process(process)
+            stop_process(process)
 
 
 # --------------------------------------------------------------------------- nginx
@@ -188,15 +200,26 @@ def nginx_binary() -> str | None:
     return shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if os.access(p, os.X_OK)), None)
 
 
+def ensure_nginx() -> str:
+    """The nginx binary, installing Debian's nginx-light first if it is missing."""
+    binary = nginx_binary()
+    if binary is None:
+        print("nginx not found: apt-get install -y nginx-light ...", flush=True)
+        subprocess.run(["apt-get", "update"], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(["apt-get", "install", "-y", "nginx-light"], check=True, stdout=subprocess.DEVNULL)
+        binary = nginx_binary()
+        if binary is None:
+            raise FileNotFoundError("nginx is still missing after installing nginx-light")
+    return binary
+
+
 class NginxProcess(_ServerProcess):
     """nginx (single process, `daemon off`, `master_process off`) serving a directory on loopback."""
 
     name = "nginx"
 
     def __init__(self, root: pathlib.Path, *, timeout: float = 10.0) -> None:
-        binary = nginx_binary()
-        if binary is None:
-            raise FileNotFoundError("nginx is not installed (apt-get install -y nginx-light)")
+        binary = ensure_nginx()
         self._tmp = tempfile.mkdtemp(prefix="pt2serve-nginx-")
         port = free_port()
         conf = pathlib.Path(self._tmp, "nginx.conf")

@@ -43,7 +43,6 @@ import statistics
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
@@ -53,9 +52,10 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench._nginx import HOST, Nginx, free_port, stop_process, wait_listening  # noqa: E402
+from bench._archives import TENSOR, ensure_single_tensor_archive  # noqa: E402
+from bench._rangeserver import HOST, free_port, stop_process, wait_listening  # noqa: E402
+from bench._rangeserver import NginxProcess as Nginx  # noqa: E402
 
-TENSOR = "big"
 ARCHIVES = {"big1g": ("serve_1gib.pt2", 256 * 1024 * 1024), "big2g": ("serve_2gib.pt2", 512 * 1024 * 1024)}
 MANY_FIXTURE = ROOT / "tests" / "fixtures" / "archives" / "many.pt2"
 RATIO_MIN = 0.8
@@ -67,33 +67,6 @@ LOCAL_HEADER = struct.Struct("<4sHHHHHLLLHH")
 
 
 # --------------------------------------------------------------------------- archives
-
-
-def ensure_archive(cache_dir: pathlib.Path, filename: str, elements: int) -> pathlib.Path:
-    path = cache_dir / filename
-    if path.exists():
-        return path
-    import torch
-
-    class Big(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.register_buffer(TENSOR, torch.zeros(elements, dtype=torch.float32))
-
-        def forward(self, x):
-            return x + self.big[: x.shape[0]]
-
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    print(f"generating {path} (torch {torch.__version__}) ...", flush=True)
-    started = time.perf_counter()
-    exported = torch.export.export(Big(), (torch.zeros(4),))
-    # save under the final file name (torch names the archive's root folder after it), then move
-    with tempfile.TemporaryDirectory(dir=cache_dir) as tmp:
-        partial = pathlib.Path(tmp, filename)
-        torch.export.save(exported, str(partial))
-        os.replace(partial, path)
-    print(f"  {path.stat().st_size / 2**20:.0f} MiB, {time.perf_counter() - started:.1f} s", flush=True)
-    return path
 
 
 def data_offset(path: pathlib.Path, entry: str) -> int:
@@ -535,7 +508,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     cache = args.cache_dir
-    paths = {aid: ensure_archive(cache, filename, n) for aid, (filename, n) in ARCHIVES.items()}
+    paths = {aid: ensure_single_tensor_archive(cache, filename, n) for aid, (filename, n) in ARCHIVES.items()}
     gpt2 = cache / "gpt2_small.pt2"
     load_path = args.load_archive or (gpt2 if gpt2.exists() else MANY_FIXTURE)
     served = {**paths, "load": load_path}

@@ -28,38 +28,18 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import reader  # noqa: E402
+from bench._archives import TENSOR as TENSOR_NAME  # noqa: E402
+from bench._archives import ensure_single_tensor_archive  # noqa: E402
 from reader.sources.base import DEFAULT_CHUNK_SIZE  # noqa: E402
 
 ARCHIVE_NAME = "stream_512mib.pt2"
-TENSOR_NAME = "big"
 ELEMENTS = 128 * 1024 * 1024  # float32 -> 512 MiB
 RATIO_MIN = 0.8
 DEFAULT_SWEEP = "256K,1M,4M,8M"
 
 
 def ensure_archive(cache_dir: pathlib.Path) -> pathlib.Path:
-    path = cache_dir / ARCHIVE_NAME
-    if path.exists():
-        return path
-    import torch
-
-    class Big(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.register_buffer(TENSOR_NAME, torch.arange(ELEMENTS, dtype=torch.float32))
-
-        def forward(self, x):
-            return x + self.big[: x.shape[0]]
-
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    print(f"generating {path} (torch {torch.__version__}) ...", flush=True)
-    started = time.perf_counter()
-    exported = torch.export.export(Big(), (torch.zeros(4),))
-    partial = path.with_suffix(f".tmp{os.getpid()}.pt2")
-    torch.export.save(exported, str(partial))
-    os.replace(partial, path)
-    print(f"  {path.stat().st_size / 2**20:.0f} MiB, {time.perf_counter() - started:.1f} s", flush=True)
-    return path
+    return ensure_single_tensor_archive(cache_dir, ARCHIVE_NAME, ELEMENTS, fill="arange")
 
 
 def parse_size(text: str) -> int:
