@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -313,6 +314,8 @@ async def cmd_get(args: argparse.Namespace) -> None:
             raise reader.UnsupportedPayload(f"{info.model}/{info.name}: {info.unsupported}")
         header = npy_header(info) if args.format == "npy" else b""
         total = len(header) + info.nbytes
+        record = _ResumeRecord(args.output, ar.identity, info, order, args.format)
+        verified = record.check() if not args.no_resume else True
         with _open_output(args.output, resume=not args.no_resume) as (out, have):
             if have > total:
                 raise CliError(
@@ -326,6 +329,10 @@ async def cmd_get(args: argparse.Namespace) -> None:
                     f"{args.output} does not start with this tensor's .npy header; not resuming "
                     "(remove it or pass --no-resume)",
                 )
+            if have and not verified:
+                print(f"pt2serve: warning: {args.output} has no resume record; resuming without being "
+                      "able to check it comes from the same archive version", file=sys.stderr)  # fmt: skip
+            record.save()
             with _progress(args, total, info.name, done=have) as advance:
                 if have < len(header):
                     out.write(header[have:])
@@ -339,6 +346,50 @@ async def cmd_get(args: argparse.Namespace) -> None:
             written = _size_of(out)
     if written is not None and written != total:
         raise CliError("IncompleteOutput", f"{args.output} has {written} bytes, expected {total}")
+    record.remove()
+
+
+class _ResumeRecord:
+    """FILE.pt2serve-part: which archive version and tensor a partial FILE holds.
+
+    A resumed download must not join bytes of two archive versions: the record
+    is written when a download starts, checked before resuming, removed when done.
+    """
+
+    def __init__(self, output: str, identity: str, info: object, order: str, fmt: str) -> None:
+        self.path = None if output == "-" else f"{output}.pt2serve-part"
+        self.output = output
+        self.fields = {"identity": identity, "model": info.model, "name": info.name,  # type: ignore[attr-defined]
+                       "order": order, "format": fmt}  # fmt: skip
+
+    def check(self) -> bool:
+        """Raise if a partial FILE belongs to another archive version; False if it has no record."""
+        if self.path is None or not os.path.exists(self.output) or not os.path.getsize(self.output):
+            return True
+        try:
+            with open(self.path) as handle:
+                saved = json.load(handle)
+        except FileNotFoundError:
+            return False
+        except (OSError, ValueError):
+            saved = None
+        if saved != self.fields:
+            raise CliError(
+                "SourceChanged",
+                f"{self.output} is a partial download of another archive version or tensor; "
+                "not resuming (pass --no-resume to start over)",
+            )
+        return True
+
+    def save(self) -> None:
+        if self.path is not None:
+            with open(self.path, "w") as handle:
+                json.dump(self.fields, handle)
+
+    def remove(self) -> None:
+        if self.path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(self.path)
 
 
 @contextlib.contextmanager

@@ -299,6 +299,33 @@ def test_get_refuses_to_resume_a_different_file(tmp_path, big_archive):
     assert out.read_bytes() == np.arange(4, dtype=np.float32).tobytes()
 
 
+def test_get_will_not_join_two_archive_versions(tmp_path, big_archive):
+    archive = tmp_path / "copy.pt2"
+    shutil.copy(big_archive, archive)
+    full = run(_reader_bytes(archive, "big.weight"))
+    out = tmp_path / "w.bin"
+    out.write_bytes(full[:1000])
+
+    async def identity() -> str:
+        async with reader.open_archive(archive) as ar:
+            return ar.identity
+
+    record = {"identity": run(identity()), "model": "model", "name": "big.weight", "order": "default",
+              "format": "raw"}  # fmt: skip
+    (tmp_path / "w.bin.pt2serve-part").write_text(json.dumps(record))
+    os.utime(archive, (1, 1))  # the archive is replaced (its identity changes) while the file is partial
+    refused = cli("get", archive, "big.weight", "-o", out, "--no-progress")
+    assert refused.returncode == 1
+    one_line_error(refused.stderr, "pt2serve: SourceChanged:")
+    assert out.read_bytes() == full[:1000]
+    record["identity"] = run(identity())
+    (tmp_path / "w.bin.pt2serve-part").write_text(json.dumps(record))
+    resumed = cli("get", archive, "big.weight", "-o", out, "--no-progress")
+    assert resumed.returncode == 0, resumed.stderr
+    assert out.read_bytes() == full
+    assert not (tmp_path / "w.bin.pt2serve-part").exists()  # the record goes when the file is complete
+
+
 def test_progress_bar_on_request(tmp_path, big_archive):
     result = cli("get", big_archive, "big.weight", "-o", tmp_path / "w.bin", "--progress")
     assert result.returncode == 0
