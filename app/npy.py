@@ -32,7 +32,6 @@ _DESCR = {
     "bfloat16": "<u2",
     "complex32": "<f2",
 }
-FALLBACKS = {"bfloat16": "<u2", "complex32": "<f2", "float8_*": "|u1"}
 
 
 def npy_descr(dtype: str) -> str:

@@ -65,8 +65,6 @@ _TABLE = (
 BY_SERIALIZED: dict[int, DType] = {d.serialized: d for d in _TABLE}
 BY_NAME: dict[str, DType] = {d.name: d for d in _TABLE}
 
-# dtypes whose numpy form is not their byte layout: read_numpy converts them.
-NUMPY_UPCAST = {"complex32"}
 
 
 def dtype_from_serialized(value: object, where: str) -> DType:
