@@ -55,6 +55,7 @@ if str(ROOT) not in sys.path:
 from bench._archives import TENSOR, ensure_single_tensor_archive  # noqa: E402
 from bench._rangeserver import HOST, free_port, stop_process, wait_listening  # noqa: E402
 from bench._rangeserver import NginxProcess as Nginx  # noqa: E402
+from bench.stream_local import human, parse_size  # noqa: E402
 
 ARCHIVES = {"big1g": ("serve_1gib.pt2", 256 * 1024 * 1024), "big2g": ("serve_2gib.pt2", 512 * 1024 * 1024)}
 MANY_FIXTURE = ROOT / "tests" / "fixtures" / "archives" / "many.pt2"
@@ -426,16 +427,6 @@ def _frame(frame: str) -> str:
 
 
 # --------------------------------------------------------------------------- main
-
-
-def parse_size(text: str) -> int:
-    text = text.strip().upper().removesuffix("IB").removesuffix("B")
-    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-    return int(text.rstrip("KMG")) * scale
-
-
-def human(size: int) -> str:
-    return f"{size >> 20} MiB" if size >= 1 << 20 and not size % (1 << 20) else f"{size >> 10} KiB"
 
 
 def verdict(passed: bool) -> str:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import io
 import itertools
 import json
 import pathlib
@@ -33,6 +32,7 @@ import reader
 from reader import zipfmt
 from reader.sources import BytesSource
 from reader.zipfmt import layouts
+from tests.zipbytes import build_zip
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "archives"
@@ -112,32 +112,6 @@ class HypothesisChoices:
 # --------------------------------------------------------------------------- archives
 
 
-def _zip(files: dict[str, bytes], *, method: int = zipfile.ZIP_STORED, zip64: bool = False,
-         streamed: bool = False, comment: bytes = b"") -> bytes:  # fmt: skip
-    """Like tests.zipbytes.build_zip (kept here so the harness runs without the tests package)."""
-
-    class Unseekable(io.RawIOBase):
-        def __init__(self) -> None:
-            self.buffer = bytearray()
-
-        def writable(self) -> bool:
-            return True
-
-        def write(self, data: Any) -> int:
-            self.buffer += data
-            return len(data)
-
-    target: Any = Unseekable() if streamed else io.BytesIO()
-    with zipfile.ZipFile(target, "w", compression=method) as archive:
-        for name, content in files.items():
-            info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
-            info.compress_type = method
-            with archive.open(info, "w", force_zip64=zip64) as handle:
-                handle.write(content)
-        archive.comment = comment
-    return bytes(target.buffer if streamed else target.getvalue())
-
-
 def _symint(value: int) -> dict:
     return {"as_int": value}
 
@@ -194,12 +168,12 @@ def synthetic_bases() -> dict[str, bytes]:
     }
     files = pt2_files({"config": config}, payloads)
     return {
-        "stored": _zip(files),
-        "deflated": _zip(files, method=zipfile.ZIP_DEFLATED),
-        "zip64": _zip(files, zip64=True),
-        "streamed": _zip(files, streamed=True),
-        "streamed-deflated": _zip(files, method=zipfile.ZIP_DEFLATED, streamed=True),
-        "comment": _zip(files, comment=b"PK\x05\x06 a comment that looks like an end record"),
+        "stored": build_zip(files),
+        "deflated": build_zip(files, method=zipfile.ZIP_DEFLATED),
+        "zip64": build_zip(files, force_zip64=True),
+        "streamed": build_zip(files, streamed=True),
+        "streamed-deflated": build_zip(files, method=zipfile.ZIP_DEFLATED, streamed=True),
+        "comment": build_zip(files, comment=b"PK\x05\x06 a comment that looks like an end record"),
     }
 
 
@@ -589,10 +563,10 @@ def generate_config_archive(ch: Choices) -> Case:
         files["r/models/second.json"] = b"{}"
         files["r/data/weights/second_weights_config.json"] = dumps({"config": config})
     variant = ch.integer(0, 5)
-    data = _zip(
+    data = build_zip(
         files,
         method=zipfile.ZIP_DEFLATED if variant in (1, 4) else zipfile.ZIP_STORED,
-        zip64=variant == 2,
+        force_zip64=variant == 2,
         streamed=variant in (3, 4),
     )
     expected = {}

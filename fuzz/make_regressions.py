@@ -22,7 +22,7 @@ OUT = HERE / "regressions"
 
 def _archive(meta: dict, payload: bytes = bytes(16), *, deflate: bool = False) -> bytes:
     files = common.pt2_files({"config": {"w": meta}}, {"weight_0": payload})
-    return common._zip(files, method=zipfile.ZIP_DEFLATED if deflate else zipfile.ZIP_STORED)
+    return common.build_zip(files, method=zipfile.ZIP_DEFLATED if deflate else zipfile.ZIP_STORED)
 
 
 def _meta(sizes: list[int], strides: list[int], dtype: object = 7, offset: int = 0) -> dict:
