@@ -148,29 +148,34 @@ def pt2serve_warm_loop(path: str, repeat: int) -> dict:
             "max": max(times), "runs": repeat, "tensors": runs[-1][1]}  # fmt: skip
 
 
+def list_with_zipfile(archive: zipfile.ZipFile) -> list[dict]:
+    """The baseline: a torch-free listing of every tensor from the configs, with zipfile + json."""
+    names = archive.namelist()
+    root = names[0].split("/", 1)[0]
+    prefix = f"{root}/models/"
+    models = [name[len(prefix) : -len(".json")] for name in names
+              if name.startswith(prefix) and name.endswith(".json")]  # fmt: skip
+    present = set(names)
+    tensors = []
+    for model in models:
+        for config in (f"{root}/data/weights/{model}_weights_config.json",
+                       f"{root}/data/constants/{model}_constants_config.json"):  # fmt: skip
+            if config not in present:
+                continue
+            for fqn, meta in json.loads(archive.read(config))["config"].items():
+                tensor_meta = meta.get("tensor_meta") or {}
+                tensors.append({
+                    "name": fqn,
+                    "model": model,
+                    "dtype": tensor_meta.get("dtype"),
+                    "sizes": [size.get("as_int") for size in tensor_meta.get("sizes", [])],
+                })  # fmt: skip
+    return tensors
+
+
 def zipfile_listing(path: str) -> list[dict]:
     with zipfile.ZipFile(path) as archive:
-        names = archive.namelist()
-        root = names[0].split("/", 1)[0]
-        prefix = f"{root}/models/"
-        models = [name[len(prefix) : -len(".json")] for name in names
-                  if name.startswith(prefix) and name.endswith(".json")]  # fmt: skip
-        present = set(names)
-        tensors = []
-        for model in models:
-            for config in (f"{root}/data/weights/{model}_weights_config.json",
-                           f"{root}/data/constants/{model}_constants_config.json"):  # fmt: skip
-                if config not in present:
-                    continue
-                for fqn, meta in json.loads(archive.read(config))["config"].items():
-                    tensor_meta = meta.get("tensor_meta") or {}
-                    tensors.append({
-                        "name": fqn,
-                        "model": model,
-                        "dtype": tensor_meta.get("dtype"),
-                        "sizes": [size.get("as_int") for size in tensor_meta.get("sizes", [])],
-                    })  # fmt: skip
-    return tensors
+        return list_with_zipfile(archive)
 
 
 def time_zipfile(path: str) -> tuple[float, int]:

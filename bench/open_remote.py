@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import pathlib
 import statistics
@@ -38,7 +37,7 @@ if str(ROOT) not in sys.path:
 import reader  # noqa: E402, I001
 from reader.sources import HttpOptions, HttpSource  # noqa: E402
 from _rangeserver import FaultServerProcess  # noqa: E402
-from open_local import ensure_archive  # noqa: E402
+from open_local import ensure_archive, list_with_zipfile  # noqa: E402
 
 REQUESTS_MAX = 3
 BYTES_FRACTION_MAX = 0.01
@@ -49,20 +48,8 @@ DEFAULT_SLACK = 0.020
 
 
 def list_configs(archive: zipfile.ZipFile) -> int:
-    """Read and parse every weights/constants config of a .pt2 (a torch-free listing); tensors found."""
-    names = archive.namelist()
-    root = names[0].split("/", 1)[0]
-    prefix = f"{root}/models/"
-    models = [name[len(prefix) : -len(".json")] for name in names
-              if name.startswith(prefix) and name.endswith(".json")]  # fmt: skip
-    present = set(names)
-    count = 0
-    for model in models:
-        for config in (f"{root}/data/weights/{model}_weights_config.json",
-                       f"{root}/data/constants/{model}_constants_config.json"):  # fmt: skip
-            if config in present:
-                count += len(json.loads(archive.read(config))["config"])
-    return count
+    """Every tensor listed from the configs (open_local's baseline); the count."""
+    return len(list_with_zipfile(archive))
 
 
 async def _pt2serve(url: str) -> tuple[int, dict]:
