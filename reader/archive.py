@@ -15,7 +15,16 @@ from .dtypes import BY_NAME, to_numpy
 from .entries import EntryReader
 from .errors import ModelNotFound, TensorNotFound, UnsupportedPayload
 from .opening import OpenedIndex, read_index
-from .sources import DEFAULT_CHUNK_SIZE, DEFAULT_TAIL_SIZE, ByteSource, HttpOptions, S3Settings, open_source
+from .sources import (
+    DEFAULT_CHUNK_SIZE,
+    DEFAULT_TAIL_SIZE,
+    LOCAL_TAIL_SIZE,
+    ByteSource,
+    HttpOptions,
+    LocalFileSource,
+    S3Settings,
+    open_source,
+)
 from .tensorinfo import TensorInfo
 from .zipfmt import ZipEntry
 
@@ -230,7 +239,8 @@ class open_archive:  # noqa: N801 - used like a function: `async with open_archi
 
     `location` is a path, an http(s):// URL, an s3://bucket/key URI or an open
     ByteSource. `tail_size` is how much of the end the first read takes (enough for
-    typical central directories); `chunk_size` is the default stream chunk;
+    typical central directories; by default 256 KiB remotely, 64 KiB for local
+    files, where one more read is cheap); `chunk_size` is the default stream chunk;
     `http_options` tune remote reads (timeouts, retries, budgets); `s3_settings`
     override the AWS_* environment.
     """
@@ -239,7 +249,7 @@ class open_archive:  # noqa: N801 - used like a function: `async with open_archi
         self,
         location: str | os.PathLike[str] | ByteSource,
         *,
-        tail_size: int = DEFAULT_TAIL_SIZE,
+        tail_size: int | None = None,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         http_options: HttpOptions | None = None,
         s3_settings: S3Settings | None = None,
@@ -256,15 +266,18 @@ class open_archive:  # noqa: N801 - used like a function: `async with open_archi
         if isinstance(location, (str, os.PathLike)):
             source = await open_source(
                 location,
-                tail_size=self._tail_size,
+                tail_size=self._tail_size or DEFAULT_TAIL_SIZE,
                 http_options=self._http_options,
                 s3_settings=self._s3_settings,
             )
         else:
             source = location
         reader = EntryReader(source, self._chunk_size)
+        tail_size = self._tail_size or (
+            LOCAL_TAIL_SIZE if isinstance(source, LocalFileSource) else DEFAULT_TAIL_SIZE
+        )
         try:
-            opened = await read_index(source, reader, self._tail_size)
+            opened = await read_index(source, reader, tail_size)
         except BaseException:
             await source.close()
             raise

@@ -11,7 +11,11 @@ from .local import LocalFileSource
 from .memory import BytesSource
 from .s3 import S3Settings, open_s3
 
+# How much of the end an open reads first. Remotely, one request should hold the end
+# records, the central directory and often the configs; locally another read costs
+# microseconds while a bigger buffer costs page faults, so local files read less.
 DEFAULT_TAIL_SIZE = 256 << 10
+LOCAL_TAIL_SIZE = 64 << 10
 
 
 async def open_source(
@@ -42,6 +46,7 @@ async def open_source(
 __all__ = [
     "DEFAULT_CHUNK_SIZE",
     "DEFAULT_TAIL_SIZE",
+    "LOCAL_TAIL_SIZE",
     "ByteSource",
     "BytesSource",
     "HttpOptions",
