@@ -170,6 +170,8 @@ def test_bogus_counts_sizes_and_offsets() -> None:
     cases["compressed size overlapping the next entry"] = _patched(plain, central + 20, "<I", 10_000)
     cases["header offset past the directory"] = _patched(plain, central + 42, "<I", len(plain) - 30)
     cases["name length past the directory"] = _patched(plain, central + 28, "<H", 60_000)
+    second = plain.index(b"PK\x01\x02", central + 1)
+    cases["two records sharing one local header"] = _patched(plain, second + 42, "<I", 0)
     for what, data in cases.items():
         result = outcome(data)
         assert "open" in result and issubclass(result["open"], reader.ArchiveFormatError), what

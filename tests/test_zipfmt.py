@@ -44,6 +44,18 @@ def test_parses_what_zipfile_writes(method: int, streamed: bool, force_zip64: bo
         assert all(e.flags & 0x08 for e in directory_of(data)[1])
 
 
+def test_names_without_the_utf8_flag_decode_as_cp437_like_zipfile() -> None:
+    data = bytearray(build_zip(FILES))
+    for signature, flags_at in ((b"PK\x03\x04", 6), (b"PK\x01\x02", 8)):  # local, central
+        at = data.find(signature)
+        while at != -1:
+            data[at + flags_at + 1] &= ~0x08  # bit 11 (EFS, UTF-8 names) lives in the high byte
+            at = data.find(signature, at + 1)
+    _agrees_with_zipfile(bytes(data))
+    names = [entry.name for entry in directory_of(bytes(data))[1]]
+    assert "root/ü-utf8.json".encode().decode("cp437") in names and "root/a.bin" in names
+
+
 def test_comment_holding_a_fake_end_record_is_not_fooled() -> None:
     # CPython's zipfile takes the fake record and lists nothing; the record whose
     # comment ends exactly at the end of the file is the real one.
@@ -95,4 +107,3 @@ def test_unsupported_method_is_a_format_error() -> None:
     _, (entry,) = directory_of(data)
     with pytest.raises(ArchiveFormatError, match="method 12"):
         zipfmt.EntryDecoder(entry)
-

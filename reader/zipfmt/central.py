@@ -17,7 +17,7 @@ from .layouts import (
     ZIP64_EXTRA_ID,
     ZIP64_FIELD,
 )
-from .records import DirectorySpan, ZipEntry
+from .records import DirectorySpan, ZipEntry, compression_name
 
 
 def parse_central_directory(directory: bytes | memoryview, span: DirectorySpan) -> tuple[ZipEntry, ...]:
@@ -25,54 +25,53 @@ def parse_central_directory(directory: bytes | memoryview, span: DirectorySpan) 
 
     Every size and offset is checked against the archive layout: entries must lie
     before the central directory, must not overlap, and names must be unique.
+    One loop, no call per record: an archive holds thousands of them.
     """
     data = bytes(directory)
     if len(data) != span.size:
         raise ValueError(f"expected {span.size} central directory bytes, got {len(data)}")
+    unpack_header = CENTRAL_HEADER.unpack_from
+    header_size = CENTRAL_HEADER.size
     raw: list[tuple[bytes, int, int, int, int, int, int]] = []
     at = 0
     for index in range(span.entries):
-        record, at = _parse_record(data, at, span.offset, index)
-        raw.append(record)
+        if at + header_size > span.size:
+            raise ArchiveFormatError(f"central directory record {index} at {span.offset + at} is truncated")
+        (
+            signature, _, _, flags, method, _, _, crc, compressed, size,
+            name_length, extra_length, comment_length, disk, _, _, header_offset,
+        ) = unpack_header(data, at)  # fmt: skip
+        if signature != CENTRAL_HEADER_SIGNATURE:
+            raise ArchiveFormatError(
+                f"bad central directory signature for record {index} at {span.offset + at}"
+            )
+        name_at = at + header_size
+        extra_at = name_at + name_length
+        record_end = extra_at + extra_length + comment_length
+        if record_end > span.size:
+            raise ArchiveFormatError(
+                f"central directory record {index} at {span.offset + at} runs past the directory's end"
+            )
+        raw_name = data[name_at:extra_at]
+        if SENTINEL_32 in (compressed, size, header_offset) or disk == SENTINEL_16:
+            size, compressed, header_offset = _zip64_values(
+                memoryview(data)[extra_at : extra_at + extra_length],
+                size,
+                compressed,
+                header_offset,
+                disk,
+                span.offset + at,
+            )
+        elif disk != 0:
+            raise ArchiveFormatError(f"entry {raw_name!r} at {span.offset + at} starts on disk {disk}")
+        raw.append((raw_name, flags, method, crc, compressed, size, header_offset))
+        at = record_end
     if at != span.size:
         raise ArchiveFormatError(
             f"central directory at {span.offset} holds {span.size - at} bytes beyond its "
             f"{span.entries} entries"
         )
     return _with_regions(raw, span)
-
-
-def _parse_record(data: bytes, at: int, directory_offset: int, index: int) -> tuple[tuple, int]:
-    """One record at `at`: its fields and where the next record starts."""
-    position = directory_offset + at
-    if at + CENTRAL_HEADER.size > len(data):
-        raise ArchiveFormatError(f"central directory record {index} at {position} is truncated")
-    (
-        signature, _, _, flags, method, _, _, crc, compressed, size,
-        name_length, extra_length, comment_length, disk, _, _, header_offset,
-    ) = CENTRAL_HEADER.unpack_from(data, at)  # fmt: skip
-    if signature != CENTRAL_HEADER_SIGNATURE:
-        raise ArchiveFormatError(f"bad central directory signature for record {index} at {position}")
-    name_at = at + CENTRAL_HEADER.size
-    extra_at = name_at + name_length
-    record_end = extra_at + extra_length + comment_length
-    if record_end > len(data):
-        raise ArchiveFormatError(
-            f"central directory record {index} at {position} runs past the directory's end"
-        )
-    raw_name = data[name_at:extra_at]
-    if SENTINEL_32 in (compressed, size, header_offset) or disk == SENTINEL_16:
-        size, compressed, header_offset = _zip64_values(
-            memoryview(data)[extra_at : extra_at + extra_length],
-            size,
-            compressed,
-            header_offset,
-            disk,
-            position,
-        )
-    elif disk != 0:
-        raise ArchiveFormatError(f"entry {raw_name!r} at {position} starts on disk {disk}")
-    return (raw_name, flags, method, crc, compressed, size, header_offset), record_end
 
 
 def _zip64_values(
@@ -116,16 +115,20 @@ def _zip64_values(
 
 def _with_regions(raw: list[tuple], span: DirectorySpan) -> tuple[ZipEntry, ...]:
     """Check entries against each other and the directory; give each its region end."""
-    order = sorted(range(len(raw)), key=lambda i: raw[i][6])
-    region_ends = [0] * len(raw)
-    for rank, i in enumerate(order):
-        region_ends[i] = raw[order[rank + 1]][6] if rank + 1 < len(order) else span.offset
+    offsets = sorted({record[6] for record in raw})
+    if len(offsets) != len(raw):
+        _raise_shared_header(raw)
+    next_start = dict(zip(offsets, [*offsets[1:], span.offset]))
     entries = []
     names: set[str] = set()
-    for (raw_name, flags, method, crc, compressed, size, header_offset), region_end in zip(raw, region_ends):
-        name = raw_name.decode("utf-8" if flags & FLAG_UTF8 else "cp437", errors="replace")
-        minimum_end = header_offset + LOCAL_HEADER.size + len(raw_name) + compressed
-        if minimum_end > region_end:
+    local_header_size = LOCAL_HEADER.size
+    for raw_name, flags, method, crc, compressed, size, header_offset in raw:
+        if raw_name.isascii():  # the usual case, and the same in both encodings (cp437 is slow)
+            name = raw_name.decode("ascii")
+        else:
+            name = raw_name.decode("utf-8" if flags & FLAG_UTF8 else "cp437", errors="replace")
+        region_end = next_start[header_offset]
+        if header_offset + local_header_size + len(raw_name) + compressed > region_end:
             what = "the central directory" if region_end == span.offset else "the next entry"
             raise ArchiveFormatError(
                 f"entry {name!r} at {header_offset} ({compressed} bytes) overlaps {what} at {region_end}"
@@ -139,7 +142,19 @@ def _with_regions(raw: list[tuple], span: DirectorySpan) -> tuple[ZipEntry, ...]
         if name in names:
             raise ArchiveFormatError(f"duplicate entry name {name!r}")
         names.add(name)
-        entries.append(
-            ZipEntry(name, raw_name, flags, method, crc, compressed, size, header_offset, region_end)
-        )
+        entries.append(ZipEntry(
+            name, raw_name, flags, method, crc, compressed, size, header_offset, region_end,
+            compression_name(method),
+        ))  # fmt: skip
     return tuple(entries)
+
+
+def _raise_shared_header(raw: list[tuple]) -> None:
+    """Two records claim the same local header: their entries overlap."""
+    seen: dict[int, bytes] = {}
+    for raw_name, *_, header_offset in raw:
+        if header_offset in seen:
+            raise ArchiveFormatError(
+                f"entries {seen[header_offset]!r} and {raw_name!r} both start at {header_offset}"
+            )
+        seen[header_offset] = raw_name

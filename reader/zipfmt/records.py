@@ -47,7 +47,8 @@ class ZipEntry(NamedTuple):
     size: int
     header_offset: int
     region_end: int
+    compression: str  # "stored", "deflate" or "method-N": what StorageRef and errors show
 
-    @property
-    def compression(self) -> str:
-        return METHOD_NAMES.get(self.method, f"method-{self.method}")
+
+def compression_name(method: int) -> str:
+    return METHOD_NAMES.get(method) or f"method-{method}"
