@@ -66,7 +66,6 @@ BY_SERIALIZED: dict[int, DType] = {d.serialized: d for d in _TABLE}
 BY_NAME: dict[str, DType] = {d.name: d for d in _TABLE}
 
 
-
 def dtype_from_serialized(value: object, where: str) -> DType:
     """Look up a serialized ScalarType, raising ArchiveFormatError for unknown values."""
     if isinstance(value, bool) or not isinstance(value, int) or value not in BY_SERIALIZED:

@@ -105,29 +105,20 @@ def build_index(
 ) -> dict[str, dict[str, TensorInfo]]:
     """Parse the fetched metadata entries into {model: {fqn: TensorInfo}}."""
     _check_header_files(plan, contents)
-    payloads = {
-        directory: _entries_under(entries, f"{plan.root}/{directory}")
-        for directory in (WEIGHTS_DIR, CONSTANTS_DIR)
-    }
     index: dict[str, dict[str, TensorInfo]] = {}
     for model in plan.models:
         configs = plan.configs[model]
         tensors: dict[str, TensorInfo] = {}
-        sources = [(configs.weights, WEIGHTS_DIR, "weight")]
+        sources = [(configs.weights, f"{plan.root}/{WEIGHTS_DIR}", "weight")]
         if configs.constants:
-            sources.append((configs.constants, CONSTANTS_DIR, "constant"))
-        for config_name, directory, kind in sources:
+            sources.append((configs.constants, f"{plan.root}/{CONSTANTS_DIR}", "constant"))
+        for config_name, folder, kind in sources:
             for fqn, meta in _payload_config(config_name, contents[config_name]).items():
                 if fqn in tensors:
                     raise ArchiveFormatError(f"{config_name}: {fqn!r} is listed twice in model {model!r}")
-                tensors[fqn] = tensor_info(meta, fqn, model, kind, payloads[directory], config_name)
+                tensors[fqn] = tensor_info(meta, fqn, model, kind, entries, folder, config_name)
         index[model] = tensors
     return index
-
-
-def _entries_under(entries: Mapping[str, ZipEntry], prefix: str) -> dict[str, ZipEntry]:
-    """Entries directly in a folder, keyed by their name inside it (a config's path_name)."""
-    return {name[len(prefix) :]: entry for name, entry in entries.items() if name.startswith(prefix)}
 
 
 def _check_header_files(plan: IndexPlan, contents: Mapping[str, bytes]) -> None:

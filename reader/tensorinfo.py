@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .frozen import fast_constructor
+
 
 @dataclass(frozen=True, slots=True)
 class StorageRef:
@@ -62,15 +64,16 @@ class TensorInfo:
 
     def to_dict(self) -> dict[str, Any]:
         """The layout JSON the service returns for /tensors/{name}/layout."""
+        sizes, strides, dim_order, storage = self.sizes, self.strides, self.dim_order, self.storage
         return {
             "name": self.name,
             "model": self.model,
             "kind": self.kind,
             "dtype": self.dtype,
-            "sizes": _list(self.sizes),
-            "strides": _list(self.strides),
+            "sizes": None if sizes is None else list(sizes),
+            "strides": None if strides is None else list(strides),
             "storage_offset": self.storage_offset,
-            "dim_order": _list(self.dim_order),
+            "dim_order": None if dim_order is None else list(dim_order),
             "dense": self.dense,
             "numel": self.numel,
             "itemsize": self.itemsize,
@@ -79,10 +82,18 @@ class TensorInfo:
             "requires_grad": self.requires_grad,
             "pickled": self.pickled,
             "executorch_scalar_type": self.executorch_scalar_type,
-            "storage": self.storage.to_dict(),
+            "storage": {  # StorageRef.to_dict, inlined: listings call this for every tensor
+                "entry": storage.entry,
+                "offset": storage.offset,
+                "nbytes": storage.nbytes,
+                "compression": storage.compression,
+                "crc32": storage.crc32,
+            },
             "unsupported": self.unsupported,
         }
 
 
-def _list(values: tuple[int, ...] | None) -> list[int] | None:
-    return None if values is None else list(values)
+# The index builds these by the thousand: positional constructors that skip the
+# per-field object.__setattr__ of the frozen __init__ (see reader.frozen).
+build_storage_ref = fast_constructor(StorageRef)
+build_tensor_info = fast_constructor(TensorInfo)
