@@ -4,8 +4,8 @@
 
 The archive (~124M parameters, ~500 MB, lm_head tied to wte) is generated once
 with torch.export and cached under --cache-dir. Every measurement is repeated
-and the median is reported; one untimed warm-up run of each comes first, so
-all three read a warm page cache.
+and the median is reported; untimed warm-up runs come first, so all three read a
+warm page cache, and pt2serve and the zipfile baseline alternate run by run.
 
 Targets: torch.export.load / pt2serve >= 200, pt2serve / zipfile baseline <= 1.5.
 """
@@ -205,14 +205,26 @@ def warm_page_cache(path: str) -> None:
 
 
 def measure(name: str, run: Callable[[], tuple[float, int]], repeat: int, warmup: int = 2) -> dict:
+    return measure_interleaved({name: run}, repeat, warmup)[0]
+
+
+def measure_interleaved(
+    contenders: dict[str, Callable[[], tuple[float, int]]], repeat: int, warmup: int = 2
+) -> list[dict]:
+    """Each round runs every contender once, in turn, so drifts in machine speed (this is a
+    shared VM) hit all of them alike and the ratio of medians stays fair."""
     for _ in range(warmup):  # page cache, imports, first-use costs: not counted
-        run()
-    times, count = [], None
+        for run in contenders.values():
+            run()
+    times: dict[str, list[float]] = {name: [] for name in contenders}
+    counts: dict[str, int] = {}
     for _ in range(repeat):
-        elapsed, count = run()
-        times.append(elapsed)
-    return {"name": name, "median": statistics.median(times), "min": min(times), "max": max(times),
-            "runs": repeat, "tensors": count}  # fmt: skip
+        for name, run in contenders.items():
+            elapsed, counts[name] = run()
+            times[name].append(elapsed)
+    return [{"name": name, "median": statistics.median(times[name]), "min": min(times[name]),
+             "max": max(times[name]), "runs": repeat, "tensors": counts[name]}
+            for name in contenders]  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -230,10 +242,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"archive: {path} ({size / 1e6:.0f} MB); {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.2f} (results are noisy if other work runs)")  # fmt: skip
 
-    results = [
-        measure("pt2serve open+list", lambda: time_pt2serve(path), args.repeat),
-        measure("zipfile+json baseline", lambda: time_zipfile(path), args.repeat),
-    ]
+    results = measure_interleaved(
+        {
+            "pt2serve open+list": lambda: time_pt2serve(path),
+            "zipfile+json baseline": lambda: time_zipfile(path),
+        },
+        args.repeat,
+    )
     warm = pt2serve_warm_loop(path, args.repeat)
     if not args.skip_torch:
         results.append(measure("torch.export.load", lambda: time_torch(path), args.torch_repeat))
