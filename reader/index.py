@@ -9,10 +9,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import orjson
-
 from .errors import ArchiveFormatError, UnsupportedPayload
 from .payload_meta import tensor_info
+from .payload_schema import decode_payload_config
 from .tensorinfo import TensorInfo
 from .zipfmt import ZipEntry
 
@@ -113,7 +112,7 @@ def build_index(
         if configs.constants:
             sources.append((configs.constants, f"{plan.root}/{CONSTANTS_DIR}", "constant"))
         for config_name, folder, kind in sources:
-            for fqn, meta in _payload_config(config_name, contents[config_name]).items():
+            for fqn, meta in decode_payload_config(contents[config_name], config_name).items():
                 if fqn in tensors:
                     raise ArchiveFormatError(f"{config_name}: {fqn!r} is listed twice in model {model!r}")
                 tensors[fqn] = tensor_info(meta, fqn, model, kind, entries, folder, config_name)
@@ -135,14 +134,3 @@ def _check_header_files(plan: IndexPlan, contents: Mapping[str, bytes]) -> None:
         order = contents[plan.byteorder].decode("utf-8", errors="replace").strip()
         if order != "little":
             raise UnsupportedPayload(f"archive byte order is {order!r}; only little-endian is supported")
-
-
-def _payload_config(name: str, raw: bytes) -> dict:
-    try:
-        document = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise ArchiveFormatError(f"{name}: not valid JSON ({exc})") from None
-    config = document.get("config") if isinstance(document, dict) else None
-    if not isinstance(config, dict):
-        raise ArchiveFormatError(f"{name}: expected an object with a 'config' map")
-    return config

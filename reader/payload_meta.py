@@ -1,8 +1,10 @@
-"""One PayloadMeta (a config entry) → TensorInfo, with every field checked.
+"""One PayloadMeta (a config entry, already type-checked by payload_schema) → TensorInfo.
 
-This runs once per tensor at open, so it is kept lean: shape arithmetic is
-cached per (sizes, strides) (models repeat a few shapes many times), and error
-messages are only formatted when something is wrong.
+What types cannot say is checked here: the dtype is known, the payload exists,
+sizes and strides agree, the view lies inside its payload. This runs once per
+tensor at open, so it is kept lean: shape arithmetic is cached per (sizes,
+strides) (models repeat a few shapes many times), and error messages are only
+formatted when something is wrong.
 """
 
 from __future__ import annotations
@@ -15,28 +17,21 @@ from dataclasses import dataclass
 from . import layout
 from .dtypes import BY_SERIALIZED, DType, dtype_from_serialized
 from .errors import ArchiveFormatError
+from .payload_schema import MAX_TENSOR_BYTES, STRIDED_LAYOUT, PayloadMeta, TensorMeta
 from .tensorinfo import TensorInfo, build_storage_ref, build_tensor_info
 from .zipfmt import ZipEntry
 
 CUSTOM_OBJECT_PREFIXES = ("custom_obj_", "opaque_obj_")
-STRIDED_LAYOUT = 7  # torch._export.serde.schema.Layout.Strided
-# No real tensor spans more than this; larger claims are corrupt (or hostile). The limit
-# holds for the product of the non-zero sizes too, so numpy can always shape the result.
-MAX_TENSOR_BYTES = 1 << 50
-# torch and numpy both stop at 64 dimensions; more is a corrupt (or hostile) config, and
-# checking it first keeps the per-dimension work bounded.
-MAX_NDIM = 64
 
 PICKLED = "pickled tensor (use_pickle: a torch.save of a tensor subclass), not raw bytes"
 CUSTOM_OBJECT = "custom object (a pickled script or opaque object), not a tensor"
 SYMBOLIC = "symbolic size, stride or offset (as_expr)"
 
-_as_int = operator.itemgetter("as_int")
-_INT_ONLY = frozenset({int})  # bool and float are not sizes, even where they compare equal to one
+_as_int = operator.attrgetter("as_int")
 
 
-class _Symbolic(Exception):
-    """A SymInt is an expression, not a number."""
+class _NotConcrete(Exception):
+    """A size, stride or offset has no as_int."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,15 +43,14 @@ class Geometry:
     claim: int  # the largest of: any size or stride, the product of the non-zero sizes
 
 
-# Checked geometry by (sizes, strides): models repeat a few shapes many times. Keys are only
-# stored after their values were checked to be ints, so equal-comparing floats or bools
-# never reach a lookup (every tensor's types are checked first).
+# Checked geometry by (sizes, strides). Only all-int keys are stored, so a lookup that
+# hits needs no further checks; anything else goes through _checked_geometry.
 MAX_REMEMBERED_SHAPES = 4096
 _GEOMETRY: dict[tuple[tuple[int, ...], tuple[int, ...]], Geometry] = {}
 
 
 def geometry(sizes: tuple[int, ...], strides: tuple[int, ...]) -> Geometry:
-    """Shape arithmetic for (sizes, strides); callers keep ndim <= MAX_NDIM so this stays cheap."""
+    """Shape arithmetic for (sizes, strides); the schema keeps ndim <= MAX_NDIM so this stays cheap."""
     numel = math.prod(sizes)
     dense = layout.is_dense(sizes, strides)
     order = layout.dim_order(sizes, strides) if dense else tuple(range(len(sizes)))
@@ -66,88 +60,62 @@ def geometry(sizes: tuple[int, ...], strides: tuple[int, ...]) -> Geometry:
 
 
 def tensor_info(
-    meta: object, name: str, model: str, kind: str, entries: Mapping[str, ZipEntry], folder: str, where: str
-) -> TensorInfo:
+    meta: PayloadMeta, name: str, model: str, kind: str, entries: Mapping[str, ZipEntry], folder: str,
+    where: str,
+) -> TensorInfo:  # fmt: skip
     """`folder` is the archive folder of the config's payloads ("<root>/data/weights/"), where
     `path_name` is looked up in `entries`; `where` names the config for errors."""
-    try:
-        path_name = meta["path_name"]  # type: ignore[index]
-        is_param = meta["is_param"]  # type: ignore[index]
-        pickled = meta["use_pickle"]  # type: ignore[index]
-        tensor_meta = meta.get("tensor_meta")  # type: ignore[union-attr]
-    except (TypeError, KeyError, AttributeError):
-        raise ArchiveFormatError(f"{where}: {name!r} is not a payload meta object") from None
-    if type(path_name) is not str or type(is_param) is not bool or type(pickled) is not bool:
-        raise ArchiveFormatError(f"{where}: {name!r} has a bad path_name, is_param or use_pickle")
+    path_name = meta.path_name
     entry = entries.get(folder + path_name)
     if entry is None:
         raise ArchiveFormatError(
             f"{where}: {name!r} names payload {path_name!r}, which is not in the archive"
         )
+    tensor_meta = meta.tensor_meta
     if tensor_meta is None or path_name.startswith(CUSTOM_OBJECT_PREFIXES):
         storage = build_storage_ref(entry.name, None, entry.size, entry.compression, entry.crc32)
         return build_tensor_info(name, model, "custom_object", None, None, None, None, None, False,
-                                 None, None, None, is_param, False, pickled, None, storage,
+                                 None, None, None, meta.is_param, False, meta.use_pickle, None, storage,
                                  CUSTOM_OBJECT)  # fmt: skip
-    if type(tensor_meta) is not dict:
-        raise ArchiveFormatError(f"{where}: {name!r} has a tensor_meta that is not an object")
-    serialized = tensor_meta.get("dtype")
-    dtype = BY_SERIALIZED.get(serialized) if type(serialized) is int else None
-    if dtype is None:
-        dtype_from_serialized(serialized, f"{where}: {name!r}")  # raises, naming it
-    requires_grad = tensor_meta.get("requires_grad")
-    if type(requires_grad) is not bool:
-        raise ArchiveFormatError(f"{where}: {name!r} has requires_grad {requires_grad!r}")
-    try:  # the common case in one pass of C loops; anything odd is sorted out by _ints
-        sizes = tuple(map(_as_int, tensor_meta["sizes"]))
-        strides = tuple(map(_as_int, tensor_meta["strides"]))
-        offset = tensor_meta["storage_offset"]["as_int"]
-        if type(offset) is not int or not _INT_ONLY.issuperset(map(type, sizes + strides)):
-            raise ValueError
-    except (TypeError, KeyError, ValueError):
-        try:
-            sizes = _ints(tensor_meta.get("sizes"))
-            strides = _ints(tensor_meta.get("strides"))
-            (offset,) = _ints([tensor_meta.get("storage_offset")])
-        except _Symbolic:
-            return _symbolic_info(name, model, kind, dtype, is_param, requires_grad, pickled, entry)
-        except (TypeError, KeyError, ValueError, AttributeError):
-            raise ArchiveFormatError(
-                f"{where}: {name!r} needs sizes, strides and storage_offset as non-negative {{'as_int': N}}"
-            ) from None
-    shape = _GEOMETRY.get((sizes, strides)) or _checked_geometry(sizes, strides, f"{where}: {name!r}")
-    if shape.claim * dtype.itemsize > MAX_TENSOR_BYTES or not 0 <= offset <= MAX_TENSOR_BYTES:
-        if offset < 0:
-            raise ArchiveFormatError(f"{where}: {name!r} has storage_offset {offset}")
-        raise ArchiveFormatError(f"{where}: {name!r} claims more than {MAX_TENSOR_BYTES} bytes or elements")
+    dtype = BY_SERIALIZED.get(tensor_meta.dtype) or dtype_from_serialized(
+        tensor_meta.dtype, f"{where}: {name!r}"
+    )
+    sizes = tuple(map(_as_int, tensor_meta.sizes))
+    strides = tuple(map(_as_int, tensor_meta.strides))
+    offset = tensor_meta.storage_offset.as_int
+    try:
+        if offset is None:
+            raise _NotConcrete
+        shape = _GEOMETRY.get((sizes, strides)) or _checked_geometry(sizes, strides, f"{where}: {name!r}")
+    except _NotConcrete:
+        return _symbolic_info(name, model, kind, dtype, meta, tensor_meta, entry, where)
+    itemsize = dtype.itemsize
+    if shape.claim * itemsize > MAX_TENSOR_BYTES:
+        raise ArchiveFormatError(f"{where}: {name!r} claims more than {MAX_TENSOR_BYTES} bytes")
     unsupported = None
     byte_offset = None
-    if pickled:
+    if meta.use_pickle:
         unsupported = PICKLED
-    elif tensor_meta.get("layout", STRIDED_LAYOUT) != STRIDED_LAYOUT:
-        unsupported = f"layout {tensor_meta.get('layout')!r} is not strided"
+    elif tensor_meta.layout != STRIDED_LAYOUT:
+        unsupported = f"layout {tensor_meta.layout} is not strided"
     else:
-        byte_offset = offset * dtype.itemsize
-        view_end = byte_offset + shape.reach * dtype.itemsize if shape.numel else 0
-        if entry.size and (view_end > entry.size or entry.size % dtype.itemsize):
+        byte_offset = offset * itemsize
+        view_end = byte_offset + shape.reach * itemsize if shape.numel else 0
+        if entry.size and (view_end > entry.size or entry.size % itemsize):
             _raise_out_of_bounds(shape, offset, dtype, entry, f"{where}: {name!r}", sizes, strides)
     storage = build_storage_ref(entry.name, byte_offset, entry.size, entry.compression, entry.crc32)
     return build_tensor_info(name, model, kind, dtype.name, sizes, strides, offset, shape.dim_order,
-                             shape.dense, shape.numel, dtype.itemsize, shape.numel * dtype.itemsize,
-                             is_param, requires_grad, pickled, dtype.executorch_scalar_type, storage,
-                             unsupported)  # fmt: skip
+                             shape.dense, shape.numel, itemsize, shape.numel * itemsize, meta.is_param,
+                             tensor_meta.requires_grad, meta.use_pickle, dtype.executorch_scalar_type,
+                             storage, unsupported)  # fmt: skip
 
 
-def _checked_geometry(sizes: tuple[int, ...], strides: tuple[int, ...], where: str) -> Geometry:
+def _checked_geometry(sizes: tuple, strides: tuple, where: str) -> Geometry:
     """Check a (sizes, strides) pair seen for the first time, and remember its geometry."""
+    if None in sizes or None in strides:
+        raise _NotConcrete
     if len(sizes) != len(strides):
         raise ArchiveFormatError(f"{where} has {len(sizes)} sizes but {len(strides)} strides")
-    if len(sizes) > MAX_NDIM:
-        raise ArchiveFormatError(f"{where} has {len(sizes)} dimensions (at most {MAX_NDIM})")
-    if min(sizes, default=0) < 0 or min(strides, default=0) < 0:
-        raise ArchiveFormatError(
-            f"{where} needs sizes, strides and storage_offset as non-negative {{'as_int': N}}"
-        )
     shape = geometry(sizes, strides)
     if len(_GEOMETRY) >= MAX_REMEMBERED_SHAPES:
         _GEOMETRY.clear()
@@ -155,32 +123,20 @@ def _checked_geometry(sizes: tuple[int, ...], strides: tuple[int, ...], where: s
     return shape
 
 
-def _ints(values: object) -> tuple[int, ...]:
-    """Concrete ints from SymInt JSON ([{"as_int": N}, ...]); _Symbolic for any as_expr."""
-    if type(values) is not list:
-        raise TypeError
-    numbers = []
-    for value in values:
-        try:
-            number = value["as_int"]
-        except KeyError:
-            if type(value) is dict and "as_expr" in value:
-                raise _Symbolic from None
-            raise
-        if type(number) is not int or number < 0:
-            raise ValueError
-        numbers.append(number)
-    return tuple(numbers)
-
-
 def _symbolic_info(
-    name: str, model: str, kind: str, dtype: DType, is_param: bool, requires_grad: bool,
-    pickled: bool, entry: ZipEntry,
+    name: str, model: str, kind: str, dtype: DType, meta: PayloadMeta, tensor_meta: TensorMeta,
+    entry: ZipEntry, where: str,
 ) -> TensorInfo:  # fmt: skip
+    """Listed but unreadable when a SymInt is an expression; a SymInt that is neither is corrupt."""
+    symints = [*tensor_meta.sizes, *tensor_meta.strides, tensor_meta.storage_offset]
+    if not any(len(symint.as_expr) for symint in symints):
+        raise ArchiveFormatError(
+            f"{where}: {name!r} needs sizes, strides and storage_offset as {{'as_int': N}}"
+        )
     storage = build_storage_ref(entry.name, None, entry.size, entry.compression, entry.crc32)
     return build_tensor_info(name, model, kind, dtype.name, None, None, None, None, False, None,
-                             dtype.itemsize, None, is_param, requires_grad, pickled,
-                             dtype.executorch_scalar_type, storage, SYMBOLIC)  # fmt: skip
+                             dtype.itemsize, None, meta.is_param, tensor_meta.requires_grad,
+                             meta.use_pickle, dtype.executorch_scalar_type, storage, SYMBOLIC)  # fmt: skip
 
 
 def _raise_out_of_bounds(
