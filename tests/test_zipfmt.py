@@ -56,6 +56,19 @@ def test_names_without_the_utf8_flag_decode_as_cp437_like_zipfile() -> None:
     assert "root/ü-utf8.json".encode().decode("cp437") in names and "root/a.bin" in names
 
 
+def test_duplicate_names_are_refused() -> None:
+    import io
+    import warnings
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # zipfile warns about the duplicate, and writes it
+        for content in (b"first", b"second"):
+            archive.writestr("root/twice", content)
+    with pytest.raises(ArchiveFormatError, match="duplicate entry name 'root/twice'"):
+        directory_of(buffer.getvalue())
+
+
 def test_comment_holding_a_fake_end_record_is_not_fooled() -> None:
     # CPython's zipfile takes the fake record and lists nothing; the record whose
     # comment ends exactly at the end of the file is the real one.

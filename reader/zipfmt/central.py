@@ -11,6 +11,7 @@ from .layouts import (
     LOCAL_HEADER,
     MAX_DEFLATE_RATIO,
     METHOD_DEFLATED,
+    METHOD_NAMES,
     METHOD_STORED,
     SENTINEL_16,
     SENTINEL_32,
@@ -120,8 +121,8 @@ def _with_regions(raw: list[tuple], span: DirectorySpan) -> tuple[ZipEntry, ...]
         _raise_shared_header(raw)
     next_start = dict(zip(offsets, [*offsets[1:], span.offset]))
     entries = []
-    names: set[str] = set()
     local_header_size = LOCAL_HEADER.size
+    make_entry = ZipEntry._make
     for raw_name, flags, method, crc, compressed, size, header_offset in raw:
         if raw_name.isascii():  # the usual case, and the same in both encodings (cp437 is slow)
             name = raw_name.decode("ascii")
@@ -139,14 +140,21 @@ def _with_regions(raw: list[tuple], span: DirectorySpan) -> tuple[ZipEntry, ...]
             raise ArchiveFormatError(
                 f"deflated entry {name!r} claims {size} bytes from {compressed}: impossible ratio"
             )
-        if name in names:
-            raise ArchiveFormatError(f"duplicate entry name {name!r}")
-        names.add(name)
-        entries.append(ZipEntry(
+        entries.append(make_entry((
             name, raw_name, flags, method, crc, compressed, size, header_offset, region_end,
-            compression_name(method),
-        ))  # fmt: skip
+            METHOD_NAMES.get(method) or compression_name(method),
+        )))  # fmt: skip
+    if len({entry.name for entry in entries}) != len(entries):
+        _raise_duplicate_name(entries)
     return tuple(entries)
+
+
+def _raise_duplicate_name(entries: list[ZipEntry]) -> None:
+    seen: set[str] = set()
+    for entry in entries:
+        if entry.name in seen:
+            raise ArchiveFormatError(f"duplicate entry name {entry.name!r}")
+        seen.add(entry.name)
 
 
 def _raise_shared_header(raw: list[tuple]) -> None:
