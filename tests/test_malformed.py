@@ -235,7 +235,9 @@ def test_malformed_configs() -> None:
         (meta % (7, 4, 1, 0)).replace(b'{"as_int": 4}', b'{"as_int": true}'),  # a bool is not a size
         (meta % (7, 4, 1, 0)).replace(b'{"as_int": 4}', b'{"as_int": 4.0}'),  # nor is a float
         (meta % (7, 4, 1, 0)).replace(b'{"as_int": 4}', b"{}"),  # neither as_int nor as_expr
-        (meta % (7, 4, 1, 0)).replace(b'"layout": 7', b'"layout": 7, "deep": ' + b"[" * 100_000 + b"]" * 100_000),
+        (meta % (7, 4, 1, 0)).replace(
+            b'"layout": 7', b'"layout": 7, "deep": ' + b"[" * 100_000 + b"]" * 100_000
+        ),
     ]:
         result = outcome(with_config(bad))
         assert "open" in result and issubclass(result["open"], reader.ArchiveFormatError), bad
