@@ -25,7 +25,10 @@ from .base import DEFAULT_CHUNK_SIZE, SourceStats, check_range
 _preadv = aiofiles.os.wrap(os.preadv)
 _pread = aiofiles.os.wrap(os.pread)
 _RWF_NOWAIT = getattr(os, "RWF_NOWAIT", None)
-_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+# O_NONBLOCK so that opening a FIFO (which waits for a writer) cannot stall the event
+# loop: open returns at once, and fstat then refuses anything but a regular file.
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0) | _NONBLOCK
 
 # read() serves up to this much from the page cache inline, through a scratch buffer that
 # every source on the thread reuses (a fresh buffer costs page faults, about 1 ms per MiB
@@ -74,6 +77,8 @@ class LocalFileSource:
             status = os.fstat(fd)
             if not stat.S_ISREG(status.st_mode):
                 raise SourceError(f"{path} is not a regular file")
+            if _NONBLOCK:
+                os.set_blocking(fd, True)  # what a regular file's reads should be everywhere
         except BaseException:
             os.close(fd)
             raise
