@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import subprocess
@@ -34,6 +35,24 @@ async def test_reads_and_streams_exact_ranges(tmp_path) -> None:
         await early.aclose()  # abandoning a stream early leaves nothing running
     finally:
         await source.close()
+
+
+async def test_close_waits_for_reads_in_the_executor_then_refuses_reads(tmp_path) -> None:
+    path = tmp_path / "blob"
+    content = os.urandom(8 << 20)  # above the inline limit: read in the executor
+    path.write_bytes(content)
+    source = await LocalFileSource.open(path)
+    reading = asyncio.create_task(source.read(0, len(content)))
+    await asyncio.sleep(0)  # the read now waits on the executor
+    await source.close()
+    os.fstat(source._fd)  # still open: its number cannot go to another file mid-read
+    assert await reading == content
+    assert source._fd == -1  # released as the read returned
+    with pytest.raises(reader.SourceError, match="closed"):
+        await source.read(0, 10)
+    with pytest.raises(reader.SourceError, match="closed"):
+        await anext(source.stream(0, 10))
+    await source.close()  # twice is fine
 
 
 async def test_missing_and_non_regular_files_are_source_errors(tmp_path) -> None:

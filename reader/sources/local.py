@@ -14,13 +14,16 @@ from __future__ import annotations
 import os
 import stat
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
 
 import aiofiles.os
 import numpy as np
 
 from ..errors import SourceChanged, SourceError
 from .base import DEFAULT_CHUNK_SIZE, SourceStats, check_range
+
+T = TypeVar("T")
 
 _preadv = aiofiles.os.wrap(os.preadv)
 _pread = aiofiles.os.wrap(os.pread)
@@ -56,7 +59,13 @@ def _identity(status: os.stat_result) -> str:
 
 
 class LocalFileSource:
-    """One local file, opened once; exact reads or a typed error."""
+    """One local file, opened once; exact reads or a typed error.
+
+    Closing while reads wait in the executor (the service reopens an archive that
+    changed while other requests stream it) keeps the descriptor until they return:
+    a descriptor number closed early can be reused by another file, and a read would
+    then hand out that file's bytes. Reads after close raise SourceError.
+    """
 
     def __init__(self, path: str, fd: int, status: os.stat_result) -> None:
         self.location = path
@@ -65,6 +74,8 @@ class LocalFileSource:
         self.identity = _identity(status)
         self.stats = SourceStats()
         self._nowait = _RWF_NOWAIT is not None
+        self._closed = False
+        self._in_executor = 0  # reads waiting in the executor, each holding the descriptor
 
     @classmethod
     async def open(cls, path: str | os.PathLike[str]) -> LocalFileSource:
@@ -86,6 +97,7 @@ class LocalFileSource:
 
     async def read(self, start: int, end: int, *, purpose: str = "data") -> bytes:
         check_range(self, start, end)
+        self._check_open()
         length = end - start
         data = self._read_cached(start, length) if length <= INLINE_READ_LIMIT else b""
         if len(data) < length:
@@ -100,6 +112,7 @@ class LocalFileSource:
         if chunk_size <= 0:
             raise ValueError("chunk_size must be positive")
         for position in range(start, end, chunk_size):
+            self._check_open()
             chunk = await self._read_into(position, min(chunk_size, end - position))
             self.stats.record(purpose, len(chunk))
             yield chunk
@@ -111,7 +124,7 @@ class LocalFileSource:
         done = self._preadv_nowait(view, start) if length else 0
         try:
             while done < length:
-                got = await _preadv(self._fd, [view[done:]], start + done)
+                got = await self._executor(_preadv, [view[done:]], start + done)
                 if got == 0:
                     await self._raise_short_read(start, length, done)
                 done += got
@@ -128,12 +141,27 @@ class LocalFileSource:
 
     async def _pread(self, start: int, length: int) -> bytes:
         try:
-            data = await _pread(self._fd, length, start)
+            data = await self._executor(_pread, length, start)
         except OSError as exc:
             raise SourceError(f"reading {self.location} at {start}: {exc.strerror or exc}") from None
         if len(data) != length:
             await self._raise_short_read(start, length, len(data))
         return data
+
+    async def _executor(self, call: Callable[..., Awaitable[T]], *args: object) -> T:
+        """A read that may wait on the disk, in aiofiles' executor, holding the descriptor."""
+        self._check_open()
+        self._in_executor += 1
+        try:
+            return await call(self._fd, *args)
+        finally:
+            self._in_executor -= 1
+            if self._closed and not self._in_executor:
+                self._release()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SourceError(f"{self.location} is closed")
 
     def _preadv_nowait(self, view: memoryview, start: int) -> int:
         if not self._nowait:
@@ -163,7 +191,13 @@ class LocalFileSource:
             return False
 
     async def close(self) -> None:
-        """Closing a read-only descriptor never waits on the disk: done inline, once."""
+        """Closing a read-only descriptor never waits on the disk: done inline, once the
+        executor holds no read on it."""
+        self._closed = True
+        if not self._in_executor:
+            self._release()
+
+    def _release(self) -> None:
         fd, self._fd = self._fd, -1
         if fd >= 0:
             os.close(fd)
