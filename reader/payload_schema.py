@@ -24,8 +24,11 @@ STRIDED_LAYOUT = 7  # torch._export.serde.schema.Layout.Strided
 
 Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_TENSOR_BYTES)]
 
+# gc=False on every Struct: they hold only numbers, strings, lists and each other, so they
+# cannot form cycles, and the collector need not track the thousands an open decodes.
 
-class SymInt(msgspec.Struct):
+
+class SymInt(msgspec.Struct, gc=False):
     """A union in torch's schema: a concrete `as_int`, or a symbolic `as_expr`."""
 
     as_int: Count | None = None
@@ -35,7 +38,7 @@ class SymInt(msgspec.Struct):
 Dims = Annotated[list[SymInt], msgspec.Meta(max_length=MAX_NDIM)]
 
 
-class TensorMeta(msgspec.Struct):
+class TensorMeta(msgspec.Struct, gc=False):
     dtype: int  # torch._export.serde.schema.ScalarType
     sizes: Dims
     strides: Dims
@@ -44,14 +47,14 @@ class TensorMeta(msgspec.Struct):
     layout: int = STRIDED_LAYOUT
 
 
-class PayloadMeta(msgspec.Struct):
+class PayloadMeta(msgspec.Struct, gc=False):
     path_name: str  # the payload's file name in data/weights/ or data/constants/
     is_param: bool
     use_pickle: bool
     tensor_meta: TensorMeta | None = None  # None: a custom object, not a tensor
 
 
-class PayloadConfig(msgspec.Struct):
+class PayloadConfig(msgspec.Struct, gc=False):
     config: dict[str, PayloadMeta]
 
 
