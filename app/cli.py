@@ -20,12 +20,22 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import AsyncIterator, Callable, Sequence
-from typing import IO, Any, NoReturn
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
 
+from .cli_output import (
+    PROGRESS_THRESHOLD,
+    CliError,
+    ResumeRecord,
+    atomic_output,
+    copy_chunks,
+    existing_prefix,
+    open_output,
+    progress,
+    size_of,
+)
 from .settings import Settings
 
-PROGRESS_THRESHOLD = 1 << 20  # `get`/`export` show a progress bar (on a terminal) from this size up
 DEFAULT_CHUNK = 1 << 20
 
 EPILOG = """\
@@ -49,14 +59,6 @@ exit status: 0 ok, 1 archive/source/output error, 2 usage error, 130 interrupted
 
 class UsageError(Exception):
     """Bad command-line input found after parsing (exit status 2)."""
-
-
-class CliError(Exception):
-    """A failure of the command itself, reported as `pt2serve: <name>: message` (exit status 1)."""
-
-    def __init__(self, name: str, message: str) -> None:
-        super().__init__(message)
-        self.name = name
 
 
 class _Parser(argparse.ArgumentParser):
@@ -244,7 +246,6 @@ def _fail(message: str, status: int) -> int:
 
 
 async def cmd_ls(args: argparse.Namespace) -> None:
-    import json
 
     import reader
 
@@ -283,7 +284,6 @@ def _table(rows: list[list[str]], right: int) -> str:
 
 
 async def cmd_layout(args: argparse.Namespace) -> None:
-    import json
 
     import reader
 
@@ -314,16 +314,16 @@ async def cmd_get(args: argparse.Namespace) -> None:
             raise reader.UnsupportedPayload(f"{info.model}/{info.name}: {info.unsupported}")
         header = npy_header(info) if args.format == "npy" else b""
         total = len(header) + info.nbytes
-        record = _ResumeRecord(args.output, ar.identity, info, order, args.format)
+        record = ResumeRecord(args.output, ar.identity, info, order, args.format)
         verified = record.check() if not args.no_resume else True
-        with _open_output(args.output, resume=not args.no_resume) as (out, have):
+        with open_output(args.output, resume=not args.no_resume) as (out, have):
             if have > total:
                 raise CliError(
                     "OutputMismatch",
                     f"{args.output} has {have} bytes but {info.name} is {total} bytes as {args.format}; "
                     "it is not a partial download of this tensor (remove it or pass --no-resume)",
                 )
-            if have and header and _existing_prefix(args.output, min(have, len(header))) != header[:have]:
+            if have and header and existing_prefix(args.output, min(have, len(header))) != header[:have]:
                 raise CliError(
                     "OutputMismatch",
                     f"{args.output} does not start with this tensor's .npy header; not resuming "
@@ -333,7 +333,7 @@ async def cmd_get(args: argparse.Namespace) -> None:
                 print(f"pt2serve: warning: {args.output} has no resume record; resuming without being "
                       "able to check it comes from the same archive version", file=sys.stderr)  # fmt: skip
             record.save()
-            with _progress(args, total, info.name, done=have) as advance:
+            with progress(args, total, info.name, done=have) as advance:
                 if have < len(header):
                     out.write(header[have:])
                     advance(len(header) - have)
@@ -341,119 +341,12 @@ async def cmd_get(args: argparse.Namespace) -> None:
                 if start < info.nbytes:
                     chunks = ar.stream(info.name, info.model, order=order, start=start,
                                        chunk_size=args.chunk_size)  # fmt: skip
-                    await _copy(chunks, out, advance)
+                    await copy_chunks(chunks, out, advance)
             out.flush()
-            written = _size_of(out)
+            written = size_of(out)
     if written is not None and written != total:
         raise CliError("IncompleteOutput", f"{args.output} has {written} bytes, expected {total}")
     record.remove()
-
-
-class _ResumeRecord:
-    """FILE.pt2serve-part: which archive version and tensor a partial FILE holds.
-
-    A resumed download must not join bytes of two archive versions: the record
-    is written when a download starts, checked before resuming, removed when done.
-    """
-
-    def __init__(self, output: str, identity: str, info: object, order: str, fmt: str) -> None:
-        self.path = None if output == "-" else f"{output}.pt2serve-part"
-        self.output = output
-        self.fields = {"identity": identity, "model": info.model, "name": info.name,  # type: ignore[attr-defined]
-                       "order": order, "format": fmt}  # fmt: skip
-
-    def check(self) -> bool:
-        """Raise if a partial FILE belongs to another archive version; False if it has no record."""
-        if self.path is None or not os.path.exists(self.output) or not os.path.getsize(self.output):
-            return True
-        try:
-            with open(self.path) as handle:
-                saved = json.load(handle)
-        except FileNotFoundError:
-            return False
-        except (OSError, ValueError):
-            saved = None
-        if saved != self.fields:
-            raise CliError(
-                "SourceChanged",
-                f"{self.output} is a partial download of another archive version or tensor; "
-                "not resuming (pass --no-resume to start over)",
-            )
-        return True
-
-    def save(self) -> None:
-        if self.path is not None:
-            with open(self.path, "w") as handle:
-                json.dump(self.fields, handle)
-
-    def remove(self) -> None:
-        if self.path is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.remove(self.path)
-
-
-@contextlib.contextmanager
-def _open_output(path: str, *, resume: bool):
-    """Yield (binary file positioned at its end, bytes already there); '-' is stdout (never resumed)."""
-    if path == "-":
-        yield sys.stdout.buffer, 0
-        sys.stdout.buffer.flush()
-        return
-    if os.path.isdir(path):
-        raise CliError("IsADirectoryError", f"{path} is a directory")
-    with open(path, "ab" if resume else "wb") as out:
-        yield out, out.tell()
-
-
-def _existing_prefix(path: str, n: int) -> bytes:
-    with open(path, "rb") as f:
-        return f.read(n)
-
-
-def _size_of(out: IO[bytes]) -> int | None:
-    try:
-        return os.fstat(out.fileno()).st_size if os.path.isfile(out.name) else None  # type: ignore[arg-type]
-    except (OSError, AttributeError, TypeError, ValueError):
-        return None
-
-
-async def _copy(chunks: AsyncIterator[bytes | memoryview], out: IO[bytes], advance: Callable[[int], None]):
-    async with contextlib.aclosing(chunks) as stream:  # type: ignore[type-var]
-        async for chunk in stream:
-            out.write(chunk)
-            advance(len(chunk))
-
-
-@contextlib.contextmanager
-def _progress(args: argparse.Namespace, total: int, label: str, done: int = 0):
-    """Yield `advance(n)`; draws a rich progress bar on stderr when asked or on a terminal."""
-    show = args.progress
-    if show is None:
-        show = total >= PROGRESS_THRESHOLD and sys.stderr.isatty()
-    if not show:
-        yield lambda n: None
-        return
-    try:
-        from rich.console import Console
-        from rich.progress import (
-            BarColumn,
-            DownloadColumn,
-            Progress,
-            TextColumn,
-            TimeRemainingColumn,
-            TransferSpeedColumn,
-        )
-    except ImportError:  # rich is a dependency; a broken install still downloads, without the bar
-        if args.progress:
-            print("pt2serve: warning: no progress bar (the rich package is missing)", file=sys.stderr)
-        yield lambda n: None
-        return
-
-    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-               TimeRemainingColumn())  # fmt: skip
-    with Progress(*columns, console=Console(stderr=True), transient=False) as bar:
-        task = bar.add_task(label if len(label) <= 40 else "…" + label[-39:], total=total, completed=done)
-        yield lambda n: bar.advance(task, n)
 
 
 # -- export ------------------------------------------------------------------------------------------
@@ -482,14 +375,14 @@ async def cmd_export(args: argparse.Namespace) -> None:
         total = len(header) + sum(t.nbytes for t in chosen)
         assert all(t.dtype in DTYPES for t in chosen)
         label = os.path.basename(args.output)
-        with _atomic_output(args.output) as out, _progress(args, total, label) as advance:
+        with atomic_output(args.output) as out, progress(args, total, label) as advance:
             out.write(header)
             advance(len(header))
             for t in chosen:
                 chunks = ar.stream(t.name, t.model, order="contiguous", chunk_size=args.chunk_size)
-                await _copy(chunks, out, advance)
+                await copy_chunks(chunks, out, advance)
             out.flush()
-            written = _size_of(out)
+            written = size_of(out)
             if written is not None and written != total:
                 raise CliError("IncompleteOutput", f"{args.output} has {written} bytes, expected {total}")
 
@@ -500,25 +393,6 @@ def _default_model(models: list[str]) -> str:
     if "model" in models:
         return "model"
     raise UsageError(f"the archive holds several models ({', '.join(models)}); choose one with --model")
-
-
-@contextlib.contextmanager
-def _atomic_output(path: str):
-    """Write to PATH.partial and rename it to PATH on success; '-' is stdout."""
-    if path == "-":
-        yield sys.stdout.buffer
-        sys.stdout.buffer.flush()
-        return
-    if os.path.isdir(path):
-        raise CliError("IsADirectoryError", f"{path} is a directory")
-    partial = path + ".partial"
-    try:
-        with open(partial, "wb") as out:
-            yield out
-        os.replace(partial, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(partial)
 
 
 # -- serve -------------------------------------------------------------------------------------------

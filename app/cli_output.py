@@ -1,0 +1,157 @@
+"""Where `pt2serve get` and `export` write: resumable files, atomic files, stdout, a progress bar.
+
+`get` appends to a partial file and keeps a resume record beside it, so a resumed
+download never joins bytes of two archive versions; `export` writes FILE.partial
+and renames it when complete. Failures are CliError, one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import IO
+
+PROGRESS_THRESHOLD = 1 << 20  # a progress bar (on a terminal) from this size up
+
+
+class CliError(Exception):
+    """A failure of the command itself, reported as `pt2serve: <name>: message` (exit status 1)."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(message)
+        self.name = name
+
+
+class ResumeRecord:
+    """FILE.pt2serve-part: which archive version and tensor a partial FILE holds.
+
+    A resumed download must not join bytes of two archive versions: the record
+    is written when a download starts, checked before resuming, removed when done.
+    """
+
+    def __init__(self, output: str, identity: str, info: object, order: str, fmt: str) -> None:
+        self.path = None if output == "-" else f"{output}.pt2serve-part"
+        self.output = output
+        self.fields = {"identity": identity, "model": info.model, "name": info.name,  # type: ignore[attr-defined]
+                       "order": order, "format": fmt}  # fmt: skip
+
+    def check(self) -> bool:
+        """Raise if a partial FILE belongs to another archive version; False if it has no record."""
+        if self.path is None or not os.path.exists(self.output) or not os.path.getsize(self.output):
+            return True
+        try:
+            with open(self.path) as handle:
+                saved = json.load(handle)
+        except FileNotFoundError:
+            return False
+        except (OSError, ValueError):
+            saved = None
+        if saved != self.fields:
+            raise CliError(
+                "SourceChanged",
+                f"{self.output} is a partial download of another archive version or tensor; "
+                "not resuming (pass --no-resume to start over)",
+            )
+        return True
+
+    def save(self) -> None:
+        if self.path is not None:
+            with open(self.path, "w") as handle:
+                json.dump(self.fields, handle)
+
+    def remove(self) -> None:
+        if self.path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(self.path)
+
+
+@contextlib.contextmanager
+def open_output(path: str, *, resume: bool) -> Iterator[tuple[IO[bytes], int]]:
+    """Yield (binary file positioned at its end, bytes already there); '-' is stdout (never resumed)."""
+    if path == "-":
+        yield sys.stdout.buffer, 0
+        sys.stdout.buffer.flush()
+        return
+    if os.path.isdir(path):
+        raise CliError("IsADirectoryError", f"{path} is a directory")
+    with open(path, "ab" if resume else "wb") as out:
+        yield out, out.tell()
+
+
+def existing_prefix(path: str, n: int) -> bytes:
+    with open(path, "rb") as f:
+        return f.read(n)
+
+
+def size_of(out: IO[bytes]) -> int | None:
+    try:
+        return os.fstat(out.fileno()).st_size if os.path.isfile(out.name) else None  # type: ignore[arg-type]
+    except (OSError, AttributeError, TypeError, ValueError):
+        return None
+
+
+async def copy_chunks(
+    chunks: AsyncIterator[bytes | memoryview], out: IO[bytes], advance: Callable[[int], None]
+) -> None:
+    """Write every chunk, reporting progress; the stream is closed however this ends."""
+    async with contextlib.aclosing(chunks) as stream:  # type: ignore[type-var]
+        async for chunk in stream:
+            out.write(chunk)
+            advance(len(chunk))
+
+
+@contextlib.contextmanager
+def progress(
+    args: argparse.Namespace, total: int, label: str, done: int = 0
+) -> Iterator[Callable[[int], None]]:
+    """Yield `advance(n)`; draws a rich progress bar on stderr when asked or on a terminal."""
+    show = args.progress
+    if show is None:
+        show = total >= PROGRESS_THRESHOLD and sys.stderr.isatty()
+    if not show:
+        yield lambda n: None
+        return
+    try:
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+            TransferSpeedColumn,
+        )
+    except ImportError:  # rich is a dependency; a broken install still downloads, without the bar
+        if args.progress:
+            print("pt2serve: warning: no progress bar (the rich package is missing)", file=sys.stderr)
+        yield lambda n: None
+        return
+
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+               TimeRemainingColumn())  # fmt: skip
+    with Progress(*columns, console=Console(stderr=True), transient=False) as bar:
+        task = bar.add_task(label if len(label) <= 40 else "…" + label[-39:], total=total, completed=done)
+        yield lambda n: bar.advance(task, n)
+
+
+@contextlib.contextmanager
+def atomic_output(path: str) -> Iterator[IO[bytes]]:
+    """Write to PATH.partial and rename it to PATH on success; '-' is stdout."""
+    if path == "-":
+        yield sys.stdout.buffer
+        sys.stdout.buffer.flush()
+        return
+    if os.path.isdir(path):
+        raise CliError("IsADirectoryError", f"{path} is a directory")
+    partial = path + ".partial"
+    try:
+        with open(partial, "wb") as out:
+            yield out
+        os.replace(partial, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(partial)
