@@ -12,6 +12,8 @@ checked) on an archive opened once; curl fetches exactly the same byte range wit
 `curl -s -o /dev/null -r START-END`, its time taken from `-w %{time_total}` (process start excluded).
 Medians in GB/s (1e9 B/s), CPU seconds of the client (pt2serve: process_time; curl: rusage of the child)
 and of the server process. A cProfile of one pt2serve stream (top 15 by tottime) shows where time goes.
+With aiohttp installed, a third, informational contender streams the same range through an
+aiohttp.ClientSession (a new one per run, CRC-32 as pt2serve does): data for choosing a bulk-body client.
 
 Target: pt2serve / curl >= 0.8 at the default chunk size (1 MiB), on the fastest server.
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import importlib.util
 import io
 import os
 import pathlib
@@ -43,6 +46,7 @@ from _rangeserver import FaultServerProcess, NginxProcess, nginx_binary  # noqa:
 from stream_local import TENSOR_NAME, ensure_archive, human, parse_size  # noqa: E402
 
 RATIO_MIN = 0.8
+HAVE_AIOHTTP = importlib.util.find_spec("aiohttp") is not None
 OPTIONS = HttpOptions(http2=False)
 
 
@@ -57,6 +61,21 @@ async def run_pt2serve(ar: reader.Archive, chunk_size: int) -> dict:
     total = 0
     async for chunk in ar.stream(TENSOR_NAME, chunk_size=chunk_size):
         total += len(chunk)
+    return {"seconds": time.perf_counter() - started, "cpu": time.process_time() - cpu, "bytes": total}
+
+
+async def run_aiohttp(url: str, span: tuple[int, int], chunk_size: int) -> dict:
+    """Informational: the same range through aiohttp (C HTTP parser), with the same CRC-32 work."""
+    import aiohttp
+    from zlib_ng import zlib_ng
+
+    cpu, started = time.process_time(), time.perf_counter()
+    total = crc = 0
+    headers = {"Range": f"bytes={span[0]}-{span[1] - 1}"}
+    async with aiohttp.ClientSession() as session, session.get(url, headers=headers) as response:
+        async for chunk in response.content.iter_chunked(chunk_size):
+            total += len(chunk)
+            crc = zlib_ng.crc32(chunk, crc)
     return {"seconds": time.perf_counter() - started, "cpu": time.process_time() - cpu, "bytes": total}
 
 
@@ -75,6 +94,9 @@ async def alternate(ar: reader.Archive, server, url: str, span: tuple[int, int],
                     repeat: int) -> dict:  # fmt: skip
     nbytes = span[1] - span[0]
     runs: dict[str, list[dict]] = {"pt2serve": [], "curl": []}
+    if HAVE_AIOHTTP:
+        runs["aiohttp"] = []
+        await run_aiohttp(url, span, chunk_size)
     await run_pt2serve(ar, chunk_size)  # warm-up, not counted
     run_curl(url, span)
     server.take_log()
@@ -83,6 +105,8 @@ async def alternate(ar: reader.Archive, server, url: str, span: tuple[int, int],
             server_cpu = server.cpu_seconds()
             if label == "pt2serve":
                 result = await run_pt2serve(ar, chunk_size)
+            elif label == "aiohttp":
+                result = await run_aiohttp(url, span, chunk_size)
             else:
                 result = await asyncio.to_thread(run_curl, url, span)
             result["server_cpu"] = server.cpu_seconds() - server_cpu
@@ -93,7 +117,7 @@ async def alternate(ar: reader.Archive, server, url: str, span: tuple[int, int],
     requests = sum(1 for record in log if record["method"] == "GET")
     out = {label: {key: statistics.median(r[key] for r in values) for key in ("seconds", "cpu", "server_cpu")}
            for label, values in runs.items()}  # fmt: skip
-    out["requests_per_run"] = requests / (2 * repeat)
+    out["requests_per_run"] = requests / (len(runs) * repeat)
     return out
 
 
@@ -131,6 +155,11 @@ async def bench_server(server, url: str, chunk_sizes: list[int], repeat: int, pr
                   f"{row['curl']:5.2f} GB/s ({row['curl_s'] * 1e3:6.0f} ms, cpu {row['curl_cpu']:.2f} s, "
                   f"server cpu {row['curl_server_cpu']:.2f} s)   ratio {row['ratio']:.2f}",
                   flush=True)  # fmt: skip
+            if "aiohttp" in result:
+                other = result["aiohttp"]
+                print(f"  {'':>8}  informational: aiohttp {gbps(nbytes, other['seconds']):5.2f} GB/s "
+                      f"(cpu {other['cpu']:.2f} s), {curl['seconds'] / other['seconds']:.2f}x curl",
+                      flush=True)  # fmt: skip
         if profile:
             print(
                 f"\n  cProfile of one pt2serve stream ({server.name}, {human(chunk_sizes[0])} chunks), "
