@@ -96,10 +96,7 @@ async def _fetch_metadata(
         zipfmt.check_decodable(entry)
     regions = {entry.name: _entry_region(entry) for entry in entries}
     missing = coalesce([region for region in regions.values() if not held.covers(*region)])
-    if len(missing) == 1:  # no tasks to schedule for the usual single read
-        fetched = [await source.read(*missing[0], purpose="open")]
-    else:
-        fetched = await asyncio.gather(*(source.read(start, end, purpose="open") for start, end in missing))
+    fetched = await asyncio.gather(*(source.read(start, end, purpose="open") for start, end in missing))
     runs = [held, *(_HeldBytes(start, data) for (start, _), data in zip(missing, fetched))]
     contents = {}
     for entry in entries:

@@ -64,7 +64,7 @@ class TensorInfo:
 
     def to_dict(self) -> dict[str, Any]:
         """The layout JSON the service returns for /tensors/{name}/layout."""
-        sizes, strides, dim_order, storage = self.sizes, self.strides, self.dim_order, self.storage
+        sizes, strides, dim_order = self.sizes, self.strides, self.dim_order
         return {
             "name": self.name,
             "model": self.model,
@@ -82,13 +82,7 @@ class TensorInfo:
             "requires_grad": self.requires_grad,
             "pickled": self.pickled,
             "executorch_scalar_type": self.executorch_scalar_type,
-            "storage": {  # StorageRef.to_dict, inlined: listings call this for every tensor
-                "entry": storage.entry,
-                "offset": storage.offset,
-                "nbytes": storage.nbytes,
-                "compression": storage.compression,
-                "crc32": storage.crc32,
-            },
+            "storage": self.storage.to_dict(),
             "unsupported": self.unsupported,
         }
 

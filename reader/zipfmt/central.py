@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from ..errors import ArchiveFormatError
 from .layouts import (
     CENTRAL_HEADER,
@@ -11,7 +14,6 @@ from .layouts import (
     LOCAL_HEADER,
     MAX_DEFLATE_RATIO,
     METHOD_DEFLATED,
-    METHOD_NAMES,
     METHOD_STORED,
     SENTINEL_16,
     SENTINEL_32,
@@ -117,8 +119,9 @@ def _zip64_values(
 def _with_regions(raw: list[tuple], span: DirectorySpan) -> tuple[ZipEntry, ...]:
     """Check entries against each other and the directory; give each its region end."""
     offsets = sorted({record[6] for record in raw})
-    if len(offsets) != len(raw):
-        _raise_shared_header(raw)
+    if len(offsets) != len(raw):  # two records claim one local header: their entries overlap
+        first, second = _first_clash(raw, lambda record: record[6])
+        raise ArchiveFormatError(f"entries {first[0]!r} and {second[0]!r} both start at {first[6]}")
     next_start = dict(zip(offsets, [*offsets[1:], span.offset]))
     entries = []
     local_header_size = LOCAL_HEADER.size
@@ -142,27 +145,19 @@ def _with_regions(raw: list[tuple], span: DirectorySpan) -> tuple[ZipEntry, ...]
             )
         entries.append(make_entry((
             name, raw_name, flags, method, crc, compressed, size, header_offset, region_end,
-            METHOD_NAMES.get(method) or compression_name(method),
+            compression_name(method),
         )))  # fmt: skip
     if len({entry.name for entry in entries}) != len(entries):
-        _raise_duplicate_name(entries)
+        _, second = _first_clash(entries, lambda entry: entry.name)
+        raise ArchiveFormatError(f"duplicate entry name {second.name!r}")
     return tuple(entries)
 
 
-def _raise_duplicate_name(entries: list[ZipEntry]) -> None:
-    seen: set[str] = set()
-    for entry in entries:
-        if entry.name in seen:
-            raise ArchiveFormatError(f"duplicate entry name {entry.name!r}")
-        seen.add(entry.name)
-
-
-def _raise_shared_header(raw: list[tuple]) -> None:
-    """Two records claim the same local header: their entries overlap."""
-    seen: dict[int, bytes] = {}
-    for raw_name, *_, header_offset in raw:
-        if header_offset in seen:
-            raise ArchiveFormatError(
-                f"entries {seen[header_offset]!r} and {raw_name!r} both start at {header_offset}"
-            )
-        seen[header_offset] = raw_name
+def _first_clash(items: list, key: Callable[[Any], object]) -> tuple[Any, Any]:
+    """The first two items with the same key (the caller knows there are some)."""
+    seen: dict[object, Any] = {}
+    for item in items:
+        earlier = seen.setdefault(key(item), item)
+        if earlier is not item:
+            return earlier, item
+    raise AssertionError("no two items share a key")
