@@ -160,19 +160,16 @@ async def test_range_ignored_big_object_is_refused_without_downloading_it(server
         await reader.open_archive(server.url("/huge.pt2"), http_options=options)
 
 
-async def test_wrong_content_range_is_refused(server) -> None:
+@pytest.mark.parametrize(
+    ("fault", "complaint"),
+    [(WrongContentRange(shift=4), "server sent"), (ShortBody(missing=3), "Content-Length")],
+    ids=["wrong Content-Range", "short body"],
+)
+async def test_wrong_range_or_short_body_is_refused(server, fault, complaint: str) -> None:
     async with reader.open_archive(server.url("/" + BIG), tail_size=4096, http_options=FAST) as ar:
         name = ar.tensors()[5].name
-        server.faults.append(WrongContentRange(shift=4))
-        with pytest.raises(reader.SourceError, match="server sent"):
-            await ar.read(name)
-
-
-async def test_short_body_is_refused(server) -> None:
-    async with reader.open_archive(server.url("/" + BIG), tail_size=4096, http_options=FAST) as ar:
-        name = ar.tensors()[5].name
-        server.faults.append(ShortBody(missing=3))
-        with pytest.raises(reader.SourceError, match="Content-Length"):
+        server.faults.append(fault)
+        with pytest.raises(reader.SourceError, match=complaint):
             await ar.read(name)
 
 
