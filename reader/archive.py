@@ -266,16 +266,16 @@ class open_archive:  # noqa: N801 - used like a function: `async with open_archi
         if isinstance(location, (str, os.PathLike)):
             source = await open_source(
                 location,
-                tail_size=self._tail_size or DEFAULT_TAIL_SIZE,
+                tail_size=DEFAULT_TAIL_SIZE if self._tail_size is None else self._tail_size,
                 http_options=self._http_options,
                 s3_settings=self._s3_settings,
             )
         else:
             source = location
         reader = EntryReader(source, self._chunk_size)
-        tail_size = self._tail_size or (
-            LOCAL_TAIL_SIZE if isinstance(source, LocalFileSource) else DEFAULT_TAIL_SIZE
-        )
+        tail_size = self._tail_size
+        if tail_size is None:
+            tail_size = LOCAL_TAIL_SIZE if isinstance(source, LocalFileSource) else DEFAULT_TAIL_SIZE
         try:
             opened = await read_index(source, reader, tail_size)
         except BaseException:
