@@ -302,27 +302,27 @@ def _write_stdout(text: str) -> None:
 
 async def cmd_get(args: argparse.Namespace) -> None:
     import reader
-
-    from .npy import npy_header
+    from reader.formats.body import Body
+    from reader.formats.npy import npy_body, npy_header
 
     if args.format == "npy" and args.order == "default":
         raise UsageError("--format npy writes row-major bytes; drop --order default (or use --format raw)")
     order = "contiguous" if args.format == "npy" else args.order or "default"
     async with reader.open_archive(args.location) as ar:
-        info = ar.layout(args.name, args.model)
-        if not info.readable:
-            raise reader.UnsupportedPayload(f"{info.model}/{info.name}: {info.unsupported}")
-        header = npy_header(info) if args.format == "npy" else b""
-        total = len(header) + info.nbytes
+        tensor = ar.tensor(args.name, args.model, order)
+        info = tensor.info
+        body: Body = npy_body(tensor) if args.format == "npy" else tensor
         record = ResumeRecord(args.output, ar.identity, info, order, args.format)
         verified = record.check() if not args.no_resume else True
         with open_output(args.output, resume=not args.no_resume) as (out, have):
-            if have > total:
+            if have > body.length:
                 raise CliError(
                     "OutputMismatch",
-                    f"{args.output} has {have} bytes but {info.name} is {total} bytes as {args.format}; "
-                    "it is not a partial download of this tensor (remove it or pass --no-resume)",
+                    f"{args.output} has {have} bytes but {info.name} is {body.length} bytes as "
+                    f"{args.format}; it is not a partial download of this tensor "
+                    "(remove it or pass --no-resume)",
                 )
+            header = npy_header(info) if args.format == "npy" else b""
             if have and header and existing_prefix(args.output, min(have, len(header))) != header[:have]:
                 raise CliError(
                     "OutputMismatch",
@@ -333,19 +333,12 @@ async def cmd_get(args: argparse.Namespace) -> None:
                 print(f"pt2serve: warning: {args.output} has no resume record; resuming without being "
                       "able to check it comes from the same archive version", file=sys.stderr)  # fmt: skip
             record.save()
-            with progress(args, total, info.name, done=have) as advance:
-                if have < len(header):
-                    out.write(header[have:])
-                    advance(len(header) - have)
-                start = max(0, have - len(header))
-                if start < info.nbytes:
-                    chunks = ar.stream(info.name, info.model, order=order, start=start,
-                                       chunk_size=args.chunk_size)  # fmt: skip
-                    await copy_chunks(chunks, out, advance)
+            with progress(args, body.length, info.name, done=have) as advance:
+                await copy_chunks(body.chunks(have, body.length, args.chunk_size), out, advance)
             out.flush()
             written = size_of(out)
-    if written is not None and written != total:
-        raise CliError("IncompleteOutput", f"{args.output} has {written} bytes, expected {total}")
+    if written is not None and written != body.length:
+        raise CliError("IncompleteOutput", f"{args.output} has {written} bytes, expected {body.length}")
     record.remove()
 
 
@@ -354,45 +347,29 @@ async def cmd_get(args: argparse.Namespace) -> None:
 
 async def cmd_export(args: argparse.Namespace) -> None:
     import reader
-
-    from .safetensors_format import DTYPES, safetensors_header, writable
+    from reader.formats.safetensors import safetensors_body, writable
+    from reader.formats.selection import select
 
     async with reader.open_archive(args.location) as ar:
-        model = args.model or _default_model(ar.models)
-        chosen = [t for t in ar.tensors(model) if t.name.startswith(args.prefix)]
-        skipped = [t for t in chosen if not writable(t)]
-        for t in skipped:
+        selection = select(ar, writable, "safetensors", model=args.model, prefix=args.prefix)
+        for t in selection.skipped:
             reason = t.unsupported or f"dtype {t.dtype} has no safetensors type"
             print(f"pt2serve: warning: skipping {t.name}: {reason}", file=sys.stderr)
-        chosen = [t for t in chosen if writable(t)]
-        if not chosen:
+        if not selection.chosen:
             what = f" starting with {args.prefix!r}" if args.prefix else ""
+            model = ar.resolve_model(args.model)
             raise CliError("NothingToExport", f"no writable tensors{what} in model {model!r}")
-        metadata = {"format": "pt"}
-        if skipped:
-            metadata["pt2serve.skipped"] = ",".join(t.name for t in skipped)
-        header = safetensors_header(chosen, metadata)
-        total = len(header) + sum(t.nbytes for t in chosen)
-        assert all(t.dtype in DTYPES for t in chosen)
+        tensors = [ar.tensor(t.name, t.model, "contiguous") for t in selection.chosen]
+        body = safetensors_body(tensors, {"format": "pt"}, [t.name for t in selection.skipped])
         label = os.path.basename(args.output)
-        with atomic_output(args.output) as out, progress(args, total, label) as advance:
-            out.write(header)
-            advance(len(header))
-            for t in chosen:
-                chunks = ar.stream(t.name, t.model, order="contiguous", chunk_size=args.chunk_size)
-                await copy_chunks(chunks, out, advance)
+        with atomic_output(args.output) as out, progress(args, body.length, label) as advance:
+            await copy_chunks(body.chunks(0, body.length, args.chunk_size), out, advance)
             out.flush()
             written = size_of(out)
-            if written is not None and written != total:
-                raise CliError("IncompleteOutput", f"{args.output} has {written} bytes, expected {total}")
-
-
-def _default_model(models: list[str]) -> str:
-    if len(models) == 1:
-        return models[0]
-    if "model" in models:
-        return "model"
-    raise UsageError(f"the archive holds several models ({', '.join(models)}); choose one with --model")
+            if written is not None and written != body.length:
+                raise CliError(
+                    "IncompleteOutput", f"{args.output} has {written} bytes, expected {body.length}"
+                )
 
 
 # -- serve -------------------------------------------------------------------------------------------

@@ -54,10 +54,9 @@ def install_error_handlers(app: FastAPI) -> None:
         for kind, status, code in READER_ERRORS:
             if isinstance(exc, kind):
                 headers = {"retry-after": "1"} if status == 503 else None
-                if isinstance(exc, reader.SourceChanged):
-                    await request.app.state.registry.reopen(
-                        request.path_params.get("archive_id") or request.app.state.registry.default_id
-                    )
+                served = getattr(request.state, "served", None)
+                if isinstance(exc, reader.SourceChanged) and served is not None:
+                    await request.app.state.registry.reopen(served.id, stale=served.archive)
                 return error_response(status, code, str(exc), headers)
         return error_response(500, "reader_error", str(exc))
 
@@ -79,10 +78,7 @@ def install_error_handlers(app: FastAPI) -> None:
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         return error_response(exc.status_code, code, str(exc.detail), getattr(exc, "headers", None))
 
-    @app.exception_handler(ValueError)
-    async def bad_value(request: Request, exc: ValueError) -> Response:
-        return error_response(400, "bad_request", str(exc))
-
+    # Anything else is a bug of ours, never the client's fault: logged, and a JSON 500.
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> Response:
         log.exception("unexpected error on %s", request.url.path)

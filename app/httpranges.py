@@ -94,3 +94,56 @@ def _matches_weakly(header: str, etag: str) -> bool:
         return True
     ours = etag.removeprefix("W/")
     return any(candidate.strip().removeprefix("W/") == ours for candidate in header.split(","))
+
+
+@dataclass(frozen=True)
+class Part:
+    """One piece of a response body: `head` bytes (a multipart part header), then body bytes [start, end)."""
+
+    head: bytes
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class BodyPlan:
+    """What goes on the wire for a decision: status, the headers it adds, the parts and their total."""
+
+    status: int
+    headers: dict[str, str]
+    parts: tuple[Part, ...]
+    closing: bytes
+    length: int  # Content-Length
+
+
+UNSATISFIABLE = b'{"error":{"code":"range_not_satisfiable","message":"no requested range overlaps the body"}}'
+
+
+def plan_body(decision: Decision, length: int, media_type: str, boundary: str) -> BodyPlan:
+    """Headers and parts of the response to `decision` for a body of `length` bytes of `media_type`."""
+    if decision.status == 304:
+        return BodyPlan(304, {}, (), b"", 0)
+    if decision.status == 416:
+        headers = {"content-range": f"bytes */{length}", "content-type": "application/json"}
+        return BodyPlan(416, headers, (), b"", len(UNSATISFIABLE))
+    if decision.status == 206 and len(decision.ranges) == 1:
+        start, end = decision.ranges[0]
+        headers = {"content-range": content_range(start, end, length), "content-type": media_type}
+        return BodyPlan(206, headers, (Part(b"", start, end),), b"", end - start)
+    if decision.status == 206:
+        parts = tuple(
+            Part(
+                (
+                    f"\r\n--{boundary}\r\ncontent-type: {media_type}\r\n"
+                    f"content-range: {content_range(start, end, length)}\r\n\r\n"
+                ).encode(),
+                start,
+                end,
+            )
+            for start, end in decision.ranges
+        )
+        closing = f"\r\n--{boundary}--\r\n".encode()
+        total = sum(len(part.head) + part.end - part.start for part in parts) + len(closing)
+        headers = {"content-type": f"multipart/byteranges; boundary={boundary}"}
+        return BodyPlan(206, headers, parts, closing, total)
+    return BodyPlan(decision.status, {"content-type": media_type}, (Part(b"", 0, length),), b"", length)

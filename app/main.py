@@ -12,7 +12,8 @@ from .errors import install_error_handlers
 from .limits import StreamLimiter
 from .metrics import Metrics, MetricsMiddleware
 from .registry import Registry
-from .routes import service, stats, tensors, viewer
+from .routes import bundles, service, tensors, values, viewer
+from .routes.params import default_archive, named_archive
 from .security import BearerTokenMiddleware, JsonCORSMiddleware, quiet_url_logging
 from .settings import Settings
 
@@ -49,10 +50,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.registry = registry
     app.state.limiter = StreamLimiter(settings.max_streams)
-    app.state.metrics = Metrics(registry)
+    app.state.metrics = Metrics(registry, app.state.limiter)
     app.include_router(service.router)
-    app.include_router(tensors.router)
-    app.include_router(stats.router)
+    for build in (tensors.build, values.build):
+        app.include_router(build(default_archive, "default archive"))
+        app.include_router(build(named_archive, "one archive"), prefix="/archives/{archive_id}")
+    app.include_router(bundles.router)
     app.include_router(viewer.router)
     app.mount("/viewer", StaticFiles(directory=viewer.VIEWER), name="viewer")
     install_error_handlers(app)

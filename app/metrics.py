@@ -9,11 +9,12 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .limits import StreamLimiter
 from .registry import Registry
 
 
 class Metrics:
-    def __init__(self, archives: Registry) -> None:
+    def __init__(self, archives: Registry, streams: StreamLimiter) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter(
             "pt2serve_requests", "HTTP requests", ["route", "method", "status"], registry=self.registry
@@ -34,6 +35,7 @@ class Metrics:
         self.active_streams = Gauge(
             "pt2serve_active_streams", "Bodies being streamed", registry=self.registry
         )
+        self.active_streams.set_function(lambda: streams.active)
         self.registry.register(_ArchiveCollector(archives))
 
 

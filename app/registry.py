@@ -29,6 +29,14 @@ class ArchiveUnavailable(Exception):
     """The archive is configured but not open (still opening, or it failed)."""
 
 
+@dataclass(frozen=True)
+class Served:
+    """The archive a request is served from: its id and the open archive object."""
+
+    id: str
+    archive: reader.Archive
+
+
 @dataclass
 class Slot:
     spec: ArchiveSpec
@@ -98,10 +106,18 @@ class Registry:
             raise ArchiveUnavailable(f"archive {slot.spec.id!r} is unavailable: {slot.error or slot.status}")
         return slot.archive
 
-    async def reopen(self, archive_id: str) -> None:
-        """After SourceChanged: index the new version."""
+    async def serve(self, archive_id: str | None) -> Served:
+        archive = await self.get(archive_id)
+        return Served(self.slot(archive_id).spec.id, archive)
+
+    async def reopen(self, archive_id: str, stale: reader.Archive) -> None:
+        """Index the new version of an archive whose `stale` object saw it change; only if that
+        object is still the current one: a late failure from a request that was reading an older
+        version must not close the archive that replaced it while others stream from it."""
         slot = self.slots[archive_id]
         old = slot.archive
+        if old is not stale:
+            return
         slot.archive = None
         await self._open(slot)
         if old is not None:
@@ -132,6 +148,6 @@ class Registry:
                         await self._open(slot)
                     elif slot.archive is not None and not await slot.archive.revalidate():
                         log.info("archive %s changed; reopening", archive_id)
-                        await self.reopen(archive_id)
+                        await self.reopen(archive_id, stale=slot.archive)
                 except reader.ReaderError as exc:
                     log.warning("revalidating %s failed: %s", archive_id, exc)

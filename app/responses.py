@@ -1,4 +1,4 @@
-"""An ASGI response for Body objects: Range, conditional requests, HEAD, multipart/byteranges.
+"""BodyResponse: answers a GET/HEAD for a Body with Range, conditional requests and multipart/byteranges.
 
 Bytes are streamed chunk by chunk (bounded memory). A client that disconnects
 cancels the upstream read at once. If the upstream fails after the headers
@@ -15,24 +15,22 @@ from contextlib import aclosing
 
 import anyio
 import anyio.lowlevel
+from starlette.background import BackgroundTask
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from .bodies import Body, Chunk
-from .errors import error_response
-from .httpranges import content_range, decide
-from .limits import StreamLimiter
+from reader.formats.body import Body, Chunk
 
-STREAM_CHUNK = 1 << 20
+from .errors import error_response
+from .httpranges import UNSATISFIABLE, BodyPlan, decide, plan_body
+from .limits import StreamLimiter
 
 
 class BodyResponse(Response):
-    """Answer a GET/HEAD for `body` with the status its headers call for.
-
-    A Response subclass only so frameworks pass it through; it builds and sends
-    its own headers and body in __call__.
-    """
+    """A Starlette response whose status and headers (Content-Length, Content-Range, ETag) are
+    decided when it is made, from the request's Range and conditional headers; `.headers` and
+    `background` work as on any Response."""
 
     def __init__(
         self,
@@ -41,85 +39,61 @@ class BodyResponse(Response):
         *,
         etag: str,
         media_type: str,
+        chunk_size: int,
         headers: Mapping[str, str] | None = None,
-        chunk_size: int = STREAM_CHUNK,
         limiter: StreamLimiter | None = None,
+        background: BackgroundTask | None = None,
     ) -> None:
-        self.limiter = limiter
-        self.background = None
-        self.body = body
-        self.etag = etag
-        self.media_type = media_type
-        self.extra = dict(headers or {})
-        self.chunk_size = chunk_size
-        self.head = request.method == "HEAD"
-        self.decision = decide(
+        decision = decide(
             body.length,
             etag,
             range_header=request.headers.get("range"),
             if_none_match=request.headers.get("if-none-match"),
             if_range=request.headers.get("if-range"),
         )
-        self.status_code = self.decision.status
+        self.plan: BodyPlan = plan_body(decision, body.length, media_type, secrets.token_hex(12))
+        self.source = body
+        self.chunk_size = chunk_size
+        self.limiter = limiter
+        self.head = request.method == "HEAD"
+        fields = {"etag": etag, "accept-ranges": "bytes", **(headers or {}), **self.plan.headers}
+        if self.plan.status != 304:
+            fields["content-length"] = str(self.plan.length)
+        super().__init__(status_code=self.plan.status, headers=fields, background=background)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        decision, length = self.decision, self.body.length
-        headers = {"etag": self.etag, "accept-ranges": "bytes", **self.extra}
-        parts: list[tuple[bytes, int, int]] = []  # (part header, start, end)
-        closing = b""
-        if decision.status == 304:
-            await self._start(send, 304, headers, None)
-            await send({"type": "http.response.body", "body": b""})
-            return
-        if decision.status == 416:
-            headers["content-range"] = f"bytes */{length}"
-            body = (
-                b'{"error":{"code":"range_not_satisfiable","message":"no requested range overlaps the body"}}'
-            )
-            await self._start(send, 416, {**headers, "content-type": "application/json"}, len(body))
-            await send({"type": "http.response.body", "body": b"" if self.head else body})
-            return
-        if decision.status == 206 and len(decision.ranges) == 1:
-            (start, end) = decision.ranges[0]
-            headers["content-range"] = content_range(start, end, length)
-            total = end - start
-            parts = [(b"", start, end)]
-        elif decision.status == 206:
-            boundary = secrets.token_hex(12)
-            for start, end in decision.ranges:
-                head = (
-                    f"\r\n--{boundary}\r\ncontent-type: {self.media_type}\r\n"
-                    f"content-range: {content_range(start, end, length)}\r\n\r\n"
-                ).encode()
-                parts.append((head, start, end))
-            closing = f"\r\n--{boundary}--\r\n".encode()
-            total = sum(len(head) + end - start for head, start, end in parts) + len(closing)
-            headers["content-type"] = f"multipart/byteranges; boundary={boundary}"
-        else:
-            total = length
-            parts = [(b"", 0, length)]
-        headers.setdefault("content-type", self.media_type)
-        if self.head:
-            await self._start(send, decision.status, headers, total)
-            await send({"type": "http.response.body", "body": b""})
-            return
-        if self.limiter is not None and not self.limiter.try_acquire():
+        plan = self.plan
+        if plan.status in (304, 416) or self.head:
+            await self._start(send)
+            body = UNSATISFIABLE if plan.status == 416 and not self.head else b""
+            await send({"type": "http.response.body", "body": body})
+        elif self.limiter is not None and not self.limiter.try_acquire():
             busy = error_response(
                 503, "too_many_streams", "too many concurrent streams", {"retry-after": "1"}
             )
             await busy(scope, receive, send)
             return
+        else:
+            try:
+                await self._stream(receive, send)
+            finally:
+                if self.limiter is not None:
+                    self.limiter.release()
+        if self.background is not None:
+            await self.background()
+
+    async def _stream(self, receive: Receive, send: Send) -> None:
         # A client that leaves cancels everything below, even while the upstream hangs.
         # (A plain task and a cancel scope rather than a task group: errors before the
         # headers must reach the app's error handlers unwrapped.)
         with anyio.CancelScope() as cancel_scope:
-            watcher = asyncio.ensure_future(self._cancel_on_disconnect(receive, cancel_scope))
+            watcher = asyncio.ensure_future(_cancel_on_disconnect(receive, cancel_scope))
             try:
-                async with aclosing(self._pieces(parts, closing if len(parts) > 1 else b"")) as pieces:
+                async with aclosing(self._pieces()) as pieces:
                     # the first bytes are read before the headers go out, so the usual upstream
                     # failures (object changed, gone, unreachable) still get a JSON error status
                     first = await anext(pieces, b"")
-                    await self._start(send, decision.status, headers, total)
+                    await self._start(send)
                     await send({"type": "http.response.body", "body": first, "more_body": True})
                     async for piece in pieces:
                         await send({"type": "http.response.body", "body": piece, "more_body": True})
@@ -129,30 +103,25 @@ class BodyResponse(Response):
                     await send({"type": "http.response.body", "body": b""})
             finally:
                 watcher.cancel()
-                if self.limiter is not None:
-                    self.limiter.release()
 
-    async def _pieces(self, parts: list[tuple[bytes, int, int]], closing: bytes) -> AsyncIterator[Chunk]:
+    async def _pieces(self) -> AsyncIterator[Chunk]:
         """The body as it goes on the wire: part headers (multipart only), chunks, closing line."""
-        for head, start, end in parts:
-            if head:
-                yield head
-            async with aclosing(self.body.chunks(start, end, self.chunk_size)) as chunks:
+        for part in self.plan.parts:
+            if part.head:
+                yield part.head
+            async with aclosing(self.source.chunks(part.start, part.end, self.chunk_size)) as chunks:
                 async for chunk in chunks:
                     yield chunk
-        if closing:
-            yield closing
+        if self.plan.closing:
+            yield self.plan.closing
 
-    async def _start(self, send: Send, status: int, headers: dict[str, str], length: int | None) -> None:
-        if length is not None:
-            headers["content-length"] = str(length)
-        raw = [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()]
-        await send({"type": "http.response.start", "status": status, "headers": raw})
+    async def _start(self, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
 
-    @staticmethod
-    async def _cancel_on_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                scope.cancel()
-                return
+
+async def _cancel_on_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            scope.cancel()
+            return

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import pathlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 DEMO_ARCHIVE = pathlib.Path(__file__).resolve().parent / "demo" / "demo.pt2"
 
@@ -29,7 +29,6 @@ class Settings:
     upstream_attempts: int = 5  # tries per upstream request (retries on 5xx, 429, resets)
     upstream_budget: float | None = None  # seconds one upstream open or read may take in all (None: no cap)
     retry_failed_after: float = 10.0  # an archive that failed to open is retried at most this often
-    extra: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_environment(

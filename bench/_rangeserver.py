@@ -275,7 +275,7 @@ class NginxProcess(_ServerProcess):
 
 def _serve(file: pathlib.Path, url_path: str, delay: float, port: int) -> int:
     sys.path.insert(0, str(ROOT))
-    from tests.faultserver import FaultServer
+    from testing.faultserver import FaultServer
 
     async def run() -> None:
         loop = asyncio.get_running_loop()

@@ -2,7 +2,7 @@
 
 Starts `python3 -m app serve --port P id=PATH ...` as a child process on a local archive
 (`--cache-dir`/gpt2_small.pt2 if present, else tests/fixtures/archives/many.pt2) and, with `--s3`, an
-S3-backed copy of it in SeaweedFS (tests.seaweed.SeaweedS3). N concurrent httpx clients (default 32) run
+S3-backed copy of it in SeaweedFS (testing.seaweed.SeaweedS3). N concurrent httpx clients (default 32) run
 for a fixed time (default 20 s), mixing layout, full-data, Range and HEAD requests over every archive;
 every body is checked (length, and bytes against a reference read once up front).
 
@@ -191,7 +191,7 @@ async def main_async(args: argparse.Namespace) -> int:
     try:
         targets = [await reference("local", path, args.sample, rng)]
         if args.s3:
-            from tests.seaweed import SeaweedS3
+            from testing.seaweed import SeaweedS3
 
             seaweed = SeaweedS3().start()
             seaweed.create_buckets()

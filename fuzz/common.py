@@ -31,12 +31,12 @@ from typing import Any, Protocol
 import reader
 from reader import zipfmt
 from reader.sources import BytesSource
-from reader.zipfmt import layouts
-from tests.zipbytes import build_zip
+from reader.zipfmt import structs
+from testing.zipbytes import build_zip
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "archives"
-SMALL_FIXTURES = ("layouts.pt2", "two_models.pt2", "dtypes.pt2", "pickled.pt2", "zero_payload.pt2")
+SMALL_FIXTURES = ("structs.pt2", "two_models.pt2", "dtypes.pt2", "pickled.pt2", "zero_payload.pt2")
 
 TIME_BOUND = 5.0  # seconds per input for asyncio.wait_for
 STREAM_CAP = 4 << 20  # stream at most this many bytes of one tensor (zero payloads may claim more)
@@ -44,7 +44,7 @@ STREAM_CHUNK = 4099  # odd on purpose: chunks straddle element and header bounda
 ORDERS = ("default", "contiguous")
 BOUNDARY = (0, 1, 2, 0x7F, 0xFF, 0xFFFF, 0xFFFE, 0x10000, 0x7FFFFFFF, 0xFFFFFFFF, 0xFFFFFFFE,
             1 << 32, 2**63 - 1, 2**64 - 1)  # fmt: skip
-# itemsize per serialized ScalarType, written out independently of reader.dtypes
+# itemsize per serialized ScalarType, written out independently of reader.pt2.dtypes
 ITEMSIZE = {1: 1, 2: 1, 3: 2, 4: 4, 5: 8, 6: 2, 7: 4, 8: 8, 9: 4, 10: 8, 11: 16, 12: 1, 13: 2,
             28: 2, 29: 1, 30: 1, 31: 1, 32: 1, 33: 1, 34: 4, 35: 8}  # fmt: skip
 
@@ -220,7 +220,7 @@ def _extra_slots(data: bytes, at: int, length: int) -> list[tuple[int, int]]:
     while at + 4 <= end:
         header_id, size = struct.unpack_from("<HH", data, at)
         slots += [(at, 2), (at + 2, 2)]
-        if header_id == layouts.ZIP64_EXTRA_ID:
+        if header_id == structs.ZIP64_EXTRA_ID:
             slots += [(at + 4 + 8 * i, 8) for i in range(size // 8) if at + 12 + 8 * i <= end]
         at += 4 + size
     return slots
@@ -233,27 +233,27 @@ def map_archive(data: bytes) -> BaseMap:
     ranges: dict[str, list[tuple[int, int]]] = {}
     at = span.offset
     for entry in entries:
-        fields = layouts.CENTRAL_HEADER.unpack_from(data, at)
+        fields = structs.CENTRAL_HEADER.unpack_from(data, at)
         name_length, extra_length, comment_length = fields[10:13]
-        record_end = at + layouts.CENTRAL_HEADER.size + name_length + extra_length + comment_length
-        slots += _struct_slots(layouts.CENTRAL_HEADER, at)
-        slots += _extra_slots(data, at + layouts.CENTRAL_HEADER.size + name_length, extra_length)
+        record_end = at + structs.CENTRAL_HEADER.size + name_length + extra_length + comment_length
+        slots += _struct_slots(structs.CENTRAL_HEADER, at)
+        slots += _extra_slots(data, at + structs.CENTRAL_HEADER.size + name_length, extra_length)
         local = entry.header_offset
-        local_fields = layouts.LOCAL_HEADER.unpack_from(data, local)
-        slots += _struct_slots(layouts.LOCAL_HEADER, local)
+        local_fields = structs.LOCAL_HEADER.unpack_from(data, local)
+        slots += _struct_slots(structs.LOCAL_HEADER, local)
         slots += _extra_slots(data, local + 30 + local_fields[9], local_fields[10])
         data_start = local + 30 + local_fields[9] + local_fields[10]
         starts += [at, local, data_start, data_start + entry.compressed_size]
         ranges[entry.name] = [(local, entry.region_end), (at, record_end)]
         at = record_end
-    end_record = data.rindex(layouts.END_RECORD_SIGNATURE)
-    slots += _struct_slots(layouts.END_RECORD, end_record)
+    end_record = data.rindex(structs.END_RECORD_SIGNATURE)
+    slots += _struct_slots(structs.END_RECORD, end_record)
     starts.append(end_record)
-    locator = end_record - layouts.ZIP64_LOCATOR.size
-    if locator >= 0 and data[locator : locator + 4] == layouts.ZIP64_LOCATOR_SIGNATURE:
-        slots += _struct_slots(layouts.ZIP64_LOCATOR, locator)
-        record = layouts.ZIP64_LOCATOR.unpack_from(data, locator)[2]
-        slots += _struct_slots(layouts.ZIP64_END_RECORD, record)
+    locator = end_record - structs.ZIP64_LOCATOR.size
+    if locator >= 0 and data[locator : locator + 4] == structs.ZIP64_LOCATOR_SIGNATURE:
+        slots += _struct_slots(structs.ZIP64_LOCATOR, locator)
+        record = structs.ZIP64_LOCATOR.unpack_from(data, locator)[2]
+        slots += _struct_slots(structs.ZIP64_END_RECORD, record)
         starts += [locator, record]
     good = run_bounded(exercise(data))
     depends: dict[tuple[str, str], set[str]] = {}

@@ -42,7 +42,7 @@ REGRESSIONS = {
     "ndim_over_64.pt2": lambda: _archive(_meta([1] * 70 + [2, 2], [1] * 70 + [1, 2])),
     # ValueError at open: formatting the "absurd nbytes" message hits int->str's 4300-digit limit
     "absurd_nbytes_message.pt2": lambda: _archive(_meta([2**63 - 1] * 300, [0] * 300), deflate=True),
-    # hang at open: layout.dim_order is quadratic in the number of dims (20k dims: minutes of CPU)
+    # hang at open: strided.dim_order is quadratic in the number of dims (20k dims: minutes of CPU)
     "many_dims_dim_order.pt2": lambda: _archive(
         _meta([1] * 20_000 + [2, 2], [1] * 20_000 + [1, 2]), deflate=True
     ),

@@ -16,7 +16,7 @@ from .errors import (
     TensorNotFound,
     UnsupportedPayload,
 )
-from .tensorinfo import StorageRef, TensorInfo
+from .pt2.tensorinfo import StorageRef, TensorInfo
 
 __all__ = [
     "Archive",

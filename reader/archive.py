@@ -5,46 +5,37 @@ from __future__ import annotations
 import difflib
 import os
 from collections.abc import AsyncIterator, Generator, Iterable
-from contextlib import aclosing
 from typing import Any
 
 import numpy as np
 
-from . import layout
-from .dtypes import BY_NAME, to_numpy
-from .entries import EntryReader
-from .errors import ModelNotFound, TensorNotFound, UnsupportedPayload
-from .opening import OpenedIndex, read_index
+from .errors import ModelNotFound, TensorNotFound
+from .pt2.dtypes import BY_NAME, to_numpy
+from .pt2.tensorinfo import TensorInfo
+from .reading.entries import EntryFetcher
+from .reading.opening import OpenedIndex, read_index
 from .sources import (
     DEFAULT_CHUNK_SIZE,
-    DEFAULT_TAIL_SIZE,
-    LOCAL_TAIL_SIZE,
     ByteSource,
     HttpOptions,
-    LocalFileSource,
     S3Settings,
     open_source,
+    tail_size_for,
 )
-from .tensorinfo import TensorInfo
-from .zipfmt import ZipEntry
+from .tensor import TensorBytes, read_all
 
-ORDERS = ("default", "contiguous")
 DEFAULT_MODEL = "model"
-# read() and gathered streams build the whole output in memory. When that output is
-# larger than the payload bytes behind it (a zero-byte payload, a stride-0 view), its
-# size is only a claim, so it is capped; zero payloads can still be streamed.
-MAX_UNBACKED_OUTPUT = 1 << 30
 
 
 class Archive:
     """An opened .pt2 archive. Get one from `open_archive`."""
 
-    def __init__(self, source: ByteSource, opened: OpenedIndex, reader: EntryReader) -> None:
+    def __init__(self, source: ByteSource, opened: OpenedIndex, fetcher: EntryFetcher) -> None:
         self.source = source
         self.root = opened.root
         self._entries = opened.entries
         self._index = opened.index
-        self._reader = reader
+        self._fetcher = fetcher
 
     @property
     def location(self) -> str:
@@ -78,25 +69,25 @@ class Archive:
             raise TensorNotFound(f"no tensor {name!r} in model {self.resolve_model(model)!r}{hint}")
         return info
 
+    def tensor(self, name: str, model: str | None = None, order: str = "default") -> TensorBytes:
+        """One tensor in one order ("default": memory order, "contiguous": row-major), checked
+        readable once: its `length`, `read()` and `chunks(start, end)`."""
+        info = self.layout(name, model)
+        return TensorBytes(info, self._entries[info.storage.entry], self._fetcher, order)
+
     async def read(self, name: str, model: str | None = None, order: str = "default") -> bytes:
         """The tensor's bytes: memory order ("default") or row-major ("contiguous")."""
-        _, plan = self._plan(name, model, order)
-        return await plan.read()
+        return await self.tensor(name, model, order).read()
 
     async def read_many(
         self, names: Iterable[str], model: str | None = None, order: str = "default"
     ) -> dict[str, bytes]:
         """Several tensors' bytes, as `read` gives them; payloads that lie close together in the
         archive are fetched in one request (remotely: one round trip for a whole block)."""
-        plans = {name: self._plan(name, model, order)[1] for name in names}
-        for plan in plans.values():
-            plan.check_materializable()
-        fetching = [plan for plan in plans.values() if plan.needs_payload]
-        spans = await self._reader.read_many([(plan.entry, *plan.span) for plan in fetching])
-        found = dict(zip([id(plan) for plan in fetching], spans))
-        return {name: plan.finish(found.get(id(plan), b"")) for name, plan in plans.items()}
+        tensors = {name: self.tensor(name, model, order) for name in names}
+        return dict(zip(tensors, await read_all(list(tensors.values()), self._fetcher)))
 
-    async def stream(
+    def stream(
         self,
         name: str,
         model: str | None = None,
@@ -107,19 +98,13 @@ class Archive:
     ) -> AsyncIterator[bytes | memoryview]:
         """Bytes [start, end) of what `read` returns, in chunks, without holding the whole tensor
         when it is stored in the requested order."""
-        info, plan = self._plan(name, model, order)
-        total = info.nbytes or 0
-        end = total if end is None else end
-        if not 0 <= start <= end <= total:
-            raise ValueError(f"range [{start}, {end}) is outside {name!r} ({total} bytes)")
-        async with aclosing(plan.stream(start, end, chunk_size or self._reader.chunk_size)) as chunks:
-            async for chunk in chunks:
-                yield chunk
+        return self.tensor(name, model, order).chunks(start, end, chunk_size)
 
     async def read_numpy(self, name: str, model: str | None = None) -> np.ndarray:
         """An ndarray with the logical shape (bfloat16/float8 via ml_dtypes; complex32 widened)."""
-        info, plan = self._plan(name, model, "contiguous")
-        return to_numpy(await plan.read(), BY_NAME[info.dtype], info.sizes)  # type: ignore[index,arg-type]
+        tensor = self.tensor(name, model, "contiguous")
+        info = tensor.info
+        return to_numpy(await tensor.read(), BY_NAME[info.dtype], info.sizes)  # type: ignore[index,arg-type]
 
     async def revalidate(self) -> bool:
         """True if the archive is still the one indexed (a cheap conditional request remotely)."""
@@ -147,91 +132,6 @@ class Archive:
             hint = f"; close matches: {', '.join(close)}" if close else ""
             raise ModelNotFound(f"no model {model!r} (models: {', '.join(self.models) or 'none'}){hint}")
         return model
-
-    def _plan(self, name: str, model: str | None, order: str) -> tuple[TensorInfo, _ReadPlan]:
-        if order not in ORDERS:
-            raise ValueError(f"order must be one of {ORDERS}, not {order!r}")
-        info = self.layout(name, model)
-        if info.unsupported:
-            raise UnsupportedPayload(f"{info.model}/{info.name}: {info.unsupported}")
-        return info, _ReadPlan(info, self._entries[info.storage.entry], self._reader, order)
-
-
-class _ReadPlan:
-    """How one tensor's output bytes come from its payload entry.
-
-    direct: the output is exactly the view's storage span (dense in memory order,
-    or row-major already) and can be streamed range by range; otherwise the span
-    is read and gathered.
-    """
-
-    def __init__(self, info: TensorInfo, entry: ZipEntry, reader: EntryReader, order: str) -> None:
-        sizes, strides = info.sizes, info.strides
-        assert sizes is not None and strides is not None and info.storage_offset is not None
-        self.info = info
-        self.entry = entry
-        self.reader = reader
-        itemsize = info.itemsize or 0
-        first, end = layout.element_extent(sizes, strides, info.storage_offset)
-        self.span = (first * itemsize, end * itemsize)
-        self.zeros = entry.size == 0
-        self.direct = info.dense and (order == "default" or layout.is_row_major(sizes, strides))
-
-    @property
-    def needs_payload(self) -> bool:
-        return bool(self.info.nbytes) and not self.zeros
-
-    async def read(self) -> bytes:
-        self.check_materializable()
-        span = await self.reader.read(self.entry, *self.span) if self.needs_payload else b""
-        return self.finish(span)
-
-    def check_materializable(self) -> None:
-        nbytes = self.info.nbytes or 0
-        backed = 0 if self.zeros else self.span[1] - self.span[0]
-        if nbytes > backed and nbytes > MAX_UNBACKED_OUTPUT:
-            raise UnsupportedPayload(
-                f"{self.info.model}/{self.info.name}: {nbytes} bytes from a {backed}-byte payload "
-                f"would have to be built in memory (limit {MAX_UNBACKED_OUTPUT}); stream it instead"
-            )
-
-    def finish(self, span: bytes) -> bytes:
-        """The output bytes from the bytes of the view's storage span."""
-        if not self.needs_payload:
-            return bytes(self.info.nbytes or 0)
-        if self.direct:
-            return span
-        return layout.gather_row_major(
-            span, self.info.itemsize or 1, self.info.sizes or (), self.info.strides or ()
-        )
-
-    async def stream(self, start: int, end: int, chunk_size: int) -> AsyncIterator[bytes | memoryview]:
-        if start == end:
-            return
-        if self.zeros:
-            for piece in _pieces(end - start, chunk_size):
-                yield bytes(piece)
-            return
-        if self.direct:
-            first = self.span[0]
-            async with aclosing(
-                self.reader.chunks(self.entry, first + start, first + end, chunk_size)
-            ) as chunks:
-                async for chunk in chunks:
-                    yield chunk
-            return
-        data = memoryview(await self.read())
-        position = start
-        for piece in _pieces(end - start, chunk_size):
-            yield data[position : position + piece]
-            position += piece
-
-
-def _pieces(total: int, chunk_size: int) -> Generator[int, None, None]:
-    while total > 0:
-        piece = min(total, chunk_size)
-        yield piece
-        total -= piece
 
 
 class open_archive:  # noqa: N801 - used like a function: `async with open_archive(...)`
@@ -263,25 +163,22 @@ class open_archive:  # noqa: N801 - used like a function: `async with open_archi
 
     async def _open(self) -> Archive:
         location = self._location
+        tail_size = tail_size_for(location) if self._tail_size is None else self._tail_size
         if isinstance(location, (str, os.PathLike)):
             source = await open_source(
                 location,
-                tail_size=DEFAULT_TAIL_SIZE if self._tail_size is None else self._tail_size,
+                tail_size=tail_size,
                 http_options=self._http_options,
                 s3_settings=self._s3_settings,
             )
         else:
             source = location
-        reader = EntryReader(source, self._chunk_size)
-        tail_size = self._tail_size
-        if tail_size is None:
-            tail_size = LOCAL_TAIL_SIZE if isinstance(source, LocalFileSource) else DEFAULT_TAIL_SIZE
         try:
-            opened = await read_index(source, reader, tail_size)
+            opened = await read_index(source, tail_size)
         except BaseException:
             await source.close()
             raise
-        return Archive(source, opened, reader)
+        return Archive(source, opened, EntryFetcher(source, self._chunk_size, opened.data_offsets))
 
     def __await__(self) -> Generator[Any, None, Archive]:
         return self._open().__await__()

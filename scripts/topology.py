@@ -35,7 +35,7 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from tests.seaweed import SeaweedS3, free_ports  # noqa: E402 - needs the repo root on sys.path
+from testing.seaweed import SeaweedS3, free_ports  # noqa: E402 - needs the repo root on sys.path
 
 NGINX_CONF = REPO / "deploy" / "nginx.conf"
 DEMO_ARCHIVE = REPO / "app" / "demo" / "demo.pt2"

@@ -10,7 +10,7 @@ import pathlib
 
 import pytest
 
-from tests.seaweed import seaweed_s3  # noqa: F401 - session fixture: a real S3 server on loopback
+from testing.seaweed import seaweed_s3  # noqa: F401 - session fixture: a real S3 server on loopback
 
 HERE = pathlib.Path(__file__).resolve().parent
 ARCHIVES = HERE / "fixtures" / "archives"

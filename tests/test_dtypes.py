@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from reader import ArchiveFormatError
-from reader.dtypes import BY_SERIALIZED, dtype_from_serialized, to_numpy
+from reader.pt2.dtypes import BY_SERIALIZED, dtype_from_serialized, to_numpy
 from tests.conftest import needs_torch
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import httpx
 import pytest
 
-from tests.faultserver import (
+from testing.faultserver import (
     ChangeObject,
     Drip,
     DropAfter,
@@ -37,8 +37,8 @@ from tests.faultserver import (
     Status,
     WrongContentRange,
 )
+from testing.zipbytes import write_pt2
 from tests.service_helpers import make_app, real_server
-from tests.zipbytes import write_pt2
 
 BIG = 24 << 20  # > HttpOptions.full_body_cap (16 MiB)
 MID = 2 << 20

@@ -10,7 +10,7 @@ import time
 import httpx
 import pytest
 
-from tests.faultserver import (
+from testing.faultserver import (
     ChangeObject,
     Chunked,
     Drip,

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import reader
+from reader.pt2.dtypes import BY_NAME
 from tests.conftest import ARCHIVES, EXPECTED, needs_torch, sha256
 
 READABLE = [name for name, spec in EXPECTED.items() if "legacy_weights" not in spec]
@@ -84,7 +85,7 @@ async def test_every_dtype_is_present_and_typed() -> None:
     async with reader.open_archive(ARCHIVES / "dtypes.pt2") as ar:
         dtypes = {t.dtype for t in ar.tensors()}
         scalar_types = {t.dtype: t.executorch_scalar_type for t in ar.tensors()}
-    assert dtypes == set(reader.dtypes.BY_NAME)
+    assert dtypes == set(BY_NAME)
     assert scalar_types["float32"] == 6 and scalar_types["bfloat16"] == 15
     assert scalar_types["float8_e4m3fn"] == 24 and scalar_types["uint64"] == 29
 

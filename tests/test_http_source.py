@@ -10,8 +10,7 @@ import pytest
 
 import reader
 from reader.sources import HttpOptions
-from tests.conftest import ARCHIVES
-from tests.faultserver import (
+from testing.faultserver import (
     ChangeObject,
     Chunked,
     Drip,
@@ -27,6 +26,7 @@ from tests.faultserver import (
     Status,
     WrongContentRange,
 )
+from tests.conftest import ARCHIVES
 
 FAST = HttpOptions(backoff_base=0.01, backoff_cap=0.05, read_timeout=2.0, time_budget=10.0)
 BIG = "many.pt2"  # 880 KB, 1100 tensors, an 80 KiB central directory

@@ -9,10 +9,11 @@ import zipfile
 import pytest
 
 import reader
+import reader.reading.opening
 from reader import zipfmt
 from reader.sources import BytesSource
+from testing.zipbytes import build_zip, directory_of
 from tests.conftest import ARCHIVES
-from tests.zipbytes import build_zip, directory_of
 
 ORIGINAL = (ARCHIVES / "two_models.pt2").read_bytes()
 TIME_BOUND = 5.0
@@ -201,7 +202,7 @@ def test_huge_config_claim_is_refused(monkeypatch) -> None:
         method=zipfile.ZIP_DEFLATED,
     )
     assert outcome(archive) == {}  # a 1 MiB config of spaces is fine
-    monkeypatch.setattr(reader.opening, "MAX_CONFIG_BYTES", 1000)  # the real cap is 256 MiB
+    monkeypatch.setattr(reader.reading.opening, "MAX_CONFIG_BYTES", 1000)  # the real cap is 256 MiB
     assert issubclass(outcome(archive)["open"], reader.ArchiveFormatError)
 
 

@@ -7,8 +7,8 @@ import pytest
 
 import reader
 from reader.sources import S3Settings
+from testing.seaweed import SeaweedS3
 from tests.conftest import ARCHIVES
-from tests.seaweed import SeaweedS3
 
 NAMES = ["layouts.pt2", "dtypes.pt2", "many.pt2", "many_deflate.pt2", "two_models.pt2"]
 

@@ -14,7 +14,7 @@ import re
 import httpx
 import pytest
 
-from tests.seaweed import SeaweedS3
+from testing.seaweed import SeaweedS3
 
 KEY = "facts/object.bin"
 DATA = bytes(range(256)) * 4 + b"tail"  # 1028 bytes

@@ -16,8 +16,8 @@ import traceback
 import httpx
 import pytest
 
+from testing.faultserver import FaultServer, Status
 from tests.conftest import ARCHIVES
-from tests.faultserver import FaultServer, Status
 from tests.service_helpers import free_port, in_process, make_app, real_server
 
 LAYOUTS = f"layouts={ARCHIVES / 'layouts.pt2'}"

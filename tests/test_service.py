@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import reader
-from app.npy import npy_descr
+from reader.formats.npy import npy_descr
 from tests.conftest import ARCHIVES, needs_torch
 from tests.service_helpers import in_process, make_app
 

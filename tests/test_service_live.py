@@ -10,10 +10,10 @@ import httpx
 import pytest
 
 import reader
+from testing.faultserver import DropAfter, FaultServer
+from testing.zipbytes import write_pt2
 from tests.conftest import ARCHIVES
-from tests.faultserver import DropAfter, FaultServer
 from tests.service_helpers import make_app, real_server
-from tests.zipbytes import write_pt2
 
 BIG = 24 << 20  # bytes in the big tensor
 

@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
-from reader.frozen import fast_constructor
-from reader.tensorinfo import StorageRef, TensorInfo, build_storage_ref, build_tensor_info
+from reader.pt2.frozen import fast_constructor
+from reader.pt2.tensorinfo import StorageRef, TensorInfo, build_storage_ref, build_tensor_info
 
 
 def _values() -> tuple:

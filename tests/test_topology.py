@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 import reader
+from testing.seaweed import have_boto3, weed_binary
+from testing.zipbytes import write_pt2
 from tests.conftest import ARCHIVES, run
-from tests.seaweed import have_boto3, weed_binary
-from tests.zipbytes import write_pt2
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))

@@ -8,8 +8,8 @@ import zipfile
 import pytest
 
 from reader import ArchiveFormatError, IntegrityError, zipfmt
+from testing.zipbytes import build_zip, content_of, directory_of
 from tests.conftest import ARCHIVES
-from tests.zipbytes import build_zip, content_of, directory_of
 
 FILES = {
     "root/a.bin": os.urandom(1000),

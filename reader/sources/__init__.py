@@ -18,6 +18,19 @@ DEFAULT_TAIL_SIZE = 256 << 10
 LOCAL_TAIL_SIZE = 64 << 10
 
 
+def _scheme(location: str) -> str:
+    return location.split("://", 1)[0].lower() if "://" in location else ""
+
+
+def tail_size_for(location: str | os.PathLike[str] | ByteSource) -> int:
+    """How much of the end an open reads first, by where the bytes live."""
+    if isinstance(location, (str, os.PathLike)):
+        remote = _scheme(os.fspath(location)) in ("http", "https", "s3")
+    else:
+        remote = not isinstance(location, LocalFileSource)  # memory sources stand in for remote ones
+    return DEFAULT_TAIL_SIZE if remote else LOCAL_TAIL_SIZE
+
+
 async def open_source(
     location: str | os.PathLike[str],
     *,
@@ -31,7 +44,7 @@ async def open_source(
     the directory read that follows costs nothing more.
     """
     text = os.fspath(location)
-    scheme = text.split("://", 1)[0].lower() if "://" in text else ""
+    scheme = _scheme(text)
     if scheme in ("http", "https"):
         return await HttpSource.open(text, tail_size=tail_size, options=http_options)
     if scheme == "s3":
@@ -56,4 +69,5 @@ __all__ = [
     "SourceStats",
     "open_source",
     "redact_location",
+    "tail_size_for",
 ]

@@ -27,6 +27,7 @@ import httpx
 
 from ..errors import SourceChanged, SourceError
 from .base import DEFAULT_CHUNK_SIZE, SourceStats, check_range, redact_location
+from .held import HeldBytes
 
 CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 UNSATISFIED_RANGE = re.compile(r"bytes \*/(\d+)")
@@ -58,15 +59,6 @@ class _Retry(Exception):
         self.delay = delay
 
 
-@dataclass
-class _Held:
-    start: int
-    data: bytes
-
-    def covers(self, start: int, end: int) -> bool:
-        return self.start <= start and end <= self.start + len(self.data)
-
-
 class HttpSource:
     """One remote object read by byte ranges over a pooled httpx client."""
 
@@ -88,7 +80,7 @@ class HttpSource:
         self.size = 0
         self.etag: str | None = None
         self.last_modified: str | None = None
-        self._held: _Held | None = None  # bytes kept from open (the tail, or a small whole object)
+        self._held: HeldBytes | None = None  # bytes kept from open (the tail, or a small whole object)
 
     # -- opening -------------------------------------------------------------
 
@@ -129,14 +121,14 @@ class HttpSource:
             self._check_status(response, allow=(200, 206))
             self._remember_validators(response)
             if response.status_code == 200:
-                self._held = _Held(0, await self._whole_body(response, "open"))
+                self._held = HeldBytes(0, await self._whole_body(response, "open"))
                 self.size = len(self._held.data)
                 return
             start, end, total = self._content_range(response)
             if end != total - 1:
                 raise SourceError(f"{self.location}: suffix range answered with bytes {start}-{end}/{total}")
             self.size = total
-            self._held = _Held(start, await self._body(response, end + 1 - start, "open"))
+            self._held = HeldBytes(start, await self._body(response, end + 1 - start, "open"))
         finally:
             await response.aclose()
 
@@ -150,7 +142,7 @@ class HttpSource:
         self._remember_validators(response)
         self.size = int(length)
         start = max(0, self.size - tail_size)
-        self._held = _Held(start, await self._fetch(start, self.size, "open"))
+        self._held = HeldBytes(start, await self._fetch(start, self.size, "open"))
 
     def _remember_validators(self, response: httpx.Response) -> None:
         self.etag = response.headers.get("etag")

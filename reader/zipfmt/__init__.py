@@ -8,20 +8,22 @@ fuzzed directly.
 from .central import parse_central_directory
 from .decode import EntryDecoder, check_decodable, crc32
 from .end import MAX_END_SEARCH, locate_directory
-from .local import data_offset, local_header_guess, local_header_size
-from .records import DirectorySpan, NeedBytes, ZipEntry
+from .local import data_offset, local_header_guess, local_header_size, locate_data
+from .records import DirectorySpan, NeedBytes, NeedUntil, ZipEntry
 
 __all__ = [
     "MAX_END_SEARCH",
     "DirectorySpan",
     "EntryDecoder",
     "NeedBytes",
+    "NeedUntil",
     "ZipEntry",
     "check_decodable",
     "crc32",
     "data_offset",
     "local_header_guess",
     "local_header_size",
+    "locate_data",
     "locate_directory",
     "parse_central_directory",
 ]

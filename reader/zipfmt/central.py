@@ -6,7 +6,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import ArchiveFormatError
-from .layouts import (
+from .records import DirectorySpan, ZipEntry, compression_name
+from .structs import (
     CENTRAL_HEADER,
     CENTRAL_HEADER_SIGNATURE,
     EXTRA_HEADER,
@@ -20,7 +21,6 @@ from .layouts import (
     ZIP64_EXTRA_ID,
     ZIP64_FIELD,
 )
-from .records import DirectorySpan, ZipEntry, compression_name
 
 
 def parse_central_directory(directory: bytes | memoryview, span: DirectorySpan) -> tuple[ZipEntry, ...]:

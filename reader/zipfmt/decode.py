@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from zlib_ng import zlib_ng
 
 from ..errors import ArchiveFormatError, IntegrityError
-from .layouts import FLAG_ENCRYPTED, METHOD_DEFLATED, METHOD_STORED
 from .records import ZipEntry
+from .structs import FLAG_ENCRYPTED, METHOD_DEFLATED, METHOD_STORED
 
 # Inflate in bounded pieces so a small compressed chunk can never become a huge buffer.
 INFLATE_PIECE = 4 << 20

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from ..errors import ArchiveFormatError
-from .layouts import (
+from .records import DirectorySpan, NeedBytes
+from .structs import (
     CENTRAL_HEADER,
     END_RECORD,
     END_RECORD_SIGNATURE,
@@ -15,7 +16,6 @@ from .layouts import (
     ZIP64_LOCATOR,
     ZIP64_LOCATOR_SIGNATURE,
 )
-from .records import DirectorySpan, NeedBytes
 
 # The tail must reach this far back to be sure to contain the end record.
 MAX_END_SEARCH = END_RECORD.size + MAX_COMMENT

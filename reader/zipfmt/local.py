@@ -10,7 +10,8 @@ CRC and sizes equal to the central directory's.
 from __future__ import annotations
 
 from ..errors import ArchiveFormatError
-from .layouts import (
+from .records import NeedUntil, ZipEntry
+from .structs import (
     EXTRA_HEADER,
     FLAG_DATA_DESCRIPTOR,
     FLAG_ENCRYPTED,
@@ -18,7 +19,6 @@ from .layouts import (
     LOCAL_HEADER_SIGNATURE,
     SENTINEL_32,
 )
-from .records import ZipEntry
 
 # Enough to cover torch's alignment padding; longer extras cost one more read.
 LOCAL_EXTRA_GUESS = 128
@@ -37,6 +37,23 @@ def local_header_size(entry: ZipEntry, header: bytes | memoryview) -> int:
         raise ArchiveFormatError(f"bad local header signature for {entry.name!r} at {entry.header_offset}")
     name_length, extra_length = LOCAL_HEADER.unpack_from(header)[9:11]
     return LOCAL_HEADER.size + name_length + extra_length
+
+
+def locate_data(entry: ZipEntry, window: bytes | memoryview, data_length: int = 0) -> int | NeedUntil:
+    """The entry's data offset, from archive bytes that start at its local header, once they hold
+    the whole header and `data_length` bytes of data; else how far they must reach."""
+    if len(window) < LOCAL_HEADER.size:
+        if entry.header_offset + LOCAL_HEADER.size > entry.region_end:
+            raise ArchiveFormatError(f"local header of {entry.name!r} at {entry.header_offset} is truncated")
+        return NeedUntil(entry.header_offset + local_header_guess(entry) + data_length)
+    needed = local_header_size(entry, window) + data_length
+    if entry.header_offset + needed > entry.region_end:
+        raise ArchiveFormatError(
+            f"local header of {entry.name!r} at {entry.header_offset} leaves no room for its data"
+        )
+    if len(window) < needed:
+        return NeedUntil(entry.header_offset + needed)
+    return data_offset(entry, window)
 
 
 def data_offset(entry: ZipEntry, header: bytes | memoryview) -> int:

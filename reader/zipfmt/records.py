@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from .layouts import METHOD_NAMES
+from .structs import METHOD_NAMES
 
 
 @dataclass(frozen=True, slots=True)
@@ -13,6 +13,13 @@ class NeedBytes:
     """The parser needs the archive's bytes from `start` on (up to the old tail)."""
 
     start: int
+
+
+@dataclass(frozen=True, slots=True)
+class NeedUntil:
+    """The parser needs the archive's bytes up to `end` (a local header longer than guessed)."""
+
+    end: int
 
 
 @dataclass(frozen=True, slots=True)

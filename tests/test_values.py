@@ -159,7 +159,7 @@ async def test_unknown_names_are_404(client):
 
 async def test_nonfinite_values_stay_json(client):
     """NaN and Inf are counted and left out; min/max/mean/std are null when nothing is finite."""
-    from app.stats import summarize
+    from app.values import summarize
 
     values = np.array([np.nan, np.inf, -np.inf, 0.0, 2.0], dtype=np.float32)
     stats = summarize(values, "float32", (1, 5))

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import json
 
-import reader
+from ..pt2.tensorinfo import TensorInfo
+from ..tensor import TensorBytes
+from .body import BytesBody, ConcatBody
 
 DTYPES = {
     "bool": "BOOL",
@@ -35,11 +37,11 @@ DTYPES = {
 # generation do not read yet, so it is skipped like the complex types.
 
 
-def writable(info: reader.TensorInfo) -> bool:
+def writable(info: TensorInfo) -> bool:
     return info.readable and info.dtype in DTYPES
 
 
-def safetensors_header(tensors: list[reader.TensorInfo], metadata: dict[str, str]) -> bytes:
+def safetensors_header(tensors: list[TensorInfo], metadata: dict[str, str]) -> bytes:
     """Header for `tensors` laid out back to back in the given order."""
     table: dict[str, object] = {"__metadata__": metadata} if metadata else {}
     offset = 0
@@ -54,3 +56,12 @@ def safetensors_header(tensors: list[reader.TensorInfo], metadata: dict[str, str
     text = json.dumps(table, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)  # data starts 8-byte aligned
     return len(text).to_bytes(8, "little") + text
+
+
+def safetensors_body(tensors: list[TensorBytes], metadata: dict[str, str], skipped: list[str]) -> ConcatBody:
+    """A whole safetensors file: header, then each tensor's row-major bytes; `skipped` names
+    the tensors that were asked for but left out."""
+    if skipped:
+        metadata = {**metadata, "pt2serve.skipped": ",".join(skipped)}
+    header = safetensors_header([tensor.info for tensor in tensors], metadata)
+    return ConcatBody([BytesBody(header), *tensors])

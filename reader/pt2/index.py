@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .errors import ArchiveFormatError, UnsupportedPayload
-from .payload_meta import tensor_info
-from .payload_schema import decode_payload_config
+from ..errors import ArchiveFormatError, UnsupportedPayload
+from ..zipfmt import ZipEntry
+from .payload import tensor_info
+from .schema import decode_payload_config
 from .tensorinfo import TensorInfo
-from .zipfmt import ZipEntry
 
 ARCHIVE_FORMAT = "archive_format"
 ARCHIVE_VERSION = "archive_version"

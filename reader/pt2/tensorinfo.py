@@ -88,6 +88,6 @@ class TensorInfo:
 
 
 # The index builds these by the thousand: positional constructors that skip the
-# per-field object.__setattr__ of the frozen __init__ (see reader.frozen).
+# per-field object.__setattr__ of the frozen __init__ (see reader.pt2.frozen).
 build_storage_ref = fast_constructor(StorageRef)
 build_tensor_info = fast_constructor(TensorInfo)

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reader import layout
+from reader.pt2 import strided
 from tests.conftest import HAVE_TORCH, needs_torch
 
 
@@ -34,9 +34,9 @@ def test_matches_torch(view: tuple[list[int], list[int]]) -> None:
 
     sizes, strides = view
     tensor = torch.empty(1 << 16).as_strided(sizes, strides)
-    assert layout.is_dense(sizes, strides) == is_non_overlapping_and_dense_or_false(tensor)
-    assert layout.is_row_major(sizes, strides) == tensor.is_contiguous()
-    assert layout.dim_order(sizes, strides) == tuple(tensor.dim_order())
+    assert strided.is_dense(sizes, strides) == is_non_overlapping_and_dense_or_false(tensor)
+    assert strided.is_row_major(sizes, strides) == tensor.is_contiguous()
+    assert strided.dim_order(sizes, strides) == tuple(tensor.dim_order())
 
 
 @pytest.mark.parametrize(
@@ -52,16 +52,16 @@ def test_matches_torch(view: tuple[list[int], list[int]]) -> None:
     ],
 )
 def test_known_layouts(sizes, strides, order, dense) -> None:
-    assert layout.is_dense(sizes, strides) is dense
+    assert strided.is_dense(sizes, strides) is dense
     if dense:
-        assert layout.dim_order(sizes, strides) == order
+        assert strided.dim_order(sizes, strides) == order
 
 
 def test_gather_and_extent() -> None:
     span = bytes(range(24))  # 12 two-byte elements
-    assert layout.element_extent([2, 3], [6, 2], 1) == (1, 1 + 6 + 4 + 1)
-    assert layout.element_extent([0, 3], [3, 1], 5) == (5, 5)
-    gathered = layout.gather_row_major(span, 2, [2, 3], [6, 2])
+    assert strided.element_extent([2, 3], [6, 2], 1) == (1, 1 + 6 + 4 + 1)
+    assert strided.element_extent([0, 3], [3, 1], 5) == (5, 5)
+    gathered = strided.gather_row_major(span, 2, [2, 3], [6, 2])
     assert gathered == bytes([0, 1, 4, 5, 8, 9, 12, 13, 16, 17, 20, 21])
 
 

@@ -27,10 +27,11 @@ import asyncio
 import math
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 import reader
+from reader.formats.body import read_body
+from reader.pt2.dtypes import BY_NAME, to_numpy
 
 SMALL_BYTES = 16 << 20
 SMALL_ELEMENTS = 4 << 20
@@ -43,55 +44,20 @@ HISTOGRAM_BINS = 32
 HEATMAP_SIZE = 64
 CONCURRENT_READS = 8
 
-# torch dtype name -> numpy dtype of its bytes (complex32 is decoded separately)
-NUMPY_DTYPES: dict[str, np.dtype] = {
-    name: np.dtype(kind)
-    for name, kind in {
-        "uint8": np.uint8,
-        "int8": np.int8,
-        "int16": np.int16,
-        "int32": np.int32,
-        "int64": np.int64,
-        "uint16": np.uint16,
-        "uint32": np.uint32,
-        "uint64": np.uint64,
-        "float16": np.float16,
-        "float32": np.float32,
-        "float64": np.float64,
-        "complex32": np.float16,
-        "complex64": np.complex64,
-        "complex128": np.complex128,
-        "bool": np.bool_,
-        "bfloat16": ml_dtypes.bfloat16,
-        "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
-        "float8_e5m2": ml_dtypes.float8_e5m2,
-        "float8_e4m3fnuz": ml_dtypes.float8_e4m3fnuz,
-        "float8_e5m2fnuz": ml_dtypes.float8_e5m2fnuz,
-        "float8_e8m0fnu": ml_dtypes.float8_e8m0fnu,
-    }.items()
-}
-
 
 def decode(raw: bytes, dtype: str) -> np.ndarray:
     """Row-major bytes of `dtype` -> a flat ndarray (complex32 widened to complex64)."""
-    if dtype not in NUMPY_DTYPES:
-        raise reader.UnsupportedPayload(f"no statistics for dtype {dtype!r}")
-    values = np.frombuffer(raw, dtype=NUMPY_DTYPES[dtype])
-    if dtype == "complex32":
-        halves = values.astype(np.float32)
-        values = (halves[0::2] + 1j * halves[1::2]).astype(np.complex64)
-    return values
+    return to_numpy(raw, BY_NAME[dtype], (-1,))
 
 
 async def tensor_stats(archive: reader.Archive, name: str, model: str | None) -> dict[str, Any]:
-    info = archive.layout(name, model)
-    if not info.readable:
-        raise reader.UnsupportedPayload(f"{info.model}/{info.name}: {info.unsupported}")
+    tensor = archive.tensor(name, model, "contiguous")  # checks it is readable
+    info = tensor.info
     assert info.sizes is not None and info.dtype is not None
     numel, nbytes = info.numel or 0, info.nbytes or 0
     shape2d = _shape2d(info.sizes)
     if nbytes <= SMALL_BYTES and numel <= SMALL_ELEMENTS:
-        values = (await archive.read_numpy(info.name, info.model)).reshape(-1)
+        values = decode(await tensor.read(), info.dtype)
         result = summarize(values, info.dtype, shape2d)
         sampled, sample_elements = False, int(values.size)
     else:
@@ -188,16 +154,11 @@ async def _sample(
     shape2d = _shape2d(info.sizes)
     limit = asyncio.Semaphore(CONCURRENT_READS)
 
+    tensors = {o: archive.tensor(info.name, info.model, o) for o in {order, "default"}}
+
     async def read(start: int, end: int, read_order: str = order) -> bytes:
         async with limit:
-            return b"".join(
-                [
-                    bytes(chunk)
-                    async for chunk in archive.stream(
-                        info.name, info.model, order=read_order, start=start, end=end
-                    )
-                ]
-            )
+            return await read_body(tensors[read_order], start, end, max(1, end - start))
 
     rows = None
     if row_major and shape2d is not None and shape2d[0] > 1:
@@ -221,20 +182,14 @@ async def _sample(
         first = decode(await read(0, first_count * itemsize), info.dtype)
     else:
         # element i of the logical order sits at sum(index * stride) elements into the memory span
+        # (strides are never negative: the index refuses them)
         strides, offsets = info.strides or (), []
         for flat in range(first_count):
             index = np.unravel_index(flat, info.sizes)
-            offsets.append(sum(int(i) * s for i, s in zip(index, strides)) - _span_start(info))
+            offsets.append(sum(int(i) * s for i, s in zip(index, strides)))
         pieces = await asyncio.gather(*(read(o * itemsize, (o + 1) * itemsize, "default") for o in offsets))
         first = decode(b"".join(pieces), info.dtype)
     return values, rows, first
-
-
-def _span_start(info: reader.TensorInfo) -> int:
-    """Element offset of the memory span's start relative to storage_offset (negative strides)."""
-    return sum(
-        (size - 1) * stride for size, stride in zip(info.sizes or (), info.strides or ()) if stride < 0
-    )
 
 
 def _shape2d(sizes: tuple[int, ...]) -> tuple[int, int] | None:

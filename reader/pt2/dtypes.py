@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import ArchiveFormatError
+from ..errors import ArchiveFormatError
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,12 +14,12 @@ import operator
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from . import layout
+from ..errors import ArchiveFormatError
+from ..zipfmt import ZipEntry
+from . import strided
 from .dtypes import BY_SERIALIZED, DType, dtype_from_serialized
-from .errors import ArchiveFormatError
-from .payload_schema import MAX_TENSOR_BYTES, STRIDED_LAYOUT, PayloadMeta, TensorMeta
+from .schema import MAX_TENSOR_BYTES, STRIDED_LAYOUT, PayloadMeta, TensorMeta
 from .tensorinfo import TensorInfo, build_storage_ref, build_tensor_info
-from .zipfmt import ZipEntry
 
 CUSTOM_OBJECT_PREFIXES = ("custom_obj_", "opaque_obj_")
 
@@ -52,9 +52,9 @@ _GEOMETRY: dict[tuple[tuple[int, ...], tuple[int, ...]], Geometry] = {}
 def geometry(sizes: tuple[int, ...], strides: tuple[int, ...]) -> Geometry:
     """Shape arithmetic for (sizes, strides); the schema keeps ndim <= MAX_NDIM so this stays cheap."""
     numel = math.prod(sizes)
-    dense = layout.is_dense(sizes, strides)
-    order = layout.dim_order(sizes, strides) if dense else tuple(range(len(sizes)))
-    _, end = layout.element_extent(sizes, strides, 0)
+    dense = strided.is_dense(sizes, strides)
+    order = strided.dim_order(sizes, strides) if dense else tuple(range(len(sizes)))
+    _, end = strided.element_extent(sizes, strides, 0)
     claim = max(max(sizes, default=0), max(strides, default=0), math.prod(s for s in sizes if s))
     return Geometry(numel, dense, order, end, claim)
 

@@ -10,27 +10,33 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
 
-from . import zipfmt
-from .errors import ArchiveFormatError, IntegrityError
+from .. import zipfmt
+from ..errors import IntegrityError
+from ..sources import DEFAULT_CHUNK_SIZE, ByteSource
+from ..zipfmt import ZipEntry
 from .ranges import coalesce, containing
-from .sources import DEFAULT_CHUNK_SIZE, ByteSource
-from .zipfmt import ZipEntry
 
 # A range starting this far into an entry gets its header resolved separately
 # rather than dragging the bytes in between along.
 HEADER_PIGGYBACK_LIMIT = 64 << 10
 
 
-class EntryReader:
-    """Reads entry contents through one source, remembering where each entry's data starts."""
+class EntryFetcher:
+    """Reads entry contents through one source, knowing where each entry's data starts.
 
-    def __init__(self, source: ByteSource, chunk_size: int = DEFAULT_CHUNK_SIZE) -> None:
+    `data_offsets` are those the open already found (its metadata entries); the rest
+    are found on first use, from the local header read together with the data.
+    """
+
+    def __init__(
+        self,
+        source: ByteSource,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        data_offsets: dict[str, int] | None = None,
+    ) -> None:
         self.source = source
         self.chunk_size = chunk_size
-        self._data_offsets: dict[str, int] = {}
-
-    def remember_data_offset(self, entry: ZipEntry, offset: int) -> None:
-        self._data_offsets[entry.name] = offset
+        self._data_offsets: dict[str, int] = dict(data_offsets or {})
 
     async def data_offset(self, entry: ZipEntry) -> int:
         if entry.name not in self._data_offsets:
@@ -38,21 +44,19 @@ class EntryReader:
         return self._data_offsets[entry.name]
 
     async def _read_from_header(self, entry: ZipEntry, data_length: int) -> bytes:
-        """One read from the local header through `data_length` bytes of data (more if the
-        header is longer than guessed); remembers the data offset, returns the data read."""
+        """One read from the local header through `data_length` bytes of data (a second one if
+        the header is longer than guessed); remembers the data offset, returns the data read."""
         first = entry.header_offset
-        end = min(first + zipfmt.local_header_guess(entry) + data_length, entry.region_end)
-        fetched = await self.source.read(first, end)
-        header_size = zipfmt.local_header_size(entry, fetched)
-        if first + header_size + data_length > entry.region_end:
-            raise ArchiveFormatError(
-                f"local header of {entry.name!r} at {first} ({header_size} bytes) leaves no room for its data"
-            )
-        if header_size + data_length > len(fetched):
-            fetched += await self.source.read(first + len(fetched), first + header_size + data_length)
-        offset = zipfmt.data_offset(entry, fetched)
-        self._data_offsets[entry.name] = offset
-        return fetched[header_size : header_size + data_length]
+        fetched = b""
+        until = min(first + zipfmt.local_header_guess(entry) + data_length, entry.region_end)
+        while True:
+            fetched += await self.source.read(first + len(fetched), until)
+            found = zipfmt.locate_data(entry, fetched, data_length)
+            if not isinstance(found, zipfmt.NeedUntil):
+                break
+            until = found.end
+        self._data_offsets[entry.name] = found
+        return fetched[found - first : found - first + data_length]
 
     async def read(self, entry: ZipEntry, start: int = 0, end: int | None = None) -> bytes:
         """Content bytes [start, end) of the entry."""
@@ -60,7 +64,7 @@ class EntryReader:
         _check(entry, start, end)
         if start == end:
             return b""
-        if entry.method != zipfmt.layouts.METHOD_STORED:
+        if entry.method != zipfmt.structs.METHOD_STORED:
             return b"".join([bytes(chunk) async for chunk in self.chunks(entry, start, end)])
         zipfmt.check_decodable(entry)
         data = await self._read_stored(entry, start, end)
@@ -80,7 +84,7 @@ class EntryReader:
             _check(entry, start, end)
             if start == end:
                 continue
-            if entry.method != zipfmt.layouts.METHOD_STORED:
+            if entry.method != zipfmt.structs.METHOD_STORED:
                 results[index] = await self.read(entry, start, end)
                 continue
             zipfmt.check_decodable(entry)
@@ -110,11 +114,10 @@ class EntryReader:
         window is short (a local header longer than guessed)."""
         known = self._data_offsets.get(entry.name)
         if known is None:
-            header_size = zipfmt.local_header_size(entry, window)
-            if header_size + end > len(window):
+            found = zipfmt.locate_data(entry, window, end)
+            if isinstance(found, zipfmt.NeedUntil):
                 return None
-            known = zipfmt.data_offset(entry, window)
-            self._data_offsets[entry.name] = known
+            known = self._data_offsets[entry.name] = found
         return bytes(window[known - at + start : known - at + end])
 
     async def chunks(
@@ -128,7 +131,7 @@ class EntryReader:
         if start == end:
             return
         whole = start == 0 and end == entry.size
-        if entry.method == zipfmt.layouts.METHOD_STORED:
+        if entry.method == zipfmt.structs.METHOD_STORED:
             pieces = self._stored_chunks(entry, start, end, chunk_size)
         else:
             pieces = self._inflated(entry, await self.data_offset(entry), start, end, chunk_size)
@@ -138,12 +141,12 @@ class EntryReader:
         held: bytes | memoryview | None = None
         async with aclosing(pieces) as chunks:
             async for chunk in chunks:
-                if whole and entry.method == zipfmt.layouts.METHOD_STORED:
+                if whole and entry.method == zipfmt.structs.METHOD_STORED:
                     crc = zipfmt.crc32(chunk, crc)
                 if held is not None:
                     yield held
                 held = chunk
-        if whole and entry.method == zipfmt.layouts.METHOD_STORED:
+        if whole and entry.method == zipfmt.structs.METHOD_STORED:
             _verify_crc(entry, crc)  # deflate entries were verified when inflating finished
         if held is not None:
             yield held
@@ -173,24 +176,20 @@ class EntryReader:
         the last bytes, a shorter one means a few bytes past `end` are dropped.
         """
         first = entry.header_offset
-        guess = zipfmt.local_header_guess(entry)
-        stop = min(first + guess + end, entry.region_end)
+        stop = min(first + zipfmt.local_header_guess(entry) + end, entry.region_end)
         pending = b""
         position = None  # data position of the chunk in hand, once the header is parsed
         async with aclosing(self.source.stream(first, stop, chunk_size=chunk_size)) as chunks:
             async for chunk in chunks:
                 if position is None:
                     pending += bytes(chunk)
-                    have_all = first + len(pending) >= stop
-                    if len(pending) < guess and not have_all:
-                        continue
-                    header_size = zipfmt.local_header_size(entry, pending)
-                    if len(pending) < header_size and not have_all:
-                        continue
-                    if len(pending) < header_size:
+                    found = zipfmt.locate_data(entry, pending)
+                    if isinstance(found, zipfmt.NeedUntil):
+                        if first + len(pending) < stop:
+                            continue
                         break  # header longer than everything asked for: finish below
-                    self._data_offsets[entry.name] = zipfmt.data_offset(entry, pending)
-                    chunk, position = memoryview(pending)[header_size:], 0
+                    self._data_offsets[entry.name] = found
+                    chunk, position = memoryview(pending)[found - first :], 0
                 low, high = max(start - position, 0), min(end - position, len(chunk))
                 if high > low:
                     yield chunk[low:high]

@@ -12,14 +12,14 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from . import zipfmt
-from .entries import EntryReader
-from .errors import ArchiveFormatError
-from .index import MAX_CONFIG_BYTES, build_index, plan_index
+from .. import zipfmt
+from ..errors import ArchiveFormatError
+from ..pt2.index import MAX_CONFIG_BYTES, build_index, plan_index
+from ..pt2.tensorinfo import TensorInfo
+from ..sources import ByteSource
+from ..sources.held import HeldBytes
+from ..zipfmt import ZipEntry
 from .ranges import coalesce
-from .sources import DEFAULT_TAIL_SIZE, ByteSource
-from .tensorinfo import TensorInfo
-from .zipfmt import ZipEntry
 
 MAX_LOCAL_EXTRA = 0xFFFF
 
@@ -29,39 +29,24 @@ class OpenedIndex:
     root: str
     entries: dict[str, ZipEntry]
     index: dict[str, dict[str, TensorInfo]]
+    data_offsets: dict[str, int]  # of the metadata entries read while opening
 
 
-@dataclass
-class _HeldBytes:
-    """A contiguous run of archive bytes already read, ending at the archive's end."""
-
-    start: int
-    data: bytes
-
-    def covers(self, start: int, end: int) -> bool:
-        return self.start <= start and end <= self.start + len(self.data)
-
-    def slice(self, start: int, end: int) -> memoryview:
-        """A view, not a copy: configs are sliced twice on their way to the JSON parser."""
-        return memoryview(self.data)[start - self.start : end - self.start]
-
-
-async def read_index(
-    source: ByteSource, reader: EntryReader, tail_size: int = DEFAULT_TAIL_SIZE
-) -> OpenedIndex:
+async def read_index(source: ByteSource, tail_size: int) -> OpenedIndex:
     held, entries = await _read_directory(source, tail_size)
     if not entries:
         raise ArchiveFormatError("not a PT2 archive: the ZIP archive is empty")
     by_name = {entry.name: entry for entry in entries}
     plan = plan_index(by_name, entries[0].name)
-    contents = await _fetch_metadata(source, reader, held, [by_name[name] for name in plan.needed])
-    return OpenedIndex(root=plan.root, entries=by_name, index=build_index(plan, by_name, contents))
+    contents, offsets = await _fetch_metadata(source, held, [by_name[name] for name in plan.needed])
+    index = build_index(plan, by_name, contents)
+    return OpenedIndex(root=plan.root, entries=by_name, index=index, data_offsets=offsets)
 
 
-async def _read_directory(source: ByteSource, tail_size: int) -> tuple[_HeldBytes, tuple[ZipEntry, ...]]:
+async def _read_directory(source: ByteSource, tail_size: int) -> tuple[HeldBytes, tuple[ZipEntry, ...]]:
     size = source.size
-    start = max(0, size - max(tail_size, zipfmt.layouts.END_RECORD.size))
-    held = _HeldBytes(start, await source.read(start, size, purpose="open"))
+    start = max(0, size - max(tail_size, zipfmt.structs.END_RECORD.size))
+    held = HeldBytes(start, await source.read(start, size, purpose="open"))
     while True:
         found = zipfmt.locate_directory(held.data, held.start, size)
         if isinstance(found, zipfmt.DirectorySpan):
@@ -73,10 +58,10 @@ async def _read_directory(source: ByteSource, tail_size: int) -> tuple[_HeldByte
     return held, zipfmt.parse_central_directory(directory, found)
 
 
-async def _extend(source: ByteSource, held: _HeldBytes, start: int) -> _HeldBytes:
+async def _extend(source: ByteSource, held: HeldBytes, start: int) -> HeldBytes:
     if start >= held.start:
         raise ArchiveFormatError(f"ZIP end records point back into themselves (at {start})")
-    return _HeldBytes(start, await source.read(start, held.start, purpose="open") + held.data)
+    return HeldBytes(start, await source.read(start, held.start, purpose="open") + held.data)
 
 
 def _entry_region(entry: ZipEntry) -> tuple[int, int]:
@@ -86,8 +71,9 @@ def _entry_region(entry: ZipEntry) -> tuple[int, int]:
 
 
 async def _fetch_metadata(
-    source: ByteSource, reader: EntryReader, held: _HeldBytes, entries: list[ZipEntry]
-) -> dict[str, bytes]:
+    source: ByteSource, held: HeldBytes, entries: list[ZipEntry]
+) -> tuple[dict[str, bytes], dict[str, int]]:
+    """Each entry's content, and where its data starts."""
     for entry in entries:
         if entry.size > MAX_CONFIG_BYTES:
             raise ArchiveFormatError(
@@ -97,15 +83,16 @@ async def _fetch_metadata(
     regions = {entry.name: _entry_region(entry) for entry in entries}
     missing = coalesce([region for region in regions.values() if not held.covers(*region)])
     fetched = await asyncio.gather(*(source.read(start, end, purpose="open") for start, end in missing))
-    runs = [held, *(_HeldBytes(start, data) for (start, _), data in zip(missing, fetched))]
-    contents = {}
+    runs = [held, *(HeldBytes(start, data) for (start, _), data in zip(missing, fetched))]
+    contents, offsets = {}, {}
     for entry in entries:
         run = next(run for run in runs if run.covers(*regions[entry.name]))
-        start, end = regions[entry.name]
-        offset = zipfmt.data_offset(entry, run.slice(start, end))
-        reader.remember_data_offset(entry, offset)
+        offset = zipfmt.locate_data(entry, run.slice(*regions[entry.name]), entry.compressed_size)
+        if isinstance(offset, zipfmt.NeedUntil):  # the region holds the longest possible header
+            raise ArchiveFormatError(f"local header of {entry.name!r} runs past its data")
         stored = run.slice(offset, offset + entry.compressed_size)
         decoder = zipfmt.EntryDecoder(entry)
         contents[entry.name] = b"".join(decoder.feed(stored))
         decoder.finish()
-    return contents
+        offsets[entry.name] = offset
+    return contents, offsets

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import msgspec
 
-from .errors import ArchiveFormatError
+from ..errors import ArchiveFormatError
 
 # No real tensor spans more than this; larger claims are corrupt (or hostile). The limit
 # holds for the product of the non-zero sizes too, so numpy can always shape the result.

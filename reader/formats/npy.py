@@ -9,7 +9,9 @@ The real dtype is in the X-Tensor-Dtype response header.
 
 from __future__ import annotations
 
-import reader
+from ..pt2.tensorinfo import TensorInfo
+from ..tensor import TensorBytes
+from .body import BytesBody, ConcatBody
 
 MAGIC = b"\x93NUMPY\x01\x00"
 
@@ -38,7 +40,7 @@ def npy_descr(dtype: str) -> str:
     return _DESCR.get(dtype, "|u1" if dtype.startswith("float8") else "")
 
 
-def npy_header(info: reader.TensorInfo) -> bytes:
+def npy_header(info: TensorInfo) -> bytes:
     """The header that precedes the tensor's row-major bytes in an .npy file."""
     shape = tuple(info.sizes or ())
     descr = npy_descr(info.dtype or "")
@@ -49,3 +51,10 @@ def npy_header(info: reader.TensorInfo) -> bytes:
     unpadded = len(MAGIC) + 2 + len(text) + 1
     text += " " * (-unpadded % 64) + "\n"
     return MAGIC + len(text).to_bytes(2, "little") + text.encode("latin-1")
+
+
+def npy_body(tensor: TensorBytes) -> ConcatBody:
+    """An .npy file of a tensor read row-major."""
+    if tensor.order != "contiguous":
+        raise ValueError(".npy files hold row-major bytes: read the tensor with order='contiguous'")
+    return ConcatBody([BytesBody(npy_header(tensor.info)), tensor])

@@ -10,7 +10,7 @@
 
 The ``seaweed_s3`` fixture (session scope) skips when ``weed`` or boto3 is missing, otherwise starts
 the server, creates both buckets and yields the ``SeaweedS3`` object; the server is stopped at the
-end of the session even if tests fail. Use it with ``from tests.seaweed import seaweed_s3  # noqa: F401``.
+end of the session even if tests fail. Use it with ``from testing.seaweed import seaweed_s3  # noqa: F401``.
 
 Behaviour notes (4.48): ``weed`` ignores SIGTERM for 15 s+ (graceful gRPC stop), so ``stop()`` sends
 SIGTERM, waits ``STOP_GRACE`` and then SIGKILLs the process group. ``weed server`` grows 7 volumes per

@@ -1,17 +1,25 @@
-"""Response bodies of known length that can be streamed from any byte offset.
+"""Bodies: outputs of known length that can be produced from any byte offset.
 
-A tensor, an .npy file (header + tensor) and a safetensors file (header +
-tensors) are all concatenations of these, so Range support is written once.
+A tensor (`reader.TensorBytes`), an .npy file (header + tensor) and a safetensors
+file (header + tensors) are all concatenations of these, so Range support, resume
+and the service's responses are written once, against this protocol.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
-
-import reader
+from typing import Protocol
 
 Chunk = bytes | memoryview
+
+
+class Body(Protocol):
+    length: int
+
+    def chunks(self, start: int, end: int, chunk_size: int) -> AsyncIterator[Chunk]:
+        """Bytes [start, end) of the body, in chunks of at most chunk_size."""
+        ...
 
 
 class BytesBody:
@@ -26,33 +34,10 @@ class BytesBody:
             yield self.data[at : min(end, at + chunk_size)]
 
 
-class TensorBody:
-    """One tensor's bytes as `Archive.stream` gives them."""
-
-    def __init__(self, archive: reader.Archive, info: reader.TensorInfo, order: str) -> None:
-        self.archive = archive
-        self.info = info
-        self.order = order
-        self.length = info.nbytes or 0
-
-    async def chunks(self, start: int, end: int, chunk_size: int) -> AsyncIterator[Chunk]:
-        stream = self.archive.stream(
-            self.info.name,
-            model=self.info.model,
-            order=self.order,
-            start=start,
-            end=end,
-            chunk_size=chunk_size,
-        )
-        async with aclosing(stream) as chunks:
-            async for chunk in chunks:
-                yield chunk
-
-
 class ConcatBody:
     """Parts back to back; a range maps onto the parts it overlaps."""
 
-    def __init__(self, parts: Sequence[BytesBody | TensorBody | ConcatBody]) -> None:
+    def __init__(self, parts: Sequence[Body]) -> None:
         self.parts = list(parts)
         self.length = sum(part.length for part in self.parts)
 
@@ -69,4 +54,7 @@ class ConcatBody:
                 return
 
 
-Body = BytesBody | TensorBody | ConcatBody
+async def read_body(body: Body, start: int, end: int, chunk_size: int) -> bytes:
+    """Bytes [start, end) of a body, joined (for small bodies and tests)."""
+    async with aclosing(body.chunks(start, end, chunk_size)) as chunks:
+        return b"".join([bytes(chunk) async for chunk in chunks])

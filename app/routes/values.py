@@ -1,0 +1,27 @@
+"""GET .../tensors/{name}/stats: value statistics for the viewer (app/values.py says what is computed).
+
+Exact for small tensors; from a bounded, documented sample for large ones (`sampled: true`).
+Declared once by `build`, mounted beside the tensor routes.
+"""
+
+from collections.abc import Awaitable, Callable
+from typing import Annotated
+
+from fastapi import APIRouter, Depends
+from starlette.responses import Response
+
+from ..errors import json_response
+from ..registry import Served
+from ..values import tensor_stats
+from .params import ModelQ
+
+
+def build(resolve: Callable[..., Awaitable[Served]], where: str) -> APIRouter:
+    router = APIRouter()
+    ServedArchive = Annotated[Served, Depends(resolve)]  # noqa: N806 - a type alias
+
+    @router.get("/tensors/{name:path}/stats", summary=f"A tensor's value statistics ({where})")
+    async def tensor_values(served: ServedArchive, name: str, model: ModelQ = None) -> Response:
+        return json_response(await tensor_stats(served.archive, name, model))
+
+    return router

@@ -1,0 +1,127 @@
+"""TensorBytes: one tensor, read in one order, checked once.
+
+The service, the CLI, the formats and the statistics all hold one of these
+rather than a name: whether the tensor is readable, how long its output is and
+how that output comes out of its payload are decided when it is made.
+
+A dense tensor in the requested order is exactly its storage span and streams
+range by range ("direct"); any other view reads its span and gathers it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Generator
+
+from .errors import UnsupportedPayload
+from .pt2 import strided
+from .pt2.tensorinfo import TensorInfo
+from .reading.entries import EntryFetcher
+from .zipfmt import ZipEntry
+
+ORDERS = ("default", "contiguous")
+# read() and gathered streams build the whole output in memory. When that output is
+# larger than the payload bytes behind it (a zero-byte payload, a stride-0 view), its
+# size is only a claim, so it is capped; zero payloads can still be streamed.
+MAX_UNBACKED_OUTPUT = 1 << 30
+
+
+class TensorBytes:
+    """What `Archive.tensor(name, model, order)` returns: `length`, `read()`, `chunks()`."""
+
+    def __init__(self, info: TensorInfo, entry: ZipEntry, fetcher: EntryFetcher, order: str) -> None:
+        if order not in ORDERS:
+            raise ValueError(f"order must be one of {ORDERS}, not {order!r}")
+        if info.unsupported:
+            raise UnsupportedPayload(f"{info.model}/{info.name}: {info.unsupported}")
+        sizes, strides, offset = info.sizes, info.strides, info.storage_offset
+        assert sizes is not None and strides is not None and offset is not None
+        self.info = info
+        self.order = order
+        self.entry = entry
+        self.length = info.nbytes or 0
+        self._fetcher = fetcher
+        itemsize = info.itemsize or 0
+        first, end = strided.element_extent(sizes, strides, offset)
+        self.span = (first * itemsize, end * itemsize)
+        self.zeros = entry.size == 0
+        self.direct = info.dense and (order == "default" or strided.is_row_major(sizes, strides))
+
+    @property
+    def dim_order(self) -> tuple[int, ...]:
+        """The dim order of the output: the tensor's own in memory order, identity when row-major."""
+        if self.order == "default":
+            return self.info.dim_order or ()
+        return tuple(range(len(self.info.sizes or ())))
+
+    @property
+    def needs_payload(self) -> bool:
+        return bool(self.length) and not self.zeros
+
+    async def read(self) -> bytes:
+        self.check_materializable()
+        span = await self._fetcher.read(self.entry, *self.span) if self.needs_payload else b""
+        return self.finish(span)
+
+    def check_materializable(self) -> None:
+        backed = 0 if self.zeros else self.span[1] - self.span[0]
+        if self.length > backed and self.length > MAX_UNBACKED_OUTPUT:
+            raise UnsupportedPayload(
+                f"{self.info.model}/{self.info.name}: {self.length} bytes from a {backed}-byte payload "
+                f"would have to be built in memory (limit {MAX_UNBACKED_OUTPUT}); stream it instead"
+            )
+
+    def finish(self, span: bytes) -> bytes:
+        """The output bytes from the bytes of the view's storage span."""
+        if not self.needs_payload:
+            return bytes(self.length)
+        if self.direct:
+            return span
+        info = self.info
+        return strided.gather_row_major(span, info.itemsize or 1, info.sizes or (), info.strides or ())
+
+    def chunks(
+        self, start: int = 0, end: int | None = None, chunk_size: int | None = None
+    ) -> AsyncIterator[bytes | memoryview]:
+        """Bytes [start, end) of the output, without holding the whole tensor when it is direct."""
+        end = self.length if end is None else end
+        if not 0 <= start <= end <= self.length:
+            raise ValueError(f"range [{start}, {end}) is outside {self.info.name!r} ({self.length} bytes)")
+        chunk_size = chunk_size or self._fetcher.chunk_size
+        if self.direct and self.needs_payload and start < end:
+            first = self.span[0]
+            return self._fetcher.chunks(self.entry, first + start, first + end, chunk_size)
+        return self._built(start, end, chunk_size)
+
+    async def _built(self, start: int, end: int, chunk_size: int) -> AsyncIterator[bytes | memoryview]:
+        """Zeros, or a gathered view, cut into chunks."""
+        if start == end:
+            return
+        if not self.needs_payload:
+            for piece in _pieces(end - start, chunk_size):
+                yield bytes(piece)
+            return
+        data = memoryview(await self.read())
+        position = start
+        for piece in _pieces(end - start, chunk_size):
+            yield data[position : position + piece]
+            position += piece
+
+
+def _pieces(total: int, chunk_size: int) -> Generator[int, None, None]:
+    while total > 0:
+        piece = min(total, chunk_size)
+        yield piece
+        total -= piece
+
+
+async def read_all(tensors: list[TensorBytes], fetcher: EntryFetcher) -> list[bytes]:
+    """Several tensors' bytes; payloads lying close together in the archive come in one request."""
+    for tensor in tensors:
+        tensor.check_materializable()
+    fetching = [tensor for tensor in tensors if tensor.needs_payload]
+    spans = await fetcher.read_many([(tensor.entry, *tensor.span) for tensor in fetching])
+    found = dict(zip(map(id, fetching), spans))
+    return [tensor.finish(found.get(id(tensor), b"")) for tensor in tensors]
+
+
+__all__ = ["ORDERS", "TensorBytes", "read_all"]
