@@ -400,7 +400,7 @@ async def test_cors_preflight_from_a_disallowed_origin_grants_nothing() -> None:
 
 
 async def test_cors_preflight_refusal_is_a_json_error() -> None:
-    """The error contract (DESIGN.md) holds for refused preflights too."""
+    """The error contract (docs/architecture.md) holds for refused preflights too."""
     async with in_process(make_app([LAYOUTS], cors_origins=("https://ok.example",))) as client:
         preflight = await client.options(
             "/tensors/scalar/data",

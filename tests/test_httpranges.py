@@ -1,0 +1,79 @@
+"""httpranges is pure: Range, If-Range and If-None-Match decisions and the body plan, without a server."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.httpranges import MAX_RANGES, UNSATISFIABLE, Decision, decide, parse_ranges, plan_body
+
+ETAG = '"abc"'
+
+
+def _decide(length: int = 100, **headers: str | None) -> Decision:
+    fields = {"range_header": None, "if_none_match": None, "if_range": None, **headers}
+    return decide(length, ETAG, **fields)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("header", "ranges"),
+    [
+        ("bytes=0-9", [(0, 10)]),
+        ("bytes=90-", [(90, 100)]),
+        ("bytes=-10", [(90, 100)]),
+        ("bytes=-1000", [(0, 100)]),
+        ("bytes=95-1000", [(95, 100)]),
+        ("bytes=0-0, 99-99", [(0, 1), (99, 100)]),
+        ("BYTES = 1-2", [(1, 3)]),
+        ("bytes=100-", []),  # nothing satisfiable: 416
+        ("bytes=-0", []),
+    ],
+)
+def test_parse_ranges(header: str, ranges: list[tuple[int, int]]) -> None:
+    assert parse_ranges(header, 100) == ranges
+
+
+@pytest.mark.parametrize(
+    "header",
+    ["items=0-1", "bytes=", "bytes=5-1", "bytes=a-b", "bytes=1", "bytes=--1", "bytes=١-٢", "bytes=-"],
+)
+def test_invalid_range_headers_are_ignored(header: str) -> None:
+    assert parse_ranges(header, 100) is None
+    assert _decide(range_header=header) == Decision(200)
+
+
+def test_conditional_decisions() -> None:
+    assert _decide(if_none_match=ETAG) == Decision(304)
+    assert _decide(if_none_match=f'W/{ETAG}, "other"') == Decision(304)  # weak comparison
+    assert _decide(if_none_match="*") == Decision(304)
+    assert _decide(if_none_match='"other"', range_header="bytes=0-1") == Decision(206, ((0, 2),))
+    assert _decide(if_range=ETAG, range_header="bytes=0-1") == Decision(206, ((0, 2),))
+    assert _decide(if_range=f"W/{ETAG}", range_header="bytes=0-1") == Decision(200)  # strong only
+    assert _decide(if_range="Wed, 21 Oct 2015 07:28:00 GMT", range_header="bytes=0-1") == Decision(200)
+    assert _decide(range_header="bytes=200-") == Decision(416)
+    many = "bytes=" + ",".join(f"{i}-{i}" for i in range(MAX_RANGES + 1))
+    assert _decide(range_header=many) == Decision(200)
+
+
+def test_plans_say_what_goes_on_the_wire() -> None:
+    whole = plan_body(Decision(200), 100, "application/octet-stream", "b")
+    assert (whole.status, whole.length, whole.headers["content-type"]) == (
+        200,
+        100,
+        "application/octet-stream",
+    )
+    assert [(p.start, p.end) for p in whole.parts] == [(0, 100)]
+    one = plan_body(Decision(206, ((10, 20),)), 100, "x/y", "b")
+    assert one.headers["content-range"] == "bytes 10-19/100" and one.length == 10
+    unsatisfiable = plan_body(Decision(416), 100, "x/y", "b")
+    assert unsatisfiable.headers["content-range"] == "bytes */100"
+    assert unsatisfiable.length == len(UNSATISFIABLE) and not unsatisfiable.parts
+    assert plan_body(Decision(304), 100, "x/y", "b").parts == ()
+
+
+def test_multipart_plan_length_equals_its_bytes() -> None:
+    plan = plan_body(Decision(206, ((0, 2), (50, 60))), 100, "application/octet-stream", "BOUNDARY")
+    assert plan.headers["content-type"] == "multipart/byteranges; boundary=BOUNDARY"
+    body = b"".join(part.head + bytes(part.end - part.start) for part in plan.parts) + plan.closing
+    assert len(body) == plan.length
+    assert plan.parts[1].head.endswith(b"content-range: bytes 50-59/100\r\n\r\n")
+    assert plan.closing == b"\r\n--BOUNDARY--\r\n"
