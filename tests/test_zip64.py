@@ -6,7 +6,7 @@ import os
 
 import reader
 from tests.conftest import ARCHIVES
-from tests.fixtures.make_fixtures import make_zip64_archive
+from tests.fixtures.zip64 import make_zip64_archive
 
 
 async def test_offsets_beyond_4gib(tmp_path) -> None:
