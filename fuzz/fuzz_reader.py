@@ -36,7 +36,7 @@ except ImportError:  # pragma: no cover - the hypothesis engine still works
 if atheris is not None and "--engine" in sys.argv and "atheris" in sys.argv:
     with atheris.instrument_imports(include=["reader"]):
         import reader  # noqa: F401 - instrumented for coverage feedback
-from fuzz import common  # noqa: E402
+from fuzz import bases, bounds, choices, mutators, oracles, targets  # noqa: E402
 
 
 class Slow(BaseException):
@@ -57,13 +57,13 @@ class Run:
     def _on_alarm(self, signum: int, frame: object) -> None:
         raise Slow(f"over {self.time_limit}s of CPU time")
 
-    def one(self, case: common.Case, ch: common.Choices | None = None) -> None:
+    def one(self, case: mutators.Case, ch: choices.Choices | None = None) -> None:
         self.inputs += 1
         began = time.monotonic()
         signal.setitimer(signal.ITIMER_VIRTUAL, self.time_limit)
         try:
-            common.check_case(case)
-            common.exercise_zipfmt(case.data, ch)
+            oracles.check_case(case)
+            oracles.exercise_zipfmt(case.data, ch)
         except (Exception, Slow) as exc:  # every escape is a finding; keep fuzzing
             signal.setitimer(signal.ITIMER_VIRTUAL, 0)
             self.record(case, exc)
@@ -73,11 +73,11 @@ class Run:
         if self.inputs % 500 == 0:
             self.write_stats()
 
-    def record(self, case: common.Case, exc: BaseException) -> None:
+    def record(self, case: mutators.Case, exc: BaseException) -> None:
         frames = traceback.extract_tb(exc.__traceback__)
         ours = [f for f in frames if "/reader/" in f.filename] or frames
         where = f"{pathlib.Path(ours[-1].filename).name}:{ours[-1].lineno}" if ours else "?"
-        message = re.sub(r"\d+", "N", str(exc))[:60] if isinstance(exc, common.ContractViolation) else ""
+        message = re.sub(r"\d+", "N", str(exc))[:60] if isinstance(exc, targets.ContractViolation) else ""
         key = f"{type(exc).__name__}-{where}-{message}"
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{type(exc).__name__}-{where}")[:80]
         slug += "-" + hashlib.sha1(key.encode()).hexdigest()[:8]
@@ -102,23 +102,23 @@ class Run:
 
 def cap_memory(gib: float) -> None:
     _, hard = resource.getrlimit(resource.RLIMIT_AS)
-    limit = common._vm_size() + int(gib * (1 << 30))
+    limit = bounds._vm_size() + int(gib * (1 << 30))
     resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
 
 
 def run_atheris(run: Run, mode: str, seconds: int, extra: list[str]) -> None:
     def structured(data: bytes) -> None:
-        ch = common.FuzzedChoices(atheris.FuzzedDataProvider(data))
-        run.one(common.generate_case(ch), ch)
+        ch = choices.FuzzedChoices(atheris.FuzzedDataProvider(data))
+        run.one(mutators.generate_case(ch), ch)
 
     def raw(data: bytes) -> None:
-        run.one(common.Case(bytes(data), "raw input"))
+        run.one(mutators.Case(bytes(data), "raw input"))
 
     corpus = []
     if mode == "raw":
         seeds = run.findings / "raw-seeds"
         seeds.mkdir(exist_ok=True)
-        for name, data in common.all_bases().items():
+        for name, data in bases.all_bases().items():
             (seeds / name).write_bytes(data)
         corpus = [str(seeds)]
     max_len = "-max_len=65536" if mode == "raw" else "-max_len=4096"
@@ -137,8 +137,8 @@ def run_hypothesis(run: Run, seconds: int, seed: int) -> None:
     @settings(max_examples=2_000, deadline=None, database=None, suppress_health_check=list(HealthCheck))
     @given(st.data())
     def body(data: st.DataObject) -> None:
-        ch = common.HypothesisChoices(data)
-        run.one(common.generate_case(ch), ch)
+        ch = choices.HypothesisChoices(data)
+        run.one(mutators.generate_case(ch), ch)
 
     batch = 0
     while time.monotonic() < deadline:
@@ -149,16 +149,16 @@ def run_hypothesis(run: Run, seconds: int, seed: int) -> None:
 
 
 def run_random(run: Run, seconds: int, seed: int) -> None:
-    ch = common.RandomChoices(random.Random(seed))
+    ch = choices.RandomChoices(random.Random(seed))
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        run.one(common.generate_case(ch), ch)
+        run.one(mutators.generate_case(ch), ch)
 
 
 def replay(paths: list[str], run: Run) -> int:
     for path in paths:
         before = sum(run.counts.values())
-        run.one(common.Case(pathlib.Path(path).read_bytes(), f"replay {path}"))
+        run.one(mutators.Case(pathlib.Path(path).read_bytes(), f"replay {path}"))
         status = "FAILS" if sum(run.counts.values()) > before else "ok"
         print(f"{status:5} {path}")
     return 1 if run.counts else 0
@@ -178,9 +178,9 @@ def main() -> int:
     parser.add_argument("--findings", type=pathlib.Path, default=pathlib.Path("/tmp/pt2serve-fuzz"))
     parser.add_argument("--replay", nargs="+", help="run these input files once and report")
     args, extra = parser.parse_known_args()
-    common.all_bases()
-    for name in common.all_bases():
-        common.base_map(name)  # map (and read) the unmodified archives before capping memory
+    bases.all_bases()
+    for name in bases.all_bases():
+        bases.base_map(name)  # map (and read) the unmodified archives before capping memory
     cap_memory(args.memory_gib)
     run = Run(args.findings, args.time_limit)
     if args.replay:

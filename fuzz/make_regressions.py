@@ -15,18 +15,19 @@ import zipfile
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from fuzz import common  # noqa: E402
+from fuzz import bases  # noqa: E402
+from testing.zipbytes import build_zip  # noqa: E402
 
 OUT = HERE / "regressions"
 
 
 def _archive(meta: dict, payload: bytes = bytes(16), *, deflate: bool = False) -> bytes:
-    files = common.pt2_files({"config": {"w": meta}}, {"weight_0": payload})
-    return common.build_zip(files, method=zipfile.ZIP_DEFLATED if deflate else zipfile.ZIP_STORED)
+    files = bases.pt2_files({"config": {"w": meta}}, {"weight_0": payload})
+    return build_zip(files, method=zipfile.ZIP_DEFLATED if deflate else zipfile.ZIP_STORED)
 
 
 def _meta(sizes: list[int], strides: list[int], dtype: object = 7, offset: int = 0) -> dict:
-    meta = common._meta("weight_0", 7, sizes, strides, offset)
+    meta = bases._meta("weight_0", 7, sizes, strides, offset)
     meta["tensor_meta"]["dtype"] = dtype
     return meta
 

@@ -13,7 +13,7 @@ import signal
 
 import pytest
 
-from fuzz import common
+from fuzz import bounds, mutators, oracles
 
 REGRESSIONS = pathlib.Path(__file__).resolve().parent.parent / "fuzz" / "regressions"
 INPUTS = sorted(REGRESSIONS.glob("*.pt2"))
@@ -34,9 +34,9 @@ def test_regression_input_meets_the_contract(path: pathlib.Path) -> None:
     previous = signal.signal(signal.SIGVTALRM, _on_alarm)
     signal.setitimer(signal.ITIMER_VIRTUAL, CPU_BOUND)
     try:
-        with common.memory_cap():
-            common.check_case(common.Case(data, path.name))
-            common.exercise_zipfmt(data)
+        with bounds.memory_cap():
+            oracles.check_case(mutators.Case(data, path.name))
+            oracles.exercise_zipfmt(data)
     except Hang as exc:
         pytest.fail(f"{path.name}: {exc}")
     finally:
