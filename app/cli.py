@@ -36,8 +36,6 @@ from .cli_output import (
 )
 from .settings import Settings
 
-DEFAULT_CHUNK = 1 << 20
-
 EPILOG = """\
 LOCATION is a file path, an http(s):// URL or an s3://bucket/key URI. For S3 the
 credentials, region and endpoint come from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
@@ -181,7 +179,7 @@ def _add_transfer_options(parser: argparse.ArgumentParser) -> None:
         help=f"progress bar on stderr (default: on a terminal, for {PROGRESS_THRESHOLD >> 20} MiB and more)",
     )
     parser.add_argument(
-        "--chunk-size", type=_positive_int, default=DEFAULT_CHUNK, metavar="BYTES", help="read size"
+        "--chunk-size", type=_positive_int, default=None, metavar="BYTES", help="read size (default 4 MiB)"
     )
 
 
@@ -304,6 +302,7 @@ async def cmd_get(args: argparse.Namespace) -> None:
     import reader
     from reader.formats.body import Body
     from reader.formats.npy import npy_body, npy_header
+    from reader.sources import DEFAULT_CHUNK_SIZE
 
     if args.format == "npy" and args.order == "default":
         raise UsageError("--format npy writes row-major bytes; drop --order default (or use --format raw)")
@@ -334,7 +333,9 @@ async def cmd_get(args: argparse.Namespace) -> None:
                       "able to check it comes from the same archive version", file=sys.stderr)  # fmt: skip
             record.save()
             with progress(args, body.length, info.name, done=have) as advance:
-                await copy_chunks(body.chunks(have, body.length, args.chunk_size), out, advance)
+                await copy_chunks(
+                    body.chunks(have, body.length, args.chunk_size or DEFAULT_CHUNK_SIZE), out, advance
+                )
             out.flush()
             written = size_of(out)
     if written is not None and written != body.length:
@@ -349,6 +350,7 @@ async def cmd_export(args: argparse.Namespace) -> None:
     import reader
     from reader.formats.safetensors import safetensors_body, writable
     from reader.formats.selection import select
+    from reader.sources import DEFAULT_CHUNK_SIZE
 
     async with reader.open_archive(args.location) as ar:
         selection = select(ar, writable, "safetensors", model=args.model, prefix=args.prefix)
@@ -363,7 +365,9 @@ async def cmd_export(args: argparse.Namespace) -> None:
         body = safetensors_body(tensors, {"format": "pt"}, [t.name for t in selection.skipped])
         label = os.path.basename(args.output)
         with atomic_output(args.output) as out, progress(args, body.length, label) as advance:
-            await copy_chunks(body.chunks(0, body.length, args.chunk_size), out, advance)
+            await copy_chunks(
+                body.chunks(0, body.length, args.chunk_size or DEFAULT_CHUNK_SIZE), out, advance
+            )
             out.flush()
             written = size_of(out)
             if written is not None and written != body.length:

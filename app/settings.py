@@ -8,6 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 DEMO_ARCHIVE = pathlib.Path(__file__).resolve().parent / "demo" / "demo.pt2"
+# The service streams in smaller chunks than the library's 4 MiB: many bodies are in flight at once.
+CHUNK_SIZE = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -24,7 +26,7 @@ class Settings:
     max_streams: int = 256  # concurrent body streams; more get 503 + Retry-After
     revalidate_seconds: float = 30.0  # how often remote archives are checked for changes
     lazy: bool = False  # open archives on first use instead of at start-up
-    chunk_size: int = 1 << 20
+    chunk_size: int = CHUNK_SIZE
     upstream_timeout: float = 30.0  # seconds to wait for a remote archive's server to answer or send
     upstream_attempts: int = 5  # tries per upstream request (retries on 5xx, 429, resets)
     upstream_budget: float | None = None  # seconds one upstream open or read may take in all (None: no cap)
@@ -46,7 +48,7 @@ class Settings:
             max_streams=int(env.get("PT2SERVE_MAX_STREAMS", "256")),
             revalidate_seconds=float(env.get("PT2SERVE_REVALIDATE_SECONDS", "30")),
             lazy=env.get("PT2SERVE_LAZY", "").lower() in ("1", "true", "yes"),
-            chunk_size=int(env.get("PT2SERVE_CHUNK_SIZE", str(1 << 20))),
+            chunk_size=int(env.get("PT2SERVE_CHUNK_SIZE", str(CHUNK_SIZE))),
             upstream_timeout=float(env.get("PT2SERVE_UPSTREAM_TIMEOUT", "30")),
             upstream_attempts=int(env.get("PT2SERVE_UPSTREAM_ATTEMPTS", "5")),
             upstream_budget=float(env["PT2SERVE_UPSTREAM_BUDGET"])

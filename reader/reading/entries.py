@@ -120,7 +120,7 @@ class EntryFetcher:
             known = self._data_offsets[entry.name] = found
         return bytes(window[known - at + start : known - at + end])
 
-    async def chunks(
+    def chunks(
         self, entry: ZipEntry, start: int = 0, end: int | None = None, chunk_size: int | None = None
     ) -> AsyncIterator[bytes | memoryview]:
         """Content bytes [start, end) in chunks; whole-entry streams are CRC-checked at the end."""
@@ -128,39 +128,53 @@ class EntryFetcher:
         _check(entry, start, end)
         zipfmt.check_decodable(entry)
         chunk_size = chunk_size or self.chunk_size
+        stored = entry.method == zipfmt.structs.METHOD_STORED
         if start == end:
-            return
-        whole = start == 0 and end == entry.size
-        if entry.method == zipfmt.structs.METHOD_STORED:
-            pieces = self._stored_chunks(entry, start, end, chunk_size)
-        else:
-            pieces = self._inflated(entry, await self.data_offset(entry), start, end, chunk_size)
-        # A whole entry is checked against its CRC before its last chunk is handed out, so a
-        # consumer that forwards chunks (the service) never completes a corrupt body.
-        crc = 0
+            return _nothing()
+        if stored and (start > 0 or end < entry.size):
+            return self._stored_chunks(entry, start, end, chunk_size)  # part of an entry: no CRC covers it
+        pieces = (
+            self._stored_chunks(entry, start, end, chunk_size)
+            if stored
+            else self._inflated(entry, start, end, chunk_size)
+        )
+        return self._verified(entry, pieces, crc=stored)
+
+    async def _verified(
+        self, entry: ZipEntry, pieces: AsyncIterator[bytes | memoryview], crc: bool
+    ) -> AsyncIterator[bytes | memoryview]:
+        """Chunks that reach the entry's end, the last one held back until the entry is verified
+        (its CRC here, or by the inflater), so a consumer that forwards chunks (the service)
+        never completes a corrupt body."""
+        value = 0
         held: bytes | memoryview | None = None
         async with aclosing(pieces) as chunks:
             async for chunk in chunks:
-                if whole and entry.method == zipfmt.structs.METHOD_STORED:
-                    crc = zipfmt.crc32(chunk, crc)
+                if crc:
+                    value = zipfmt.crc32(chunk, value)
                 if held is not None:
                     yield held
                 held = chunk
-        if whole and entry.method == zipfmt.structs.METHOD_STORED:
-            _verify_crc(entry, crc)  # deflate entries were verified when inflating finished
+        if crc:
+            _verify_crc(entry, value)
         if held is not None:
             yield held
 
-    async def _stored_chunks(
+    def _stored_chunks(
         self, entry: ZipEntry, start: int, end: int, chunk_size: int
     ) -> AsyncIterator[bytes | memoryview]:
         known = self._data_offsets.get(entry.name)
-        if known is None and start <= HEADER_PIGGYBACK_LIMIT:
-            async with aclosing(self._chunks_with_header(entry, start, end, chunk_size)) as chunks:
-                async for chunk in chunks:
-                    yield chunk
-            return
-        offset = known if known is not None else await self.data_offset(entry)
+        if known is not None:
+            return self.source.stream(known + start, known + end, chunk_size=chunk_size)
+        if start <= HEADER_PIGGYBACK_LIMIT:
+            return self._chunks_with_header(entry, start, end, chunk_size)
+        return self._chunks_after_header(entry, start, end, chunk_size)
+
+    async def _chunks_after_header(
+        self, entry: ZipEntry, start: int, end: int, chunk_size: int
+    ) -> AsyncIterator[bytes | memoryview]:
+        """Resolve the data offset first (one small read), then stream the range."""
+        offset = await self.data_offset(entry)
         async with aclosing(
             self.source.stream(offset + start, offset + end, chunk_size=chunk_size)
         ) as chunks:
@@ -211,9 +225,10 @@ class EntryFetcher:
         return data[start:end]
 
     async def _inflated(
-        self, entry: ZipEntry, offset: int, start: int, end: int, chunk_size: int
+        self, entry: ZipEntry, start: int, end: int, chunk_size: int
     ) -> AsyncIterator[bytes | memoryview]:
         """Inflate from the entry's start, yielding only [start, end); verify if it reaches the end."""
+        offset = await self.data_offset(entry)
         whole_tail = end == entry.size
         decoder = zipfmt.EntryDecoder(entry, verify=whole_tail)
         position = 0
@@ -232,6 +247,11 @@ class EntryFetcher:
             await compressed.aclose()
         if position < end:
             raise IntegrityError(f"entry {entry.name!r} ended after {position} of {end} bytes")
+
+
+async def _nothing() -> AsyncIterator[bytes]:
+    return
+    yield b""  # an async generator that yields nothing
 
 
 def _check(entry: ZipEntry, start: int, end: int) -> None:
