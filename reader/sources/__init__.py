@@ -5,17 +5,18 @@ from __future__ import annotations
 import os
 
 from ..errors import SourceError
-from .base import DEFAULT_CHUNK_SIZE, ByteSource, SourceStats, redact_location
+from .base import (
+    DEFAULT_CHUNK_SIZE,
+    DEFAULT_TAIL_SIZE,
+    LOCAL_TAIL_SIZE,
+    ByteSource,
+    SourceStats,
+    redact_location,
+)
 from .http import HttpOptions, HttpSource
 from .local import LocalFileSource
 from .memory import BytesSource
 from .s3 import S3Settings, open_s3
-
-# How much of the end an open reads first. Remotely, one request should hold the end
-# records, the central directory and often the configs; locally another read costs
-# microseconds while a bigger buffer costs page faults, so local files read less.
-DEFAULT_TAIL_SIZE = 256 << 10
-LOCAL_TAIL_SIZE = 64 << 10
 
 
 def _scheme(location: str) -> str:

@@ -13,6 +13,12 @@ from typing import Protocol
 # bench/stream_local.py's sweep: 4 MiB streams fastest against a pread loop of the same size
 # (1 MiB within noise, 256 KiB clearly slower); the service sets its own (PT2SERVE_CHUNK_SIZE).
 DEFAULT_CHUNK_SIZE = 4 << 20
+# How much of the end an open reads first. Remotely, one request should hold the end
+# records, the central directory and often the configs; locally another read costs
+# microseconds while a bigger buffer costs page faults, so local files read less
+# (sources.tail_size_for picks one).
+DEFAULT_TAIL_SIZE = 256 << 10
+LOCAL_TAIL_SIZE = 64 << 10
 
 
 @dataclass

@@ -26,7 +26,7 @@ import certifi
 import httpx
 
 from ..errors import SourceChanged, SourceError
-from .base import DEFAULT_CHUNK_SIZE, SourceStats, check_range, redact_location
+from .base import DEFAULT_CHUNK_SIZE, DEFAULT_TAIL_SIZE, SourceStats, check_range, redact_location
 from .held import HeldBytes
 
 CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
@@ -89,7 +89,7 @@ class HttpSource:
         cls,
         url: str,
         *,
-        tail_size: int = 256 << 10,
+        tail_size: int = DEFAULT_TAIL_SIZE,
         options: HttpOptions | None = None,
         client: httpx.AsyncClient | None = None,
         auth: httpx.Auth | None = None,
