@@ -78,7 +78,7 @@ async def alternate(
 ) -> dict[str, float]:
     """Medians (seconds) of `repeat` pt2serve runs and `repeat` pread runs, interleaved."""
     nbytes = span[1] - span[0]
-    pread_chunk = chunk_size or ar._reader.chunk_size
+    pread_chunk = chunk_size or DEFAULT_CHUNK_SIZE
     times: dict[str, list[float]] = {"pt2serve": [], "pread": []}
     await run_pt2serve(ar, TENSOR_NAME, chunk_size)  # warm-up, not counted
     run_pread(fd, *span, pread_chunk)
@@ -100,10 +100,9 @@ def gbps(nbytes: int, seconds: float) -> float:
 
 async def bench(path: pathlib.Path, repeat: int, sweep: list[int]) -> bool:
     async with reader.open_archive(path) as ar:
-        info = ar.layout(TENSOR_NAME)
-        entry = ar._entries[info.storage.entry]
-        start = await ar._reader.data_offset(entry) + info.storage.offset
-        span = (start, start + info.nbytes)
+        tensor = ar.tensor(TENSOR_NAME)
+        info = tensor.info
+        span = await tensor.archive_span()
         print(f"tensor {TENSOR_NAME!r}: {info.dtype} {list(info.sizes)}, {info.nbytes / 2**20:.0f} MiB "
               f"at file bytes [{span[0]}, {span[1]}), {info.storage.compression}")  # fmt: skip
 
@@ -114,7 +113,7 @@ async def bench(path: pathlib.Path, repeat: int, sweep: list[int]) -> bool:
             while read := os.preadv(fd, [buffer], position):
                 position += read
 
-            chunk = ar._reader.chunk_size
+            chunk = DEFAULT_CHUNK_SIZE
             main = await alternate(ar, fd, span, None, repeat)
             ratio = main["pread"] / main["pt2serve"]
             print(f"\ndefault chunk size ({human(chunk)}), medians of {repeat} alternating runs each:")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Generator
 
+from . import zipfmt
 from .errors import UnsupportedPayload
 from .pt2 import strided
 from .pt2.tensorinfo import TensorInfo
@@ -52,6 +53,14 @@ class TensorBytes:
         if self.order == "default":
             return self.info.dim_order or ()
         return tuple(range(len(self.info.sizes or ())))
+
+    async def archive_span(self) -> tuple[int, int]:
+        """Where the output lies in the archive itself, when it is a stored run of bytes there
+        (for a pread or sendfile of the same bytes); ValueError otherwise."""
+        if not self.direct or self.entry.method != zipfmt.structs.METHOD_STORED or not self.needs_payload:
+            raise ValueError(f"{self.info.name!r} is not a stored run of the archive's bytes in this order")
+        offset = await self._fetcher.data_offset(self.entry)
+        return offset + self.span[0], offset + self.span[1]
 
     @property
     def needs_payload(self) -> bool:

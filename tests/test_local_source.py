@@ -110,3 +110,13 @@ async def test_open_takes_few_reads_and_a_small_share_of_the_file() -> None:
     async with reader.open_archive(BytesSource((ARCHIVES / "many.pt2").read_bytes())) as ar:
         # any other source gets the remote default, 256 KiB: it holds the whole directory
         assert ar.stats["open"]["requests"] <= 2
+
+
+async def test_archive_span_is_where_the_bytes_lie_in_the_file() -> None:
+    path = ARCHIVES / "layouts.pt2"
+    async with reader.open_archive(path) as ar:
+        tensor = ar.tensor("view_b")  # a view into a shared payload, at a storage offset
+        start, end = await tensor.archive_span()
+        assert path.read_bytes()[start:end] == await tensor.read()
+        with pytest.raises(ValueError):
+            await ar.tensor("strided").archive_span()  # gathered, not a run of the file's bytes
