@@ -190,6 +190,7 @@ http {{
     server {{
         listen {host}:{port};
         root {root};
+        {extra}
     }}
 }}
 """
@@ -218,12 +219,14 @@ class NginxProcess(_ServerProcess):
 
     name = "nginx"
 
-    def __init__(self, root: pathlib.Path, *, timeout: float = 10.0) -> None:
+    def __init__(self, root: pathlib.Path, *, timeout: float = 10.0, limit_rate: str | None = None) -> None:
+        """limit_rate: nginx's per-connection rate cap (e.g. "100m"), as S3 and CDNs cap connections."""
         binary = ensure_nginx()
+        extra = f"limit_rate {limit_rate};" if limit_rate else ""
         self._tmp = tempfile.mkdtemp(prefix="pt2serve-nginx-")
         port = free_port()
         conf = pathlib.Path(self._tmp, "nginx.conf")
-        conf.write_text(NGINX_CONF.format(tmp=self._tmp, host=HOST, port=port, root=root.resolve()))
+        conf.write_text(NGINX_CONF.format(tmp=self._tmp, host=HOST, port=port, root=root.resolve(), extra=extra))
         self._log = pathlib.Path(self._tmp, "access.log")
         self._log_offset = 0
         self.base_url = f"http://{HOST}:{port}"

@@ -28,6 +28,8 @@ import httpx
 from ..errors import SourceChanged, SourceError
 from .base import DEFAULT_CHUNK_SIZE, DEFAULT_TAIL_SIZE, SourceStats, check_range, redact_location
 from .held import HeldBytes
+from .parallel import ordered_parts
+from .transport import AiohttpTransport
 
 CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 UNSATISFIED_RANGE = re.compile(r"bytes \*/(\d+)")
@@ -49,6 +51,19 @@ class HttpOptions:
     full_body_cap: int = 16 << 20  # a server that ignores Range may send us this much, no more
     http2: bool = False
     headers: Mapping[str, str] = field(default_factory=dict)
+    # Reads longer than parallel_above are fetched as part_size parts over up to parallel_parts
+    # connections at once (servers cap each connection; memory: parallel_parts x part_size).
+    # parallel_parts=1 turns it off.
+    parallel_parts: int = 8
+    part_size: int = 8 << 20
+    parallel_above: int = 16 << 20
+    # A connection whose first 4 MiB arrive this fast (bytes/s) is not capped: the read stays on
+    # one connection (more cost CPU for nothing). None: always parallel above parallel_above.
+    fast_connection: float | None = 250e6
+
+    def __post_init__(self) -> None:
+        if self.parallel_parts < 1 or self.part_size < 1 or self.parallel_above < 0:
+            raise ValueError("parallel_parts and part_size must be >= 1, parallel_above >= 0")
 
 
 class _Retry(Exception):
@@ -168,8 +183,30 @@ class HttpSource:
             for at in range(0, len(data), chunk_size):
                 yield data[at : at + chunk_size]
             return
-        position = start
         deadline = self._deadline()
+        options = self.options
+        if options.parallel_parts > 1 and end - start > max(options.parallel_above, options.part_size):
+            chunks = ordered_parts(
+                functools.partial(
+                    self._stream_once, chunk_size=chunk_size, purpose=purpose, deadline=deadline
+                ),
+                start,
+                end,
+                part_size=options.part_size,
+                parts_in_flight=options.parallel_parts,
+                fast_connection=options.fast_connection,
+            )
+        else:
+            chunks = self._stream_once(start, end, chunk_size=chunk_size, purpose=purpose, deadline=deadline)
+        async with aclosing(chunks) as pieces:
+            async for chunk in pieces:
+                yield chunk
+
+    async def _stream_once(
+        self, start: int, end: int, *, chunk_size: int, purpose: str, deadline: float | None
+    ) -> AsyncIterator[bytes]:
+        """[start, end) over one connection at a time: retried, resumed from the next byte."""
+        position = start
         attempt = 0
         while position < end:
             try:
@@ -380,9 +417,12 @@ def make_client(options: HttpOptions, auth: httpx.Auth | None = None) -> httpx.A
     timeout = httpx.Timeout(
         connect=options.connect_timeout, read=options.read_timeout, write=options.read_timeout, pool=None
     )
-    return httpx.AsyncClient(
-        http2=options.http2, timeout=timeout, auth=auth, follow_redirects=True, verify=_tls_context()
-    )
+    if options.http2:  # httpcore speaks HTTP/2 (negotiated by ALPN, else HTTP/1.1); aiohttp does not
+        return httpx.AsyncClient(
+            http2=True, timeout=timeout, auth=auth, follow_redirects=True, verify=_tls_context()
+        )
+    transport = AiohttpTransport(verify=_tls_context())
+    return httpx.AsyncClient(transport=transport, timeout=timeout, auth=auth, follow_redirects=True)
 
 
 @functools.cache

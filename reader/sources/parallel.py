@@ -1,0 +1,118 @@
+"""One big byte range as parts fetched over several connections at once, handed out in order.
+
+This is how the fastest object-storage clients read (AWS CRT, s5cmd, hf_transfer, aria2c):
+servers and CDNs cap each connection's rate, so N connections move up to N times the bytes.
+
+- Parts are fetched by `fetch(start, end)`, an async iterator that retries and resumes on its
+  own (the single-stream reader), so one part cut mid-body costs that part a resume, not the
+  whole read; every request it makes is pinned to the object version seen at open.
+- At most `parts_in_flight` parts exist at once, each holding at most `part_size` bytes:
+  that product bounds the memory. The head part is handed out as its bytes arrive.
+- The first failing part fails the read at once (the other parts are cancelled), and a
+  consumer that stops early cancels every part: no task and no connection outlives the read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
+
+# How much of the first part is timed before deciding whether to open more connections.
+PROBE_BYTES = 4 << 20
+
+
+class _Part:
+    """One part's bytes as they arrive, and how its fetch ended."""
+
+    __slots__ = ("chunks", "done", "end", "error", "received", "start", "task")
+
+    def __init__(self, start: int, end: int) -> None:
+        self.start, self.end = start, end
+        self.chunks: deque[bytes] = deque()
+        self.received = 0
+        self.done = False
+        self.error: Exception | None = None
+        self.task: asyncio.Task[None] | None = None
+
+
+async def _fill(part: _Part, fetch: Callable[[int, int], AsyncIterator[bytes]], wake: asyncio.Event) -> None:
+    try:
+        async with aclosing(fetch(part.start, part.end)) as chunks:
+            async for chunk in chunks:
+                part.chunks.append(chunk)
+                part.received += len(chunk)
+                wake.set()
+    except Exception as exc:  # handed to the consumer; cancellation propagates as usual
+        part.error = exc
+    finally:
+        part.done = True
+        wake.set()
+
+
+def split(start: int, end: int, part_size: int) -> list[tuple[int, int]]:
+    """[start, end) as consecutive parts of part_size bytes (the last one shorter)."""
+    return [(at, min(at + part_size, end)) for at in range(start, end, part_size)]
+
+
+async def ordered_parts(
+    fetch: Callable[[int, int], AsyncIterator[bytes]],
+    start: int,
+    end: int,
+    *,
+    part_size: int,
+    parts_in_flight: int,
+    fast_connection: float | None = None,
+) -> AsyncIterator[bytes]:
+    """Bytes [start, end) in order, fetched as parts up to `parts_in_flight` at a time.
+
+    With `fast_connection` (bytes/s), the first part is fetched alone and timed: if its first
+    bytes (up to PROBE_BYTES) arrive at least that fast, one connection is not capped and more
+    would only cost CPU (on loopback 8 connections ran at 0.74x one), so the rest of the range
+    follows as one request on one connection; otherwise the other parts start at once.
+    """
+    first = (start, min(start + part_size, end))
+    waiting = deque(split(first[1], end, part_size))
+    running: deque[_Part] = deque()
+    wake = asyncio.Event()
+    limit = parts_in_flight if fast_connection is None else 1
+
+    def launch() -> None:
+        while waiting and len(running) < limit:
+            part = _Part(*waiting.popleft())
+            part.task = asyncio.create_task(_fill(part, fetch, wake))
+            running.append(part)
+
+    try:
+        waiting.appendleft(first)
+        launch()
+        began = time.monotonic()
+        probing = fast_connection is not None
+        while running:
+            head = running[0]
+            while True:
+                while head.chunks:
+                    yield head.chunks.popleft()
+                failed = next((part for part in running if part.error is not None), None)
+                if failed is not None:
+                    raise failed.error  # type: ignore[misc]
+                if probing and (head.received >= PROBE_BYTES or head.done):
+                    probing = False
+                    rate = head.received / max(time.monotonic() - began, 1e-6)
+                    if rate >= fast_connection and waiting:  # type: ignore[operator]
+                        waiting = deque([(waiting[0][0], end)])  # the rest in one request
+                    else:
+                        limit = parts_in_flight
+                        launch()
+                if head.done:
+                    break
+                wake.clear()
+                await wake.wait()
+            running.popleft()
+            launch()
+    finally:
+        for part in running:
+            part.task.cancel()  # type: ignore[union-attr]
+        await asyncio.gather(*(part.task for part in running), return_exceptions=True)
