@@ -226,7 +226,8 @@ class NginxProcess(_ServerProcess):
         self._tmp = tempfile.mkdtemp(prefix="pt2serve-nginx-")
         port = free_port()
         conf = pathlib.Path(self._tmp, "nginx.conf")
-        conf.write_text(NGINX_CONF.format(tmp=self._tmp, host=HOST, port=port, root=root.resolve(), extra=extra))
+        root = root.resolve()
+        conf.write_text(NGINX_CONF.format(tmp=self._tmp, host=HOST, port=port, root=root, extra=extra))
         self._log = pathlib.Path(self._tmp, "access.log")
         self._log_offset = 0
         self.base_url = f"http://{HOST}:{port}"

@@ -495,6 +495,11 @@ class FaultServer:
     def etag(self, path: str) -> str:
         return self.objects[_norm_path(path)].etag
 
+    @property
+    def open_connections(self) -> int:
+        """Client connections currently open (idle keep-alive ones included)."""
+        return len(self._tasks)
+
     def requests(self, path: str | None = None, method: str | None = None) -> list[RequestRecord]:
         """The log, filtered by path and/or method."""
         return [
