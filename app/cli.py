@@ -95,6 +95,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=8000)
     serve.add_argument("--workers", type=int, default=1)
     serve.add_argument("--log-level", default="info")
+    serve.add_argument(
+        "--access-log",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="one log line per request (default: off, or PT2SERVE_ACCESS_LOG)",
+    )
+    _add_parallel_options(serve, default_parts=None)
 
     location = {"metavar": "LOCATION", "help": "archive: a path, an http(s):// URL or s3://bucket/key"}
     model_help = "model name (default: the only model, else 'model')"
@@ -181,6 +188,32 @@ def _add_transfer_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--chunk-size", type=_positive_int, default=None, metavar="BYTES", help="read size (default 4 MiB)"
     )
+    _add_parallel_options(parser, default_parts=8)
+
+
+def _add_parallel_options(parser: argparse.ArgumentParser, *, default_parts: int | None) -> None:
+    """default None (serve): the PT2SERVE_PARALLEL_PARTS / PT2SERVE_PART_SIZE settings decide."""
+    parser.add_argument(
+        "--parallel",
+        type=_positive_int,
+        default=default_parts,
+        metavar="N",
+        help="remote reads over 16 MiB: up to N ranged GETs at once (1: one stream; default "
+        f"{default_parts or 'PT2SERVE_PARALLEL_PARTS, else 4'})",
+    )
+    parser.add_argument(
+        "--part-size",
+        type=_positive_int,
+        default=None if default_parts is None else 8 << 20,
+        metavar="BYTES",
+        help="bytes per part of a parallel read (memory: N x BYTES; default 8 MiB)",
+    )
+
+
+def _http_options(args: argparse.Namespace):  # -> reader.sources.HttpOptions (imported lazily)
+    from reader.sources import HttpOptions
+
+    return HttpOptions(parallel_parts=args.parallel, part_size=args.part_size)
 
 
 def _positive_int(text: str) -> int:
@@ -307,7 +340,7 @@ async def cmd_get(args: argparse.Namespace) -> None:
     if args.format == "npy" and args.order == "default":
         raise UsageError("--format npy writes row-major bytes; drop --order default (or use --format raw)")
     order = "contiguous" if args.format == "npy" else args.order or "default"
-    async with reader.open_archive(args.location) as ar:
+    async with reader.open_archive(args.location, http_options=_http_options(args)) as ar:
         tensor = ar.tensor(args.name, args.model, order)
         info = tensor.info
         body: Body = npy_body(tensor) if args.format == "npy" else tensor
@@ -352,7 +385,7 @@ async def cmd_export(args: argparse.Namespace) -> None:
     from reader.formats.selection import select
     from reader.sources import DEFAULT_CHUNK_SIZE
 
-    async with reader.open_archive(args.location) as ar:
+    async with reader.open_archive(args.location, http_options=_http_options(args)) as ar:
         selection = select(ar, writable, "safetensors", model=args.model, prefix=args.prefix)
         for t in selection.skipped:
             reason = t.unsupported or f"dtype {t.dtype} has no safetensors type"
@@ -389,6 +422,11 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     # workers are separate processes: they rebuild the app from the environment
     os.environ["PT2SERVE_ARCHIVES"] = ",".join(f"{a.id}={a.location}" for a in settings.archives)
+    if args.parallel is not None:
+        os.environ["PT2SERVE_PARALLEL_PARTS"] = str(args.parallel)
+    if args.part_size is not None:
+        os.environ["PT2SERVE_PART_SIZE"] = str(args.part_size)
+    access_log = settings.access_log if args.access_log is None else args.access_log
     uvicorn.run(
         "app.asgi:app",
         host=args.host,
@@ -398,6 +436,7 @@ def serve(args: argparse.Namespace) -> int:
         loop="uvloop",
         http="httptools",
         proxy_headers=False,
+        access_log=access_log,
     )
     return 0
 

@@ -73,6 +73,9 @@ class Registry:
             read_timeout=settings.upstream_timeout,
             max_attempts=settings.upstream_attempts,
             time_budget=settings.upstream_budget,
+            parallel_parts=settings.parallel_parts,
+            part_size=settings.part_size,
+            parallel_above=settings.parallel_above,
         )
 
     async def start(self) -> None:

@@ -31,6 +31,11 @@ class Settings:
     upstream_attempts: int = 5  # tries per upstream request (retries on 5xx, 429, resets)
     upstream_budget: float | None = None  # seconds one upstream open or read may take in all (None: no cap)
     retry_failed_after: float = 10.0  # an archive that failed to open is retried at most this often
+    # big upstream reads as parts over several connections (memory per stream: parts x part size)
+    parallel_parts: int = 4
+    part_size: int = 8 << 20
+    parallel_above: int = 16 << 20
+    access_log: bool = False  # uvicorn's per-request log line (costs ~10% of small-request throughput)
 
     @classmethod
     def from_environment(
@@ -54,6 +59,10 @@ class Settings:
             upstream_budget=float(env["PT2SERVE_UPSTREAM_BUDGET"])
             if env.get("PT2SERVE_UPSTREAM_BUDGET")
             else None,
+            parallel_parts=int(env.get("PT2SERVE_PARALLEL_PARTS", "4")),
+            part_size=int(env.get("PT2SERVE_PART_SIZE", str(8 << 20))),
+            parallel_above=int(env.get("PT2SERVE_PARALLEL_ABOVE", str(16 << 20))),
+            access_log=env.get("PT2SERVE_ACCESS_LOG", "").lower() in ("1", "true", "yes"),
         )
 
 

@@ -194,6 +194,17 @@ http {{
     }}
 }}
 """
+# The proxy baseline: 1 MiB buffers, HTTP/1.1 keep-alive upstream, never a temp file.
+PROXY_LOCATION = """
+        location / {{
+            proxy_pass {upstream};
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffer_size 1m;
+            proxy_buffers 8 1m;
+            proxy_busy_buffers_size 2m;
+            proxy_max_temp_file_size 0;
+        }}"""
 _ACCESS = re.compile(r'(\S+) (\d+) (\d+) "([^"]*)"')
 
 
@@ -219,10 +230,20 @@ class NginxProcess(_ServerProcess):
 
     name = "nginx"
 
-    def __init__(self, root: pathlib.Path, *, timeout: float = 10.0, limit_rate: str | None = None) -> None:
-        """limit_rate: nginx's per-connection rate cap (e.g. "100m"), as S3 and CDNs cap connections."""
+    def __init__(
+        self,
+        root: pathlib.Path,
+        *,
+        timeout: float = 10.0,
+        limit_rate: str | None = None,
+        proxy_to: str | None = None,
+    ) -> None:
+        """limit_rate: nginx's per-connection rate cap (e.g. "100m"), as S3 and CDNs cap connections.
+        proxy_to: a base URL to proxy_pass every request to instead of serving `root`."""
         binary = ensure_nginx()
         extra = f"limit_rate {limit_rate};" if limit_rate else ""
+        if proxy_to:
+            extra += PROXY_LOCATION.format(upstream=proxy_to)
         self._tmp = tempfile.mkdtemp(prefix="pt2serve-nginx-")
         port = free_port()
         conf = pathlib.Path(self._tmp, "nginx.conf")

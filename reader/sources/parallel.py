@@ -71,7 +71,8 @@ async def ordered_parts(
     With `fast_connection` (bytes/s), the first part is fetched alone and timed: if its first
     bytes (up to PROBE_BYTES) arrive at least that fast, one connection is not capped and more
     would only cost CPU (on loopback 8 connections ran at 0.74x one), so the rest of the range
-    follows as one request on one connection; otherwise the other parts start at once.
+    follows as one request read at the consumer's pace (the transport's read-ahead bounds its
+    memory); otherwise the other parts start at once.
     """
     first = (start, min(start + part_size, end))
     waiting = deque(split(first[1], end, part_size))
@@ -90,6 +91,7 @@ async def ordered_parts(
         launch()
         began = time.monotonic()
         probing = fast_connection is not None
+        rest: tuple[int, int] | None = None
         while running:
             head = running[0]
             while True:
@@ -102,7 +104,8 @@ async def ordered_parts(
                     probing = False
                     rate = head.received / max(time.monotonic() - began, 1e-6)
                     if rate >= fast_connection and waiting:  # type: ignore[operator]
-                        waiting = deque([(waiting[0][0], end)])  # the rest in one request
+                        rest = (waiting[0][0], end)  # one request, read as the consumer reads
+                        waiting.clear()
                     else:
                         limit = parts_in_flight
                         launch()
@@ -112,6 +115,10 @@ async def ordered_parts(
                 await wake.wait()
             running.popleft()
             launch()
+        if rest is not None:
+            async with aclosing(fetch(*rest)) as chunks:
+                async for chunk in chunks:
+                    yield chunk
     finally:
         for part in running:
             part.task.cancel()  # type: ignore[union-attr]
