@@ -75,8 +75,9 @@ class BareStarlette:
             "BARE_LAYOUT": str(folder / "layout.json"),
             "BARE_DATA": str(folder / "data.bin"),
         }
-        command = [sys.executable, "-m", "uvicorn", "bare_app:app", "--port", str(self.port), "--host", HOST,
-                   "--http", "httptools", "--loop", "uvloop", "--no-access-log", "--log-level", "warning"]  # fmt: skip
+        command = [sys.executable, "-m", "uvicorn", "bare_app:app", "--port", str(self.port),
+                   "--host", HOST, "--http", "httptools", "--loop", "uvloop", "--no-access-log",
+                   "--log-level", "warning"]  # fmt: skip
         self.process = subprocess.Popen(command, cwd=folder, env=env, stdin=subprocess.DEVNULL)
         wait_listening(self.port, self.process, "bare starlette", 30.0)
 
@@ -178,8 +179,9 @@ def main(argv: list[str] | None = None) -> int:
             for label in med:
                 print(f"   {label:<9} {nbytes / med[label] / 1e9:5.2f} GB/s  (runs: "
                       f"{', '.join(f'{nbytes / t / 1e9:.2f}' for t in times[label])})")  # fmt: skip
-            print(f"   pt2serve / nginx proxy_pass: {ratio:.2f}x  target >= {PROXY_MIN}x  {verdict(passed[-1])}"
-                  f"   (/ curl straight from upstream: {med['upstream'] / med['pt2serve']:.2f}x)")  # fmt: skip
+            print(f"   pt2serve / nginx proxy_pass: {ratio:.2f}x  target >= {PROXY_MIN}x  "
+                  f"{verdict(passed[-1])}   (/ curl straight from upstream: "
+                  f"{med['upstream'] / med['pt2serve']:.2f}x)")  # fmt: skip
 
             print("\n2. RSS growth while streaming 2 GiB (4 x 512 MiB) from the remote archive", flush=True)
             growth = rss_while(server.pid, lambda: [_checked(curl(data_url), nbytes) for _ in range(4)])
