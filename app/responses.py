@@ -94,6 +94,9 @@ class BodyResponse(Response):
                     # failures (object changed, gone, unreachable) still get a JSON error status
                     first = await anext(pieces, b"")
                     await self._start(send)
+                    if len(first) == self.plan.length:  # a small body: one message, one write
+                        await send({"type": "http.response.body", "body": first})
+                        return
                     await send({"type": "http.response.body", "body": first, "more_body": True})
                     async for piece in pieces:
                         await send({"type": "http.response.body", "body": piece, "more_body": True})

@@ -61,12 +61,20 @@ class _Body(httpx.AsyncByteStream):
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         content = self._response.content
-        with _httpx_errors():
+        try:
             while True:
                 chunk = await content.readany()
                 if not chunk:
                     return
                 yield chunk
+        except (aiohttp.ClientError, ConnectionError, TimeoutError):
+            # aiohttp drops what it had buffered when the connection fails: hand that out
+            # first, so a resume starts after the last byte that really arrived
+            buffered = getattr(content, "_buffer", None) or ()
+            while buffered:
+                yield buffered.popleft()
+            with _httpx_errors():
+                raise
 
     async def aclose(self) -> None:
         if self._response.content.at_eof():
@@ -97,10 +105,13 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         timeout = request.extensions.get("timeout", {})
         body = request.content or None  # our requests carry no streamed bodies
+        url = request.url
+        if url.userinfo:  # httpx already turned it into an Authorization header
+            url = url.copy_with(userinfo=b"")
         with _httpx_errors():
             response = await self._get_session().request(
                 request.method,
-                URL(str(request.url), encoded=True),  # as httpx built (and SigV4 signed) it
+                URL(str(url), encoded=True),  # as httpx built (and SigV4 signed) it
                 headers=list(request.headers.multi_items()),
                 data=body,
                 allow_redirects=False,  # httpx follows them (and re-runs auth)

@@ -1,0 +1,118 @@
+"""The routes edge devices hit most (a tensor's layout and bytes) without FastAPI's per-request work.
+
+Profiled under `wrk -c32` (py-spy and cProfile, bench/serve_remote.py), a layout request spent
+most of its Python time in FastAPI's dependency solving and included-router matching, not in
+pt2serve. These routes call the very endpoint functions `tensors.build` declared, with the same
+archive lookup, from a plain Starlette route placed first in the app's router:
+
+- it matches only requests it can answer exactly as FastAPI would: the method, the path, and a
+  query string whose every parameter is known to the endpoint and valid (Literal values checked,
+  no repeats); anything else does not match, and FastAPI's own route answers (with its validation
+  errors), so there is one copy of every rule that is not plain routing;
+- errors raised by the endpoint reach the app's exception handlers as before, and the metrics
+  middleware sees the same route template.
+
+The FastAPI routes stay: they define the OpenAPI document and handle the unusual requests.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import types
+import typing
+from urllib.parse import parse_qsl
+
+from fastapi import APIRouter
+from fastapi.routing import APIRoute
+from starlette.requests import Request
+from starlette.routing import BaseRoute, Match
+from starlette.types import Receive, Scope, Send
+
+from .params import _serve
+
+HOT_PATHS = ("/tensors/{name:path}/layout", "/tensors/{name:path}/data")
+_ANY = object()  # a query parameter that takes any single string
+
+
+class HotRoute(BaseRoute):
+    """One of `HOT_PATHS` for the default archive (prefix "") or a named one."""
+
+    def __init__(self, route: APIRoute, prefix: str) -> None:
+        self.path = prefix + route.path  # the template the metrics label requests with
+        self.methods = frozenset(route.methods or ())
+        self.endpoint = route.endpoint
+        self.named = "{archive_id}" in prefix
+        head = r"/archives/(?P<archive_id>[^/]+)" if self.named else ""
+        tail = re.escape(route.path.split("{name:path}", 1)[1])
+        self.regex = re.compile(f"{head}/tensors/(?P<name>.+){tail}")
+        signature = inspect.signature(self.endpoint)
+        self.wants_request = "request" in signature.parameters
+        self.query = {
+            name: _allowed(param.annotation)
+            for name, param in signature.parameters.items()
+            if name not in ("request", "served", "name")
+        }
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        if scope["type"] != "http" or scope["method"] not in self.methods:
+            return Match.NONE, {}
+        match = self.regex.fullmatch(scope["path"]) if not scope.get("root_path") else None
+        if match is None:
+            return Match.NONE, {}
+        query = self._query(scope["query_string"])
+        if query is None:
+            return Match.NONE, {}
+        return Match.FULL, {"path_params": match.groupdict(), "hot_query": query}
+
+    def _query(self, raw: bytes) -> dict[str, str] | None:
+        """The query as endpoint arguments, or None if FastAPI should judge it."""
+        if not raw:
+            return {}
+        found: dict[str, str] = {}
+        for key, value in parse_qsl(raw.decode("latin-1"), keep_blank_values=True):
+            allowed = self.query.get(key)
+            if allowed is None or key in found or (allowed is not _ANY and value not in allowed):
+                return None
+            found[key] = value
+        return found
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        scope["route"] = self
+        request = Request(scope, receive)
+        params = scope["path_params"]
+        served = await _serve(request, params.get("archive_id"))
+        arguments = {"served": served, "name": params["name"], **scope["hot_query"]}
+        if self.wants_request:
+            arguments["request"] = request
+        response = await self.endpoint(**arguments)
+        await response(scope, receive, send)
+
+
+def _allowed(annotation: object) -> object:
+    """What values a query parameter may take on the hot path: a set (Literal), _ANY (str), or
+    None (anything else: the request goes to FastAPI)."""
+    if typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
+    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    options = [arg for arg in typing.get_args(annotation) if arg is not type(None)] if union else [annotation]
+    if all(typing.get_origin(option) is typing.Literal for option in options):
+        return frozenset(value for option in options for value in typing.get_args(option))
+    if options == [str]:
+        return _ANY
+    return None
+
+
+def hot_routes(router: APIRouter, prefix: str) -> list[HotRoute]:
+    """HotRoutes for the hot paths among `router`'s routes, as mounted under `prefix`."""
+    return [
+        HotRoute(route, prefix)
+        for route in router.routes
+        if isinstance(route, APIRoute) and route.path in HOT_PATHS
+    ]
+
+
+def install(app_router: APIRouter, routers: list[tuple[APIRouter, str]]) -> None:
+    """Put the hot routes first in the app's router (`routers`: each tensor router and its prefix)."""
+    hot: list[BaseRoute] = [route for router, prefix in routers for route in hot_routes(router, prefix)]
+    app_router.routes[0:0] = hot
