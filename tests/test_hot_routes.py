@@ -1,0 +1,86 @@
+"""The hot layout/data routes (app/routes/hot.py) answer exactly as FastAPI's routes would, and hand
+every request they cannot judge to FastAPI; service settings and CLI options for parallel reads."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.cli import build_parser
+from app.routes.hot import HotRoute
+from app.settings import Settings
+from tests.service_helpers import in_process, make_app
+
+
+@pytest.fixture
+async def client():
+    async with in_process(make_app()) as client:
+        yield client
+
+
+def _hot(app) -> list[HotRoute]:
+    return [route for route in app.router.routes if isinstance(route, HotRoute)]
+
+
+def test_the_hot_routes_come_first_and_know_their_query_parameters() -> None:
+    app = make_app()
+    hot = _hot(app)
+    assert app.router.routes[: len(hot)] == hot
+    assert {(route.path, method) for route in hot for method in route.methods} == {
+        (f"{prefix}/tensors/{{name:path}}/{what}", method)
+        for prefix in ("", "/archives/{archive_id}")
+        for what, method in (("layout", "GET"), ("data", "GET"), ("data", "HEAD"))
+    }
+    data = next(route for route in hot if route.path.endswith("/data"))
+    assert data.query["order"] == {"default", "contiguous"} and data.query["format"] == {"raw", "npy"}
+
+
+@pytest.mark.parametrize(
+    "query",
+    ["", "?model=model", "?order=contiguous", "?format=npy", "?order=bogus", "?order=a&order=b", "?x=1"],
+)
+async def test_hot_and_fastapi_routes_answer_the_same(client, query) -> None:
+    """The same request through the hot route and through FastAPI's own route (hot routes removed)."""
+    fastapi_only = make_app()
+    fastapi_only.router.routes[:] = [r for r in fastapi_only.router.routes if not isinstance(r, HotRoute)]
+    async with in_process(fastapi_only) as plain:
+        paths = ["/tensors/conv.weight/data", "/archives/layouts/tensors/conv.weight/layout",
+                 "/archives/layouts/tensors/no.such/layout", "/archives/nope/tensors/x/data"]  # fmt: skip
+        for path in paths:
+            ours, theirs = await client.get(path + query), await plain.get(path + query)
+            assert (ours.status_code, ours.content) == (theirs.status_code, theirs.content), path + query
+            for header in ("content-type", "content-length", "etag", "content-range"):
+                assert ours.headers.get(header) == theirs.headers.get(header)
+
+
+async def test_hot_routes_serve_ranges_and_head_and_count_in_metrics(client) -> None:
+    whole = await client.get("/tensors/conv.weight/data")
+    part = await client.get("/tensors/conv.weight/data", headers={"Range": "bytes=4-11"})
+    assert part.status_code == 206 and part.content == whole.content[4:12]
+    head = await client.head("/tensors/conv.weight/data")
+    assert head.status_code == 200 and head.content == b""
+    assert head.headers["content-length"] == str(len(whole.content))
+    metrics = (await client.get("/metrics")).text
+    assert 'route="/tensors/{name:path}/data"' in metrics
+
+
+def test_parallel_settings_from_the_environment() -> None:
+    settings = Settings.from_environment(
+        environ={"PT2SERVE_PARALLEL_PARTS": "2", "PT2SERVE_PART_SIZE": "1048576", "PT2SERVE_ACCESS_LOG": "1"}
+    )
+    assert (settings.parallel_parts, settings.part_size, settings.access_log) == (2, 1 << 20, True)
+    defaults = Settings.from_environment(environ={})
+    assert (defaults.parallel_parts, defaults.part_size, defaults.access_log) == (4, 8 << 20, False)
+    app = make_app(parallel_parts=3, part_size=1 << 20)
+    options = app.state.registry._http_options
+    assert (options.parallel_parts, options.part_size) == (3, 1 << 20)
+
+
+def test_cli_parallel_options() -> None:
+    args = build_parser().parse_args(
+        ["get", "x.pt2", "w", "-o", "out", "--parallel", "3", "--part-size", "65536"]
+    )
+    assert (args.parallel, args.part_size) == (3, 65536)
+    serve = build_parser().parse_args(["serve"])
+    assert (serve.parallel, serve.part_size, serve.access_log) == (None, None, None)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["get", "x.pt2", "w", "-o", "out", "--parallel", "0"])
