@@ -35,7 +35,7 @@ class Settings:
     parallel_parts: int = 4
     part_size: int = 8 << 20
     parallel_above: int = 16 << 20
-    access_log: bool = False  # uvicorn's per-request log line (costs ~10% of small-request throughput)
+    access_log: bool = False  # uvicorn's per-request log line (issue 12: 1,710 vs 3,116 layouts/s without)
 
     @classmethod
     def from_environment(

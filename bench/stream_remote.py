@@ -62,9 +62,7 @@ OPTIONS = HttpOptions(http2=False, parallel_parts=1)  # the single-stream rows
 
 
 async def tensor_span(ar: reader.Archive) -> tuple[int, int]:
-    info = ar.layout(TENSOR_NAME)
-    start = await ar._fetcher.data_offset(ar._entries[info.storage.entry]) + info.storage.offset
-    return start, start + info.nbytes
+    return await ar.tensor(TENSOR_NAME).archive_span()
 
 
 async def run_pt2serve(ar: reader.Archive, chunk_size: int) -> dict:
