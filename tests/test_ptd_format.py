@@ -1,0 +1,172 @@
+"""The .ptd writer against ExecuTorch: its reader, the .ptd it writes itself, and torch's bytes."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+import reader
+from reader.formats.ptd import DEFAULT_ALIGNMENT, HEADER, PtdSegment, plan_ptd, ptd_refusal
+from tests.conftest import ARCHIVES, SHARED_LINEAR, run
+from tests.executorch_oracle import executorch_ptd, needs_executorch, read_ptd, torch_bytes
+
+ARCHIVE_PATHS = sorted(ARCHIVES.glob("*.pt2"))
+NO_EXECUTORCH_TYPE = {"complex32", "complex64", "complex128", "float8_e8m0fnu"}
+
+
+async def ptd_bytes(path: pathlib.Path, model: str, alignment: int = DEFAULT_ALIGNMENT) -> tuple[bytes, list]:
+    """Our .ptd of one model, assembled from the plan's pieces; and the tensors left out."""
+    async with reader.open_archive(path) as ar:
+        tensors = ar.tensors(model)
+        plan = plan_ptd([t for t in tensors if not ptd_refusal(t)], alignment)
+        out = bytearray()
+        for piece in plan.pieces():
+            if isinstance(piece, PtdSegment):
+                data = await ar.read(piece.source.name, piece.source.model, order=piece.order)
+                assert len(data) == piece.size
+                out += data
+            else:
+                out += piece
+        assert len(out) == plan.length
+        return bytes(out), [t for t in tensors if ptd_refusal(t)]
+
+
+def models_of(path: pathlib.Path) -> list[str]:
+    async def models() -> list[str]:
+        async with reader.open_archive(path) as ar:
+            return ar.models
+
+    return run(models())
+
+
+def oracle_cases() -> list:
+    cases = [pytest.param(p, id=p.stem) for p in ARCHIVE_PATHS]
+    cases.append(pytest.param(SHARED_LINEAR, id="shared-linear"))
+    return cases
+
+
+@needs_executorch
+@pytest.mark.parametrize("path", oracle_cases())
+def test_ptd_matches_executorch_and_torch(path: pathlib.Path) -> None:
+    if not path.exists():
+        pytest.skip(f"../shared is absent ({path} not found)")
+    if path.stem == "legacy":
+        with pytest.raises(reader.UnsupportedPayload, match="legacy"):
+            models_of(path)  # a legacy archive is refused as a whole, never half-written
+        return
+    from tests.fixtures.make_fixtures import _load_with_torch
+
+    models = models_of(path)
+    torch_values, _ = _load_with_torch(path, sorted(models))
+    for model in models:
+        blob, skipped = run(ptd_bytes(path, model))
+        ours = read_ptd(blob)
+        values = {**torch_values[model]["weight"], **torch_values[model]["constant"]}
+        # every tensor torch loads is a key with torch's bytes, or was refused with a reason
+        written = {name for name, value in values.items() if hasattr(value, "untyped_storage")}
+        assert set(ours) == written - {t.name for t in skipped}
+        for key, entry in ours.items():
+            assert entry.data == torch_bytes(values[key]), key
+            assert entry.sizes == tuple(values[key].shape), key
+        for info in skipped:  # only what ExecuTorch cannot hold is left out
+            assert info.unsupported or info.dtype in {
+                "complex32",
+                "complex64",
+                "complex128",
+                "float8_e8m0fnu",
+            }
+
+        try:
+            their_file = executorch_ptd(path, model)
+            theirs = read_ptd(their_file) if their_file is not None else {}
+        except Exception as exc:  # ExecuTorch cannot export every archive (exotic dtypes)
+            if path.stem in {"dtypes", "pickled"}:
+                continue
+            raise AssertionError(f"ExecuTorch failed on {path.name}: {exc}") from exc
+        # ExecuTorch writes the names its program uses; we write every name (tied ones too)
+        assert set(theirs) <= set(ours)
+        for key, expected in theirs.items():
+            assert ours[key] == expected, key
+
+
+@needs_executorch
+def test_ptd_dtypes_scalar_types() -> None:
+    """Every ExecuTorch dtype gets ExecuTorch's scalar type (the dtypes archive: ExecuTorch exports none)."""
+    import torch
+    from executorch.exir.scalar_type import ScalarType
+
+    blob, skipped = run(ptd_bytes(ARCHIVES / "dtypes.pt2", "model"))
+    ours = read_ptd(blob)
+    assert {t.name for t in skipped} == {"t_complex32", "t_complex64", "t_complex128", "t_float8_e8m0fnu"}
+    for key, entry in ours.items():
+        name = "float32" if key == "weight" else key.removeprefix("t_")
+        torch_dtype = getattr(torch, name)
+        assert ScalarType(entry.scalar_type).name.lower().replace("_", "") in _scalar_names(torch_dtype), key
+
+
+def _scalar_names(torch_dtype) -> set[str]:
+    import torch
+
+    table = {
+        torch.uint8: "byte", torch.int8: "char", torch.int16: "short", torch.int32: "int",
+        torch.int64: "long", torch.float16: "half", torch.float32: "float", torch.float64: "double",
+        torch.bool: "bool", torch.bfloat16: "bfloat16", torch.uint16: "uint16", torch.uint32: "uint32",
+        torch.uint64: "uint64", torch.float8_e4m3fn: "float8e4m3fn", torch.float8_e5m2: "float8e5m2",
+        torch.float8_e4m3fnuz: "float8e4m3fnuz", torch.float8_e5m2fnuz: "float8e5m2fnuz",
+    }  # fmt: skip
+    return {table[torch_dtype]}
+
+
+@needs_executorch
+@pytest.mark.parametrize("alignment", [8, 64, 4096])
+def test_ptd_alignment(alignment: int) -> None:
+    blob, _ = run(ptd_bytes(ARCHIVES / "layouts.pt2", "model", alignment))
+    header = HEADER.unpack_from(blob, 8)
+    segment_base = header[4]
+    assert segment_base % alignment == 0
+    assert len(blob) == segment_base + header[5]
+    reference, _ = run(ptd_bytes(ARCHIVES / "layouts.pt2", "model"))
+    assert read_ptd(blob) == read_ptd(reference)
+
+
+def test_ptd_header_fields() -> None:
+    blob, _ = run(ptd_bytes(ARCHIVES / "two_models.pt2", "encoder"))
+    magic, length, fb_offset, fb_size, segment_base, segment_size = HEADER.unpack_from(blob, 8)
+    assert blob[4:8] == b"FT01" and magic == b"FH01" and length == 40
+    assert fb_offset == 48 and segment_base >= fb_offset + fb_size and segment_base % 128 == 0
+    assert len(blob) == segment_base + segment_size
+
+
+def test_ptd_tied_weights_share_one_segment() -> None:
+    async def plan():
+        async with reader.open_archive(ARCHIVES / "layouts.pt2") as ar:
+            return plan_ptd([t for t in ar.tensors() if not ptd_refusal(t)])
+
+    result = run(plan())
+    by_name = {e.info.name: e for e in result.entries}
+    assert by_name["lin1.weight"].segment == by_name["lin2.weight"].segment
+    assert len(result.segments) == len(result.entries) - 1
+    # view_a and view_b view one storage at different offsets: two segments
+    assert by_name["view_a"].segment != by_name["view_b"].segment
+
+
+def test_ptd_refuses_what_executorch_cannot_hold() -> None:
+    async def plan(names):
+        async with reader.open_archive(ARCHIVES / "dtypes.pt2") as ar:
+            return plan_ptd([ar.layout(name) for name in names])
+
+    with pytest.raises(reader.UnsupportedPayload, match=r"t_complex64 \(dtype complex64") as caught:
+        run(plan(["weight", "t_complex64", "t_float8_e8m0fnu"]))
+    assert "t_float8_e8m0fnu" in str(caught.value) and "weight" not in str(caught.value).split(":")[1]
+
+
+@pytest.mark.parametrize("alignment", [0, 3, 100, 4, 1 << 21])
+def test_ptd_alignment_must_be_a_sane_power_of_two(alignment: int) -> None:
+    with pytest.raises(ValueError, match="alignment"):
+        plan_ptd([], alignment)
+
+
+def test_ptd_of_no_tensors_is_a_valid_empty_file() -> None:
+    plan = plan_ptd([])
+    assert plan.segments == () and plan.length == len(plan.head) and plan.length % 128 == 0
