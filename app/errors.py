@@ -36,6 +36,7 @@ def error_response(status: int, code: str, message: str, headers: dict[str, str]
 READER_ERRORS: list[tuple[type[Exception], int, str]] = [
     (reader.TensorNotFound, 404, "tensor_not_found"),
     (reader.ModelNotFound, 404, "model_not_found"),
+    (reader.FileNotFound, 404, "file_not_found"),
     (reader.UnsupportedPayload, 422, "unsupported_payload"),
     (reader.SourceChanged, 503, "archive_changed"),
     (reader.SourceError, 502, "upstream_error"),

@@ -12,7 +12,7 @@ from .errors import install_error_handlers
 from .limits import StreamLimiter
 from .metrics import Metrics, MetricsMiddleware
 from .registry import Registry
-from .routes import bundles, hot, service, tensors, values, viewer
+from .routes import bundles, executorch, hot, service, tensors, values, viewer
 from .routes.params import default_archive, named_archive
 from .security import BearerTokenMiddleware, JsonCORSMiddleware, quiet_url_logging
 from .settings import Settings
@@ -66,6 +66,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             mounted.append((router, prefix))
     hot.install(app.router, mounted)  # layout and data first, without FastAPI's per-request work
     app.include_router(bundles.router)
+    app.include_router(executorch.router)
     app.include_router(viewer.router)
     app.mount("/viewer", StaticFiles(directory=viewer.VIEWER), name="viewer")
     install_error_handlers(app)

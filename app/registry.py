@@ -57,7 +57,10 @@ class Slot:
             info["error"] = self.error
         if self.archive is not None:
             info.update(
-                models=self.archive.models, tensors=len(self.archive.tensors()), root=self.archive.root
+                models=self.archive.models,
+                tensors=len(self.archive.tensors()),
+                root=self.archive.root,
+                executorch=[file.name for file in self.archive.executorch_files],
             )
         return info
 

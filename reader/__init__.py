@@ -8,6 +8,7 @@ async with reader.open_archive("model.pt2") as ar:
 from .archive import Archive, open_archive
 from .errors import (
     ArchiveFormatError,
+    FileNotFound,
     IntegrityError,
     ModelNotFound,
     ReaderError,
@@ -16,11 +17,14 @@ from .errors import (
     TensorNotFound,
     UnsupportedPayload,
 )
+from .pt2.executorch import EmbeddedFile
 from .pt2.tensorinfo import StorageRef, TensorInfo
 
 __all__ = [
     "Archive",
     "ArchiveFormatError",
+    "EmbeddedFile",
+    "FileNotFound",
     "IntegrityError",
     "ModelNotFound",
     "ReaderError",

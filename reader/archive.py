@@ -9,8 +9,10 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ModelNotFound, TensorNotFound
+from .embedded import EntryBytes
+from .errors import FileNotFound, ModelNotFound, TensorNotFound
 from .pt2.dtypes import BY_NAME, to_numpy
+from .pt2.executorch import EmbeddedFile, executorch_files
 from .pt2.tensorinfo import TensorInfo
 from .reading.entries import EntryFetcher
 from .reading.opening import OpenedIndex, read_index
@@ -36,6 +38,7 @@ class Archive:
         self._entries = opened.entries
         self._index = opened.index
         self._fetcher = fetcher
+        self._executorch = executorch_files(self._entries, self.root)
 
     @property
     def location(self) -> str:
@@ -105,6 +108,19 @@ class Archive:
         tensor = self.tensor(name, model, "contiguous")
         info = tensor.info
         return to_numpy(await tensor.read(), BY_NAME[info.dtype], info.sizes)  # type: ignore[index,arg-type]
+
+    @property
+    def executorch_files(self) -> list[EmbeddedFile]:
+        """The ExecuTorch programs (and any other files) stored under data/executorch/."""
+        return list(self._executorch.values())
+
+    def executorch_file(self, name: str) -> EntryBytes:
+        """One file under data/executorch/ by its name there: `length`, `read()`, `chunks(start, end)`."""
+        found = self._executorch.get(name)
+        if found is None:
+            have = ", ".join(self._executorch) or "none"
+            raise FileNotFound(f"no ExecuTorch file {name!r} in this archive (files: {have})")
+        return EntryBytes(self._entries[found.entry], self._fetcher)
 
     async def revalidate(self) -> bool:
         """True if the archive is still the one indexed (a cheap conditional request remotely)."""

@@ -19,6 +19,10 @@ class TensorNotFound(ReaderError, LookupError):
     """No tensor of that name in the selected model."""
 
 
+class FileNotFound(ReaderError, LookupError):
+    """No file of that name among those the archive carries (data/executorch/)."""
+
+
 class ModelNotFound(ReaderError, LookupError):
     """No model of that name, or no name given where several models exist."""
 

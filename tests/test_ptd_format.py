@@ -7,29 +7,23 @@ import pathlib
 import pytest
 
 import reader
-from reader.formats.ptd import DEFAULT_ALIGNMENT, HEADER, PtdSegment, plan_ptd, ptd_refusal
+from reader.formats.body import read_body
+from reader.formats.ptd import DEFAULT_ALIGNMENT, HEADER, plan_ptd, ptd_body, ptd_refusal, writable
+from testing.executorch_oracle import executorch_ptd, needs_executorch, read_ptd, torch_bytes
 from tests.conftest import ARCHIVES, SHARED_LINEAR, run
-from tests.executorch_oracle import executorch_ptd, needs_executorch, read_ptd, torch_bytes
 
 ARCHIVE_PATHS = sorted(ARCHIVES.glob("*.pt2"))
 NO_EXECUTORCH_TYPE = {"complex32", "complex64", "complex128", "float8_e8m0fnu"}
 
 
 async def ptd_bytes(path: pathlib.Path, model: str, alignment: int = DEFAULT_ALIGNMENT) -> tuple[bytes, list]:
-    """Our .ptd of one model, assembled from the plan's pieces; and the tensors left out."""
+    """Our .ptd of one model as the service and the CLI build it; and the tensors left out."""
     async with reader.open_archive(path) as ar:
         tensors = ar.tensors(model)
-        plan = plan_ptd([t for t in tensors if not ptd_refusal(t)], alignment)
-        out = bytearray()
-        for piece in plan.pieces():
-            if isinstance(piece, PtdSegment):
-                data = await ar.read(piece.source.name, piece.source.model, order=piece.order)
-                assert len(data) == piece.size
-                out += data
-            else:
-                out += piece
-        assert len(out) == plan.length
-        return bytes(out), [t for t in tensors if ptd_refusal(t)]
+        plan = plan_ptd([t for t in tensors if writable(t)], alignment)
+        body = ptd_body(plan, lambda info, order: ar.tensor(info.name, info.model, order))
+        assert body.length == plan.length
+        return await read_body(body, 0, body.length, 1 << 16), [t for t in tensors if not writable(t)]
 
 
 def models_of(path: pathlib.Path) -> list[str]:

@@ -1,13 +1,19 @@
-"""Bundles: selected tensors of one archive as one file (safetensors), streamed and range-capable."""
+"""Bundles: selected tensors of one archive as one file (safetensors, ExecuTorch .ptd), streamed
+and range-capable."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from typing import Annotated
+from urllib.parse import quote
+
+from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
+from reader.formats import ptd
 from reader.formats.safetensors import safetensors_body, writable
 from reader.formats.selection import select
 
+from ..errors import ApiError
 from ..responses import BodyResponse
 from .params import ModelQ, NamedArchive, NamesQ, PrefixQ
 from .tensors import CACHE_CONTROL, etag
@@ -42,6 +48,57 @@ async def archive_safetensors(
             "cache-control": CACHE_CONTROL,
             "content-disposition": f'attachment; filename="{served.id}.safetensors"',
         },
+        chunk_size=request.app.state.settings.chunk_size,
+        limiter=request.app.state.limiter,
+    )
+
+
+AlignmentQ = Annotated[
+    int,
+    Query(description="segment alignment in bytes: a power of two from 8 to 1 MiB (ExecuTorch's is 128)"),
+]
+
+
+@router.get(
+    "/archives/{archive_id}/ptd",
+    summary="Selected tensors as one ExecuTorch .ptd (FlatTensor) data file",
+    response_class=Response,
+)
+@router.head(
+    "/archives/{archive_id}/ptd",
+    summary="Selected tensors as one ExecuTorch .ptd data file (headers only)",
+    response_class=Response,
+)
+async def archive_ptd(
+    request: Request,
+    served: NamedArchive,
+    model: ModelQ = None,
+    prefix: PrefixQ = None,
+    name: NamesQ = None,
+    alignment: AlignmentQ = ptd.DEFAULT_ALIGNMENT,
+) -> Response:
+    """Keys are the tensors' names, as a .pte exported with external constants asks for them;
+    tensors ExecuTorch cannot hold are named (percent-encoded, comma-separated) in
+    `X-Pt2serve-Skipped`, or refused with 422 when asked for by name."""
+    archive = served.archive
+    try:
+        selection = select(archive, ptd.writable, ".ptd", model=model, prefix=prefix, names=name)
+        plan = ptd.plan_ptd(selection.chosen, alignment)
+    except ValueError as exc:
+        raise ApiError(422, "invalid_request", str(exc)) from None
+    body = ptd.ptd_body(plan, lambda info, order: archive.tensor(info.name, info.model, order))
+    headers = {
+        "cache-control": CACHE_CONTROL,
+        "content-disposition": f'attachment; filename="{served.id}.ptd"',
+    }
+    if selection.skipped:
+        headers["x-pt2serve-skipped"] = ",".join(quote(t.name, safe="") for t in selection.skipped)
+    return BodyResponse(
+        request,
+        body,
+        etag=etag(archive, "ptd", str(alignment), *(f"{t.model}/{t.name}" for t in selection.chosen)),
+        media_type="application/octet-stream",
+        headers=headers,
         chunk_size=request.app.state.settings.chunk_size,
         limiter=request.app.state.limiter,
     )

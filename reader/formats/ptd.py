@@ -21,14 +21,15 @@ exported with external constants finds what it expects under each key:
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import flatbuffers
 
 from ..errors import UnsupportedPayload
-from ..layout import _is_channels_last_2d, is_row_major
-from ..tensorinfo import TensorInfo
+from ..pt2.strided import _is_channels_last_2d, is_row_major
+from ..pt2.tensorinfo import TensorInfo
+from .body import Body, BytesBody, ConcatBody
 
 DEFAULT_ALIGNMENT = 128  # ExecuTorch's FlatTensorConfig.segment_alignment
 MAX_ALIGNMENT = 1 << 20
@@ -97,6 +98,25 @@ def ptd_refusal(info: TensorInfo) -> str | None:
     if len(sizes) > 255:
         return f"{len(sizes)} dims do not fit ExecuTorch's uint8 dim order"
     return None
+
+
+def writable(info: TensorInfo) -> bool:
+    return ptd_refusal(info) is None
+
+
+def ptd_body(plan: PtdPlan, tensor: Callable[[TensorInfo, str], Body]) -> ConcatBody:
+    """The whole file as one body; `tensor(info, order)` gives a segment's bytes
+    (`lambda info, order: archive.tensor(info.name, info.model, order)`)."""
+    parts: list[Body] = []
+    for piece in plan.pieces():
+        if isinstance(piece, PtdSegment):
+            body = tensor(piece.source, piece.order)
+            if body.length != piece.size:
+                raise ValueError(f"{piece.source.name}: {body.length} bytes, the plan says {piece.size}")
+            parts.append(body)
+        else:
+            parts.append(BytesBody(piece))
+    return ConcatBody(parts)
 
 
 def executorch_layout(info: TensorInfo) -> tuple[str, tuple[int, ...]]:

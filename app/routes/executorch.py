@@ -1,0 +1,58 @@
+"""ExecuTorch programs an archive carries (data/executorch/): listed, and served by range, so a
+device fetches its program and its .ptd from one archive through one server."""
+
+from __future__ import annotations
+
+import posixpath
+from urllib.parse import quote
+
+from fastapi import APIRouter, Request
+from starlette.responses import Response
+
+from ..errors import json_response
+from ..responses import BodyResponse
+from .params import NamedArchive
+from .tensors import CACHE_CONTROL, etag
+
+router = APIRouter()
+
+
+@router.get("/archives/{archive_id}/executorch", summary="The ExecuTorch programs an archive carries")
+async def list_executorch(request: Request, served: NamedArchive) -> Response:
+    base = f"/archives/{quote(served.id, safe='')}/executorch/"
+    return json_response(
+        {
+            "archive": served.id,
+            "files": [
+                {**file.to_dict(), "url": base + quote(file.name)} for file in served.archive.executorch_files
+            ],
+        }
+    )
+
+
+@router.get(
+    "/archives/{archive_id}/executorch/{file:path}",
+    summary="One ExecuTorch program the archive carries",
+    response_class=Response,
+)
+@router.head(
+    "/archives/{archive_id}/executorch/{file:path}",
+    summary="One ExecuTorch program the archive carries (headers only)",
+    response_class=Response,
+)
+async def executorch_file(request: Request, served: NamedArchive, file: str) -> Response:
+    archive = served.archive
+    body = archive.executorch_file(file)
+    filename = quote(posixpath.basename(file))
+    return BodyResponse(
+        request,
+        body,
+        etag=etag(archive, "executorch", file),
+        media_type="application/octet-stream",
+        headers={
+            "cache-control": CACHE_CONTROL,
+            "content-disposition": f"attachment; filename*=UTF-8''{filename}",
+        },
+        chunk_size=request.app.state.settings.chunk_size,
+        limiter=request.app.state.limiter,
+    )
