@@ -4,7 +4,8 @@
     pt2serve ls LOCATION [--model M] [--json]
     pt2serve layout LOCATION NAME [--model M]
     pt2serve get LOCATION NAME -o FILE [--format raw|npy] [--order default|contiguous] [--model M]
-    pt2serve export LOCATION -o FILE.safetensors [--prefix P] [--model M]
+    pt2serve get LOCATION --executorch NAME.pte -o FILE       (a program the archive carries)
+    pt2serve export LOCATION -o FILE.safetensors|FILE.ptd [--format safetensors|ptd] [--prefix P] [--model M]
 
 LOCATION is a path, an http(s):// URL or an s3://bucket/key URI (credentials and endpoint from
 the AWS_* environment). Exit status: 0 success, 1 the archive or the output failed (one line on
@@ -50,6 +51,8 @@ examples:
   pt2serve get model.pt2 linear.weight -o w.npy --format npy
   pt2serve get s3://models/big.pt2 embed.weight -o embed.bin     (run again to resume)
   pt2serve export model.pt2 -o model.safetensors --prefix encoder.
+  pt2serve export s3://models/big.pt2 -o weights.ptd      ExecuTorch data file (run again to resume)
+  pt2serve get model.pt2 --executorch model.pte -o model.pte   a program the archive carries
 
 exit status: 0 ok, 1 archive/source/output error, 2 usage error, 130 interrupted.
 """
@@ -156,24 +159,45 @@ def build_parser() -> argparse.ArgumentParser:
         ".npy files are always row-major",
     )
     get.add_argument("--model", help=model_help)
+    get.add_argument(
+        "--executorch",
+        action="store_true",
+        help="NAME is an ExecuTorch program the archive carries (data/executorch/NAME), fetched as stored",
+    )
     get.add_argument("--no-resume", action="store_true", help="overwrite FILE instead of resuming it")
     _add_transfer_options(get)
 
     export = commands.add_parser(
         "export",
-        help="write tensors as one .safetensors file",
-        description="Write a model's tensors (row-major) as one .safetensors file, streamed. Tensors "
-        "safetensors cannot hold (complex, pickled, custom objects, ...) are skipped with a warning "
-        "and listed in the file's __metadata__['pt2serve.skipped'].",
+        help="write tensors as one .safetensors or ExecuTorch .ptd file",
+        description="Write a model's tensors as one file, streamed: safetensors (row-major; tensors it "
+        "cannot hold are listed in __metadata__['pt2serve.skipped']) or an ExecuTorch .ptd data file "
+        "(FlatTensor; keys are the names a .pte exported with external constants asks for; a partial "
+        ".ptd is resumed like `get`). Tensors the format cannot hold (complex, pickled, custom "
+        "objects, ...) are skipped with a warning.",
         epilog="examples:\n"
         "  pt2serve export model.pt2 -o model.safetensors\n"
-        "  pt2serve export s3://bucket/model.pt2 -o enc.safetensors --prefix encoder.",
+        "  pt2serve export s3://bucket/model.pt2 -o enc.safetensors --prefix encoder.\n"
+        "  pt2serve export model.pt2 -o weights.ptd --format ptd",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     export.add_argument("location", **location)
     export.add_argument("-o", "--output", required=True, metavar="FILE", help="output file ('-': stdout)")
     export.add_argument("--prefix", default="", help="only tensors whose name starts with this")
     export.add_argument("--model", help=model_help)
+    export.add_argument(
+        "--format",
+        choices=("safetensors", "ptd"),
+        default=None,
+        help="output format (default: ptd when FILE ends in .ptd, else safetensors)",
+    )
+    export.add_argument(
+        "--alignment", type=_positive_int, default=None, metavar="BYTES",
+        help="ptd only: segment alignment, a power of two (default 128, as ExecuTorch)",
+    )  # fmt: skip
+    export.add_argument(
+        "--no-resume", action="store_true", help="ptd only: overwrite FILE instead of resuming it"
+    )
     _add_transfer_options(export)
     return parser
 
@@ -335,8 +359,15 @@ async def cmd_get(args: argparse.Namespace) -> None:
     import reader
     from reader.formats.body import Body
     from reader.formats.npy import npy_body, npy_header
-    from reader.sources import DEFAULT_CHUNK_SIZE
 
+    if args.executorch:
+        if args.format != "raw" or args.order or args.model:
+            raise UsageError("--executorch fetches a stored file as is: drop --format, --order and --model")
+        async with reader.open_archive(args.location, http_options=_http_options(args)) as ar:
+            program = ar.executorch_file(args.name)
+            fields = {"identity": ar.identity, "executorch": args.name}
+            await write_resumable(args, program, fields, args.name)
+        return
     if args.format == "npy" and args.order == "default":
         raise UsageError("--format npy writes row-major bytes; drop --order default (or use --format raw)")
     order = "contiguous" if args.format == "npy" else args.order or "default"
@@ -344,33 +375,47 @@ async def cmd_get(args: argparse.Namespace) -> None:
         tensor = ar.tensor(args.name, args.model, order)
         info = tensor.info
         body: Body = npy_body(tensor) if args.format == "npy" else tensor
-        record = ResumeRecord(args.output, ar.identity, info, order, args.format)
-        verified = record.check() if not args.no_resume else True
-        with open_output(args.output, resume=not args.no_resume) as (out, have):
-            if have > body.length:
-                raise CliError(
-                    "OutputMismatch",
-                    f"{args.output} has {have} bytes but {info.name} is {body.length} bytes as "
-                    f"{args.format}; it is not a partial download of this tensor "
-                    "(remove it or pass --no-resume)",
-                )
-            header = npy_header(info) if args.format == "npy" else b""
-            if have and header and existing_prefix(args.output, min(have, len(header))) != header[:have]:
-                raise CliError(
-                    "OutputMismatch",
-                    f"{args.output} does not start with this tensor's .npy header; not resuming "
-                    "(remove it or pass --no-resume)",
-                )
-            if have and not verified:
-                print(f"pt2serve: warning: {args.output} has no resume record; resuming without being "
-                      "able to check it comes from the same archive version", file=sys.stderr)  # fmt: skip
-            record.save()
-            with progress(args, body.length, info.name, done=have) as advance:
-                await copy_chunks(
-                    body.chunks(have, body.length, args.chunk_size or DEFAULT_CHUNK_SIZE), out, advance
-                )
-            out.flush()
-            written = size_of(out)
+        fields = {"identity": ar.identity, "model": info.model, "name": info.name, "order": order,
+                  "format": args.format}  # fmt: skip
+        header = npy_header(info) if args.format == "npy" else b""
+        await write_resumable(args, body, fields, info.name, header)
+
+
+async def write_resumable(
+    args: argparse.Namespace, body: Any, fields: dict[str, str], label: str, header: bytes = b""
+) -> None:
+    """Append `body` to args.output from the length it already has (unless --no-resume).
+
+    A resume record beside the file says which archive version and which output it holds,
+    and a partial file must start with `header` (the part of the output fixed by layouts),
+    so a resumed file never joins bytes of two different outputs; the final size is checked.
+    """
+    from reader.sources import DEFAULT_CHUNK_SIZE
+
+    record = ResumeRecord(args.output, fields)
+    verified = record.check() if not args.no_resume else True
+    with open_output(args.output, resume=not args.no_resume) as (out, have):
+        if have > body.length:
+            raise CliError(
+                "OutputMismatch",
+                f"{args.output} has {have} bytes, more than the {body.length} of {label}; it is not a "
+                "partial download of it (remove it or pass --no-resume)",
+            )
+        if have and header and existing_prefix(args.output, min(have, len(header))) != header[:have]:
+            raise CliError(
+                "OutputMismatch",
+                f"{args.output} does not start with the header of {label}; not resuming "
+                "(remove it or pass --no-resume)",
+            )
+        if have and not verified:
+            print(f"pt2serve: warning: {args.output} has no resume record; resuming without being "
+                  "able to check it comes from the same archive version", file=sys.stderr)  # fmt: skip
+        record.save()
+        with progress(args, body.length, label, done=have) as advance:
+            chunks = body.chunks(have, body.length, args.chunk_size or DEFAULT_CHUNK_SIZE)
+            await copy_chunks(chunks, out, advance)
+        out.flush()
+        written = size_of(out)
     if written is not None and written != body.length:
         raise CliError("IncompleteOutput", f"{args.output} has {written} bytes, expected {body.length}")
     record.remove()
@@ -381,22 +426,37 @@ async def cmd_get(args: argparse.Namespace) -> None:
 
 async def cmd_export(args: argparse.Namespace) -> None:
     import reader
-    from reader.formats.safetensors import safetensors_body, writable
+    from reader.formats import ptd, safetensors
     from reader.formats.selection import select
     from reader.sources import DEFAULT_CHUNK_SIZE
 
+    fmt = args.format or ("ptd" if args.output.endswith(".ptd") else "safetensors")
+    if fmt != "ptd" and args.alignment is not None:
+        raise UsageError("--alignment is for --format ptd")
+    writable = ptd.writable if fmt == "ptd" else safetensors.writable
     async with reader.open_archive(args.location, http_options=_http_options(args)) as ar:
-        selection = select(ar, writable, "safetensors", model=args.model, prefix=args.prefix)
+        selection = select(ar, writable, fmt, model=args.model, prefix=args.prefix)
         for t in selection.skipped:
-            reason = t.unsupported or f"dtype {t.dtype} has no safetensors type"
+            reason = t.unsupported or f"dtype {t.dtype} has no {fmt} type"
             print(f"pt2serve: warning: skipping {t.name}: {reason}", file=sys.stderr)
         if not selection.chosen:
             what = f" starting with {args.prefix!r}" if args.prefix else ""
             model = ar.resolve_model(args.model)
             raise CliError("NothingToExport", f"no writable tensors{what} in model {model!r}")
-        tensors = [ar.tensor(t.name, t.model, "contiguous") for t in selection.chosen]
-        body = safetensors_body(tensors, {"format": "pt"}, [t.name for t in selection.skipped])
         label = os.path.basename(args.output)
+        if fmt == "ptd":
+            alignment = args.alignment or ptd.DEFAULT_ALIGNMENT
+            try:
+                plan = ptd.plan_ptd(selection.chosen, alignment)
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
+            body = ptd.ptd_body(plan, lambda info, order: ar.tensor(info.name, info.model, order))
+            fields = {"identity": ar.identity, "format": "ptd", "alignment": str(alignment),
+                      "tensors": ",".join(f"{t.model}/{t.name}" for t in selection.chosen)}  # fmt: skip
+            await write_resumable(args, body, fields, f"this .ptd ({label})", plan.head)
+            return
+        tensors = [ar.tensor(t.name, t.model, "contiguous") for t in selection.chosen]
+        body = safetensors.safetensors_body(tensors, {"format": "pt"}, [t.name for t in selection.skipped])
         with atomic_output(args.output) as out, progress(args, body.length, label) as advance:
             await copy_chunks(
                 body.chunks(0, body.length, args.chunk_size or DEFAULT_CHUNK_SIZE), out, advance

@@ -27,17 +27,17 @@ class CliError(Exception):
 
 
 class ResumeRecord:
-    """FILE.pt2serve-part: which archive version and tensor a partial FILE holds.
+    """FILE.pt2serve-part: which archive version and output a partial FILE holds.
 
     A resumed download must not join bytes of two archive versions: the record
     is written when a download starts, checked before resuming, removed when done.
     """
 
-    def __init__(self, output: str, identity: str, info: object, order: str, fmt: str) -> None:
+    def __init__(self, output: str, fields: dict[str, str]) -> None:
+        """`fields`: the archive identity and whatever else names the output (tensor, order, format)."""
         self.path = None if output == "-" else f"{output}.pt2serve-part"
         self.output = output
-        self.fields = {"identity": identity, "model": info.model, "name": info.name,  # type: ignore[attr-defined]
-                       "order": order, "format": fmt}  # fmt: skip
+        self.fields = fields
 
     def check(self) -> bool:
         """Raise if a partial FILE belongs to another archive version; False if it has no record."""
