@@ -83,7 +83,7 @@ async def archive_ptd(
     archive = served.archive
     try:
         selection = select(archive, ptd.writable, ".ptd", model=model, prefix=prefix, names=name)
-        plan = ptd.plan_ptd(selection.chosen, alignment)
+        plan = ptd.cached_plan(tuple(selection.chosen), alignment)
     except ValueError as exc:
         raise ApiError(422, "invalid_request", str(exc)) from None
     body = ptd.ptd_body(plan, lambda info, order: archive.tensor(info.name, info.model, order))
