@@ -3,6 +3,7 @@
 
 import { getJSON, urls } from "./api.js";
 import { drawHeatmap, drawHistogram, dtypeBars } from "./charts.js";
+import { renderPrograms, syncPtdLink } from "./executorch.js";
 import { formatBytes, formatCount, matcher, prepare, shapeText, sortRows, summarize, treeItems } from "./model.js";
 import { itemKey, VirtualTable } from "./table.js";
 
@@ -123,6 +124,7 @@ async function loadArchive(id, model) {
   $("archive").value = id;
   const info = state.archives.find((a) => a.id === id) || {};
   $("location").textContent = info.location || "";
+  renderPrograms(info);
   try {
     const models = info.models || [];
     const chosen = model || (models.length === 1 ? models[0] : models.includes("model") ? "model" : models[0]);
@@ -200,6 +202,7 @@ function updateSelectionLink() {
   link.classList.toggle("disabled", !usable);
   link.href = usable ? href : "#";
   link.textContent = usable || !state.visibleRows.length ? label : `${label} (too many names: narrow the search)`;
+  syncPtdLink();
 }
 
 function activate(item) {

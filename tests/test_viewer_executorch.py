@@ -1,0 +1,87 @@
+"""The viewer's ExecuTorch downloads in real Chromium: the .ptd link follows the safetensors
+selection, and an archive carrying programs offers each one; the links fetch the right bytes."""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+import threading
+import time
+
+import httpx
+import pytest
+
+from app.main import create_app
+from app.settings import Settings, parse_archive_specs
+from tests.conftest import ARCHIVES, needs_torch
+from tests.service_helpers import free_port
+from tests.test_viewer import CHROMIUM, CHROMIUM_ARGS, open_viewer, pytestmark  # noqa: F401 - same skips
+
+PROGRAM = b"\x00pte" * 5000
+
+
+@pytest.fixture(scope="module")
+def carrying(tmp_path_factory) -> pathlib.Path:
+    import torch
+    from torch.export.pt2_archive._package import package_pt2
+
+    path = tmp_path_factory.mktemp("viewer_executorch") / "carrying.pt2"
+    package_pt2(
+        str(path),
+        exported_programs={"model": torch.export.load(str(ARCHIVES / "layouts.pt2"))},
+        executorch_files={"model.pte": PROGRAM},
+    )
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(carrying):
+    import uvicorn
+
+    specs = [f"carry={carrying}", f"layouts={ARCHIVES / 'layouts.pt2'}"]
+    app = create_app(Settings(archives=parse_archive_specs(specs), revalidate_seconds=0))
+    config = uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning", lifespan="on")
+    uv = uvicorn.Server(config)
+    thread = threading.Thread(target=lambda: asyncio.run(uv.serve()), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not uv.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{config.port}"
+    uv.should_exit = True
+    thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def page(server):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 860})
+        yield page
+        browser.close()
+
+
+@needs_torch
+def test_ptd_link_follows_the_selection_and_programs_are_offered(page, server) -> None:
+    open_viewer(page, server, "#/archive/carry")
+    ptd = page.locator("[data-testid=download-ptd]")
+    assert ptd.get_attribute("href") == "/archives/carry/ptd?model=model"
+    assert ptd.text_content() == ".ptd of all"
+    page.locator("[data-testid=search]").fill("lin?.b*")
+    page.wait_for_function("document.querySelector('[data-testid=download-ptd]').href.includes('name=')")
+    href = ptd.get_attribute("href")
+    assert href == "/archives/carry/ptd?model=model&name=lin1.bias&name=lin2.bias"
+    fetched = httpx.get(server + href)
+    assert fetched.status_code == 200 and fetched.content[4:8] == b"FT01"
+
+    programs = page.locator("[data-testid=executorch-program]")
+    assert programs.count() == 1 and programs.text_content() == "model.pte"
+    assert httpx.get(server + programs.get_attribute("href")).content == PROGRAM
+
+    open_viewer(page, server, "#/archive/layouts")  # an archive without programs shows none
+    page.wait_for_function("document.querySelectorAll('[data-testid=executorch-program]').length === 0")
+    assert page.locator("[data-testid=executorch-programs]").is_hidden()
