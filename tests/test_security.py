@@ -88,7 +88,7 @@ def test_no_route_takes_a_url_or_location() -> None:
         names |= set(re.findall(r"{(\w+)", path))
         for operation in methods.values():
             names |= {p["name"] for p in operation.get("parameters", [])}
-    assert names <= {"archive_id", "name", "model", "prefix", "kind", "order", "format"}, names
+    assert names <= {"archive_id", "name", "model", "prefix", "kind", "order", "format", "alignment"}, names
     for route in app.routes:
         assert not {"POST", "PUT", "PATCH", "DELETE"} & set(getattr(route, "methods", set()) or ())
 

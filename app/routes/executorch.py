@@ -31,23 +31,23 @@ async def list_executorch(request: Request, served: NamedArchive) -> Response:
 
 
 @router.get(
-    "/archives/{archive_id}/executorch/{file:path}",
+    "/archives/{archive_id}/executorch/{name:path}",
     summary="One ExecuTorch program the archive carries",
     response_class=Response,
 )
 @router.head(
-    "/archives/{archive_id}/executorch/{file:path}",
+    "/archives/{archive_id}/executorch/{name:path}",
     summary="One ExecuTorch program the archive carries (headers only)",
     response_class=Response,
 )
-async def executorch_file(request: Request, served: NamedArchive, file: str) -> Response:
+async def executorch_file(request: Request, served: NamedArchive, name: str) -> Response:
     archive = served.archive
-    body = archive.executorch_file(file)
-    filename = quote(posixpath.basename(file))
+    body = archive.executorch_file(name)
+    filename = quote(posixpath.basename(name))
     return BodyResponse(
         request,
         body,
-        etag=etag(archive, "executorch", file),
+        etag=etag(archive, "executorch", name),
         media_type="application/octet-stream",
         headers={
             "cache-control": CACHE_CONTROL,
