@@ -25,6 +25,7 @@ EXPOSED_HEADERS = [
     "X-Tensor-Dtype",
     "X-Tensor-Shape",
     "X-Tensor-Dim-Order",
+    "X-Pt2serve-Skipped",
 ]
 
 
