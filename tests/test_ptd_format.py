@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import math
 import pathlib
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import reader
-from reader.formats.body import read_body
+from reader.formats.body import BytesBody, read_body
 from reader.formats.ptd import DEFAULT_ALIGNMENT, HEADER, plan_ptd, ptd_body, ptd_refusal, writable
+from reader.pt2.dtypes import BY_NAME
+from reader.pt2.tensorinfo import StorageRef, TensorInfo
 from testing.executorch_oracle import executorch_ptd, needs_executorch, read_ptd, torch_bytes
 from tests.conftest import ARCHIVES, SHARED_LINEAR, run
 
@@ -164,3 +169,47 @@ def test_ptd_alignment_must_be_a_sane_power_of_two(alignment: int) -> None:
 def test_ptd_of_no_tensors_is_a_valid_empty_file() -> None:
     plan = plan_ptd([])
     assert plan.segments == () and plan.length == len(plan.head) and plan.length % 128 == 0
+
+
+def synthetic(index: int, name: str, dtype: str, sizes: tuple[int, ...]) -> TensorInfo:
+    """A row-major tensor of its own payload, as the index would describe it."""
+    kind = BY_NAME[dtype]
+    strides = tuple(math.prod(sizes[i + 1 :]) for i in range(len(sizes)))
+    numel = math.prod(sizes)
+    storage = StorageRef(f"archive/data/weights/weight_{index}", 0, numel * kind.itemsize, "stored", 0)
+    return TensorInfo(name, "model", "weight", dtype, sizes, strides, 0, tuple(range(len(sizes))), True,
+                      numel, kind.itemsize, numel * kind.itemsize, True, False, False,
+                      kind.executorch_scalar_type, storage)  # fmt: skip
+
+
+@needs_executorch
+@settings(max_examples=25, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.text(min_size=1, max_size=40),
+            st.sampled_from(["float32", "bfloat16", "int8", "bool", "int64", "float8_e5m2", "uint16"]),
+            st.lists(st.integers(0, 5), max_size=5).map(tuple),
+        ),
+        max_size=12,
+        unique_by=lambda t: t[0],
+    ),
+    st.sampled_from([8, 16, 128, 1024]),
+)
+def test_ptd_round_trips_through_executorch_for_any_keys(tensors, alignment) -> None:
+    """Any names (unicode included), dtypes, ranks and alignments read back through ExecuTorch as written."""
+    infos = [synthetic(i, name, dtype, sizes) for i, (name, dtype, sizes) in enumerate(tensors)]
+    payloads = {
+        info.name: bytes((i * 7 + j) % 251 for j in range(info.nbytes or 0)) for i, info in enumerate(infos)
+    }
+    plan = plan_ptd(infos, alignment)
+    body = ptd_body(plan, lambda info, order: BytesBody(payloads[info.name]))
+    blob = run(read_body(body, 0, body.length, 1000))
+    assert len(blob) == plan.length
+    back = read_ptd(blob)
+    assert list(back) == [info.name for info in infos]
+    for info in infos:
+        entry = back[info.name]
+        assert entry.scalar_type == info.executorch_scalar_type
+        assert entry.sizes == info.sizes and entry.dim_order == tuple(range(len(info.sizes or ())))
+        assert entry.data == payloads[info.name]
