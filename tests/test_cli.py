@@ -424,6 +424,7 @@ def test_fresh_venv_install_runs_ls(tmp_path):
     pyproject.toml asks for), so nothing depends on what the base interpreter happens to carry. The
     new venv finds the runtime dependencies in this environment through a .pth file (no downloads);
     the project is built from a copy of the source tree, so the build leaves nothing in the repo."""
+    clean = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # only what the venv holds
     source = tmp_path / "src"
     source.mkdir()
     for name in ("pyproject.toml", "README.md"):
@@ -442,15 +443,15 @@ def test_fresh_venv_install_runs_ls(tmp_path):
     ours = {sysconfig.get_path("purelib"), sysconfig.get_path("platlib")}
     (pathlib.Path(site_dir) / "_dependencies.pth").write_text("\n".join(sorted(ours)) + "\n")
     install = [sys.executable, "-m", "pip", "--python", python, "install", "--quiet", "--no-deps",
-               "--no-index", *wheels.glob("*.whl")]  # fmt: skip
-    installed = subprocess.run(install, capture_output=True, text=True, timeout=300)
+               "--no-index", "--ignore-installed", *wheels.glob("*.whl")]  # fmt: skip
+    installed = subprocess.run(install, capture_output=True, text=True, timeout=300, env=clean)
     assert installed.returncode == 0, installed.stderr
     where = subprocess.run([python, "-c", "import app.settings as s; print(s.DEMO_ARCHIVE)"],
-                           capture_output=True, text=True, cwd=tmp_path, check=True)  # fmt: skip
+                           capture_output=True, text=True, cwd=tmp_path, check=True, env=clean)  # fmt: skip
     demo = pathlib.Path(where.stdout.strip())
     assert demo.is_file() and venv in demo.parents, demo  # the installed copy, package data included
     listed = subprocess.run([venv / "bin" / "pt2serve", "ls", demo], capture_output=True, text=True,
-                            cwd=tmp_path, timeout=TIMEOUT)  # fmt: skip
+                            cwd=tmp_path, timeout=TIMEOUT, env=clean)  # fmt: skip
     assert listed.returncode == 0, listed.stderr
     assert listed.stdout.splitlines()[0].split() == ["name", "kind", "dtype", "shape", "bytes"]
     assert len(listed.stdout.splitlines()) > 1
