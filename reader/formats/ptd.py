@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import flatbuffers
 
 from ..errors import UnsupportedPayload
-from ..pt2.strided import _is_channels_last_2d, is_row_major
+from ..pt2.strided import is_channels_last_2d, is_row_major
 from ..pt2.tensorinfo import TensorInfo
 from .body import Body, BytesBody, ConcatBody
 
@@ -130,7 +130,7 @@ def executorch_layout(info: TensorInfo) -> tuple[str, tuple[int, ...]]:
     identity = tuple(range(len(sizes)))
     if is_row_major(sizes, strides):
         return "contiguous", _dim_order_from_strides(strides)
-    if info.dense and _is_channels_last_2d(sizes, strides):
+    if info.dense and is_channels_last_2d(sizes, strides):
         return "default", _dim_order_from_strides(strides)
     return "contiguous", identity
 

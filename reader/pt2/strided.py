@@ -33,7 +33,7 @@ def is_row_major(sizes: Sequence[int], strides: Sequence[int]) -> bool:
     return True
 
 
-def _is_channels_last_2d(sizes: Sequence[int], strides: Sequence[int]) -> bool:
+def is_channels_last_2d(sizes: Sequence[int], strides: Sequence[int]) -> bool:
     """torch's NHWC contiguity check (dim_order's fast path only tries the 2d form)."""
     if len(sizes) != 4:
         return False
@@ -79,7 +79,7 @@ def dim_order(sizes: Sequence[int], strides: Sequence[int]) -> tuple[int, ...]:
     if ndim < 2:
         return tuple(range(ndim))
     contiguous = is_row_major(sizes, strides)
-    channels_last = _is_channels_last_2d(sizes, strides)
+    channels_last = is_channels_last_2d(sizes, strides)
     if contiguous and not channels_last:
         return tuple(range(ndim))
     if channels_last and not contiguous:
