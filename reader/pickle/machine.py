@@ -1,0 +1,487 @@
+"""A pickle opcode interpreter that builds plain data and never executes anything.
+
+CPython's Unpickler resolves every GLOBAL with an import and calls whatever REDUCE
+names; that is how a checkpoint runs code. This interpreter has neither: a GLOBAL
+is looked up in a table the caller passes (module, name) → value, and only values
+that are `Reducer`s may be called, by REDUCE, with plain data as arguments. Every
+other global, and every opcode that instantiates arbitrary classes (INST, OBJ,
+NEWOBJ, NEWOBJ_EX, EXT*), is refused with an error naming it.
+
+Everything is bounded by `Limits`: input size, opcode count, stack, marks, memo,
+string and integer sizes. Each opcode does O(1) work plus the items it consumes,
+so time is linear in the input. Dict keys and set items are restricted to
+str, bytes, bool, None and ints below 2**61 (whose hashes cannot be made to
+collide), so no input can make insertion quadratic.
+"""
+
+from __future__ import annotations
+
+import codecs
+import pickletools
+import struct
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .errors import ForbiddenCall, ForbiddenGlobal, ForbiddenOpcode, MalformedPickle, PickleLimitExceeded
+from .limits import DEFAULT_LIMITS, Limits
+
+OPCODE_NAMES = {op.code.encode("latin-1"): op.name for op in pickletools.opcodes}
+HIGHEST_PROTOCOL = 5
+MAX_SAFE_INT_KEY = (1 << 61) - 2  # ints hash to themselves below the Mersenne modulus
+
+_DOUBLE = struct.Struct(">d")
+
+
+class Reducer:
+    """A global that REDUCE may call: `build(args)` gets the argument tuple (plain data)."""
+
+    __slots__ = ("build", "name")
+
+    def __init__(self, name: str, build: Callable[[tuple], Any]) -> None:
+        self.name = name
+        self.build = build
+
+    def __repr__(self) -> str:
+        return f"<{self.name}>"
+
+
+class OrderedDictValue(dict):
+    """collections.OrderedDict as a plain dict (dicts keep order); `state` holds what
+    BUILD set on it (torch's state dicts carry `_metadata` there)."""
+
+    __slots__ = ("state",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.state: dict | None = None
+
+
+PersistentLoad = Callable[[Any], Any]
+
+
+def _no_persistent_ids(pid: Any) -> Any:
+    raise ForbiddenOpcode("the pickle uses a persistent id, but none are expected here")
+
+
+def load(
+    data: bytes | memoryview,
+    globals_table: Mapping[tuple[str, str], Any],
+    persistent_load: PersistentLoad = _no_persistent_ids,
+    limits: Limits = DEFAULT_LIMITS,
+    where: str = "pickle",
+) -> Any:
+    """Interpret one pickle (up to STOP) into plain data; `where` names it in errors."""
+    if len(data) > limits.max_input_bytes:
+        raise PickleLimitExceeded(
+            f"{where}: {len(data)} bytes exceeds the {limits.max_input_bytes}-byte limit"
+        )
+    machine = _Machine(bytes(data), globals_table, persistent_load, limits, where)
+    try:
+        return machine.run()
+    except (MalformedPickle, ForbiddenGlobal, ForbiddenOpcode, ForbiddenCall):
+        raise
+    except RecursionError as exc:  # hashing or comparing a deeply nested tuple
+        raise PickleLimitExceeded(f"{where}: values nested too deeply at byte {machine.at}") from exc
+    except (TypeError, ValueError, OverflowError, UnicodeError, struct.error, IndexError) as exc:
+        raise MalformedPickle(f"{where}: bad pickle at byte {machine.at}: {exc}") from exc
+
+
+class _Machine:
+    def __init__(
+        self,
+        data: bytes,
+        globals_table: Mapping[tuple[str, str], Any],
+        persistent_load: PersistentLoad,
+        limits: Limits,
+        where: str,
+    ) -> None:
+        self.data = data
+        self.at = 0
+        self.globals_table = globals_table
+        self.persistent_load = persistent_load
+        self.limits = limits
+        self.where = where
+        self.stack: list[Any] = []
+        self.metastack: list[list[Any]] = []
+        self.depth = 0  # values held in metastack lists
+        self.memo: dict[int, Any] = {}
+
+    # -- errors and input ------------------------------------------------------------
+
+    def fail(self, message: str) -> MalformedPickle:
+        return MalformedPickle(f"{self.where}: {message} (byte {self.at})")
+
+    def take(self, count: int) -> bytes:
+        end = self.at + count
+        if count < 0 or end > len(self.data):
+            raise self.fail(f"needs {count} bytes but the pickle ends first")
+        chunk = self.data[self.at : end]
+        self.at = end
+        return chunk
+
+    def take_uint(self, size: int) -> int:
+        return int.from_bytes(self.take(size), "little")
+
+    def line(self) -> bytes:
+        end = self.data.find(b"\n", self.at, self.at + self.limits.max_line_bytes + 1)
+        if end < 0:
+            raise self.fail(f"text argument longer than {self.limits.max_line_bytes} bytes or unterminated")
+        text = self.data[self.at : end]
+        self.at = end + 1
+        return text
+
+    def sized(self, size: int) -> bytes:
+        if size > self.limits.max_string_bytes:
+            raise PickleLimitExceeded(
+                f"{self.where}: a {size}-byte string exceeds the {self.limits.max_string_bytes}-byte limit"
+            )
+        return self.take(size)
+
+    # -- stack ---------------------------------------------------------------------
+
+    def push(self, value: Any) -> None:
+        if len(self.stack) + self.depth >= self.limits.max_stack:
+            raise PickleLimitExceeded(f"{self.where}: more than {self.limits.max_stack} values on the stack")
+        self.stack.append(value)
+
+    def pop(self) -> Any:
+        if not self.stack:
+            raise self.fail("stack underflow")
+        return self.stack.pop()
+
+    def top(self) -> Any:
+        if not self.stack:
+            raise self.fail("stack underflow")
+        return self.stack[-1]
+
+    def pop_mark(self) -> list[Any]:
+        if not self.metastack:
+            raise self.fail("no MARK to pop to")
+        items = self.stack
+        self.stack = self.metastack.pop()
+        self.depth -= len(self.stack)
+        return items
+
+    def memo_put(self, index: int, value: Any) -> None:
+        if index not in self.memo and len(self.memo) >= self.limits.max_memo:
+            raise PickleLimitExceeded(f"{self.where}: more than {self.limits.max_memo} memo entries")
+        self.memo[index] = value
+
+    def memo_get(self, index: int) -> Any:
+        try:
+            return self.memo[index]
+        except KeyError:
+            raise self.fail(f"memo key {index} was never stored") from None
+
+    # -- the loop --------------------------------------------------------------------
+
+    def run(self) -> Any:
+        dispatch = _DISPATCH
+        data = self.data
+        budget = self.limits.max_opcodes
+        while True:
+            if self.at >= len(data):
+                raise self.fail("pickle ends without STOP")
+            code = data[self.at : self.at + 1]
+            self.at += 1
+            budget -= 1
+            if budget < 0:
+                raise PickleLimitExceeded(f"{self.where}: more than {self.limits.max_opcodes} opcodes")
+            if code == b".":
+                value = self.pop()
+                if self.stack or self.metastack:
+                    raise self.fail("STOP with values left on the stack")
+                return value
+            handler = dispatch.get(code)
+            if handler is None:
+                name = OPCODE_NAMES.get(code)
+                if name is None:
+                    raise self.fail(f"unknown opcode {code!r}")
+                raise ForbiddenOpcode(f"{self.where}: opcode {name} at byte {self.at - 1} is not allowed")
+            handler(self)
+
+    # -- opcodes -------------------------------------------------------------------
+
+    def op_proto(self) -> None:
+        version = self.take_uint(1)
+        if version > HIGHEST_PROTOCOL:
+            raise self.fail(f"unsupported pickle protocol {version}")
+
+    def op_frame(self) -> None:
+        self.take_uint(8)  # the whole pickle is in hand; frames are only a hint
+
+    def op_mark(self) -> None:
+        if len(self.metastack) >= self.limits.max_marks:
+            raise PickleLimitExceeded(f"{self.where}: more than {self.limits.max_marks} nested MARKs")
+        self.metastack.append(self.stack)
+        self.depth += len(self.stack)
+        self.stack = []
+
+    def op_pop(self) -> None:
+        if self.stack:
+            self.stack.pop()
+        else:
+            self.pop_mark()
+
+    def op_pop_mark(self) -> None:
+        self.pop_mark()
+
+    def op_dup(self) -> None:
+        self.push(self.top())
+
+    # numbers
+
+    def op_none(self) -> None:
+        self.push(None)
+
+    def op_newtrue(self) -> None:
+        self.push(True)
+
+    def op_newfalse(self) -> None:
+        self.push(False)
+
+    def op_binint(self) -> None:
+        self.push(int.from_bytes(self.take(4), "little", signed=True))
+
+    def op_binint1(self) -> None:
+        self.push(self.take_uint(1))
+
+    def op_binint2(self) -> None:
+        self.push(self.take_uint(2))
+
+    def op_long1(self) -> None:
+        self.push(self._long(self.take_uint(1)))
+
+    def op_long4(self) -> None:
+        self.push(self._long(int.from_bytes(self.take(4), "little", signed=True)))
+
+    def _long(self, size: int) -> int:
+        if size < 0:
+            raise self.fail("negative LONG4 size")
+        if size > self.limits.max_int_bytes:
+            raise PickleLimitExceeded(f"{self.where}: a {size}-byte integer exceeds the limit")
+        return int.from_bytes(self.take(size), "little", signed=True)
+
+    def op_int(self) -> None:
+        text = self._digits(self.line())
+        if text == b"00":
+            self.push(False)
+        elif text == b"01":
+            self.push(True)
+        else:
+            self.push(int(text))
+
+    def op_long(self) -> None:
+        self.push(int(self._digits(self.line().removesuffix(b"L"))))
+
+    def _digits(self, text: bytes) -> bytes:
+        if len(text) > 2 * self.limits.max_int_bytes + 1:
+            raise PickleLimitExceeded(f"{self.where}: a {len(text)}-digit integer exceeds the limit")
+        return text
+
+    def op_float(self) -> None:
+        self.push(float(self.line()))
+
+    def op_binfloat(self) -> None:
+        self.push(_DOUBLE.unpack(self.take(8))[0])
+
+    # strings and bytes
+
+    def op_binunicode(self) -> None:
+        self.push(self._text(self.take_uint(4)))
+
+    def op_short_binunicode(self) -> None:
+        self.push(self._text(self.take_uint(1)))
+
+    def op_binunicode8(self) -> None:
+        self.push(self._text(self.take_uint(8)))
+
+    def _text(self, size: int) -> str:
+        return self.sized(size).decode("utf-8", "surrogatepass")
+
+    def op_unicode(self) -> None:
+        raw = self.line()
+        self.push(codecs.decode(raw, "raw-unicode-escape"))
+
+    def op_binbytes(self) -> None:
+        self.push(self.sized(self.take_uint(4)))
+
+    def op_short_binbytes(self) -> None:
+        self.push(self.sized(self.take_uint(1)))
+
+    def op_binbytes8(self) -> None:
+        self.push(self.sized(self.take_uint(8)))
+
+    def op_bytearray8(self) -> None:
+        self.push(bytearray(self.sized(self.take_uint(8))))
+
+    # containers
+
+    def op_empty_tuple(self) -> None:
+        self.push(())
+
+    def op_tuple(self) -> None:
+        self.push(tuple(self.pop_mark()))
+
+    def op_tuple1(self) -> None:
+        self.push((self.pop(),))
+
+    def op_tuple2(self) -> None:
+        second = self.pop()
+        self.push((self.pop(), second))
+
+    def op_tuple3(self) -> None:
+        third = self.pop()
+        second = self.pop()
+        self.push((self.pop(), second, third))
+
+    def op_empty_list(self) -> None:
+        self.push([])
+
+    def op_list(self) -> None:
+        self.push(self.pop_mark())
+
+    def op_append(self) -> None:
+        value = self.pop()
+        self._list_target().append(value)
+
+    def op_appends(self) -> None:
+        items = self.pop_mark()
+        self._list_target().extend(items)
+
+    def _list_target(self) -> list:
+        target = self.top()
+        if type(target) is not list:
+            raise ForbiddenCall(f"{self.where}: APPEND to a {type(target).__name__}, not a list")
+        return target
+
+    def op_empty_dict(self) -> None:
+        self.push({})
+
+    def op_dict(self) -> None:
+        items = self.pop_mark()
+        self.push(self._filled({}, items))
+
+    def op_setitem(self) -> None:
+        value = self.pop()
+        key = self.pop()
+        self._dict_target()[self._key(key)] = value
+
+    def op_setitems(self) -> None:
+        items = self.pop_mark()
+        self._filled(self._dict_target(), items)
+
+    def _filled(self, target: dict, items: list) -> dict:
+        if len(items) % 2:
+            raise self.fail("odd number of items for a dict")
+        for position in range(0, len(items), 2):
+            target[self._key(items[position])] = items[position + 1]
+        return target
+
+    def _dict_target(self) -> dict:
+        target = self.top()
+        if not isinstance(target, dict):
+            raise ForbiddenCall(f"{self.where}: SETITEM on a {type(target).__name__}, not a dict")
+        return target
+
+    def _key(self, key: Any) -> Any:
+        kind = type(key)
+        if kind is str or kind is bytes or kind is bool or key is None:
+            return key
+        if kind is int and -MAX_SAFE_INT_KEY <= key <= MAX_SAFE_INT_KEY:
+            return key
+        raise self.fail(f"a {kind.__name__} as a dict key or set item (only str, bytes, bool, None, int)")
+
+    def op_empty_set(self) -> None:
+        self.push(set())
+
+    def op_additems(self) -> None:
+        items = self.pop_mark()
+        target = self.top()
+        if type(target) is not set:
+            raise ForbiddenCall(f"{self.where}: ADDITEMS on a {type(target).__name__}, not a set")
+        target.update(self._key(item) for item in items)
+
+    def op_frozenset(self) -> None:
+        self.push(frozenset(self._key(item) for item in self.pop_mark()))
+
+    # memo
+
+    def op_put(self) -> None:
+        self.memo_put(int(self._digits(self.line())), self.top())
+
+    def op_binput(self) -> None:
+        self.memo_put(self.take_uint(1), self.top())
+
+    def op_long_binput(self) -> None:
+        self.memo_put(self.take_uint(4), self.top())
+
+    def op_memoize(self) -> None:
+        self.memo_put(len(self.memo), self.top())
+
+    def op_get(self) -> None:
+        self.push(self.memo_get(int(self._digits(self.line()))))
+
+    def op_binget(self) -> None:
+        self.push(self.memo_get(self.take_uint(1)))
+
+    def op_long_binget(self) -> None:
+        self.push(self.memo_get(self.take_uint(4)))
+
+    # globals, calls, persistent ids
+
+    def op_global(self) -> None:
+        module = self.line().decode("utf-8")
+        name = self.line().decode("utf-8")
+        self.push(self._global(module, name))
+
+    def op_stack_global(self) -> None:
+        name = self.pop()
+        module = self.pop()
+        if type(module) is not str or type(name) is not str:
+            raise self.fail("STACK_GLOBAL needs two strings")
+        self.push(self._global(module, name))
+
+    def _global(self, module: str, name: str) -> Any:
+        try:
+            return self.globals_table[module, name]
+        except KeyError:
+            shown = f"{module}.{name}"
+            if len(shown) > 200:
+                shown = shown[:200] + "..."
+            raise ForbiddenGlobal(
+                f"{self.where}: global {shown!r} at byte {self.at} is not on the allowlist "
+                "(nothing was imported or called)"
+            ) from None
+
+    def op_reduce(self) -> None:
+        args = self.pop()
+        func = self.pop()
+        if not isinstance(func, Reducer):
+            raise ForbiddenCall(
+                f"{self.where}: REDUCE on a {type(func).__name__} value, which is not callable here"
+            )
+        if type(args) is not tuple:
+            raise self.fail(f"REDUCE arguments for {func.name} are a {type(args).__name__}, not a tuple")
+        self.push(func.build(args))
+
+    def op_build(self) -> None:
+        state = self.pop()
+        target = self.top()
+        if type(target) is not OrderedDictValue:
+            raise ForbiddenCall(f"{self.where}: BUILD on a {type(target).__name__} (only OrderedDict state)")
+        if type(state) is tuple and len(state) == 2 and state[1] is None:
+            state = state[0]
+        if type(state) is not dict:
+            raise self.fail(f"BUILD state for an OrderedDict is a {type(state).__name__}, not a dict")
+        target.state = state
+
+    def op_binpersid(self) -> None:
+        self.push(self.persistent_load(self.pop()))
+
+
+_DISPATCH: dict[bytes, Callable[[_Machine], None]] = {
+    code: getattr(_Machine, f"op_{OPCODE_NAMES[code].lower()}")
+    for code in OPCODE_NAMES
+    if hasattr(_Machine, f"op_{OPCODE_NAMES[code].lower()}")
+}
