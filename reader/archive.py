@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from .embedded import EntryBytes
-from .errors import FileNotFound, ModelNotFound, TensorNotFound
+from .errors import FileNotFound, ModelNotFound, TensorNotFound, UnsupportedPayload
 from .pt2.dtypes import BY_NAME, to_numpy
 from .pt2.executorch import EmbeddedFile, executorch_files
 from .pt2.tensorinfo import TensorInfo
@@ -30,7 +30,13 @@ DEFAULT_MODEL = "model"
 
 
 class Archive:
-    """An opened .pt2 archive. Get one from `open_archive`."""
+    """An opened archive. Get one from `open_archive`.
+
+    `container` says which PyTorch ZIP it is: "pt2" (torch.export), "checkpoint" (torch.save;
+    one model, "checkpoint"), "aoti" (an AOTInductor package; models "aoti/<name>") or
+    "pt2+aoti" (both). `unreadable` maps models that are present but whose weights exist only
+    in compiled code (AOTInductor .so or blob) to why they cannot be read.
+    """
 
     def __init__(self, source: ByteSource, opened: OpenedIndex, fetcher: EntryFetcher) -> None:
         self.source = source
@@ -39,6 +45,8 @@ class Archive:
         self._index = opened.index
         self._fetcher = fetcher
         self._executorch = executorch_files(self._entries, self.root)
+        self.container = opened.container
+        self.unreadable = opened.unreadable
 
     @property
     def location(self) -> str:
@@ -144,6 +152,8 @@ class Archive:
                 return DEFAULT_MODEL
             raise ModelNotFound(f"archive has models {self.models or '(none)'}; name one with model=...")
         if model not in self._index:
+            if model in self.unreadable:
+                raise UnsupportedPayload(self.unreadable[model])
             close = difflib.get_close_matches(model, self.models, n=5, cutoff=0.5)
             hint = f"; close matches: {', '.join(close)}" if close else ""
             raise ModelNotFound(f"no model {model!r} (models: {', '.join(self.models) or 'none'}){hint}")

@@ -15,11 +15,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..dtypes import BY_NAME
 from ..errors import ArchiveFormatError, UnsupportedPayload
-from ..payload_meta import geometry
-from ..payload_schema import MAX_NDIM, MAX_TENSOR_BYTES
-from ..tensorinfo import TensorInfo, build_storage_ref, build_tensor_info
+from ..pt2.dtypes import BY_NAME
+from ..pt2.payload import geometry
+from ..pt2.schema import MAX_NDIM, MAX_TENSOR_BYTES
+from ..pt2.tensorinfo import TensorInfo, build_storage_ref, build_tensor_info
 from ..zipfmt import ZipEntry
 from .errors import PickleLimitExceeded
 from .limits import DEFAULT_LIMITS, Limits

@@ -2,26 +2,47 @@
 
 1. one read of the tail (end records, and usually the whole central directory);
 2. at most one more read if the central directory is larger than the tail;
-3. the metadata entries (configs, archive_format, ...), each read with its local
-   header, adjacent ones coalesced, independent ones in parallel, and served from
-   the bytes already held when the tail covered them.
+3. the metadata entries (configs, archive_format, a checkpoint's data.pkl, ...), each
+   read with its local header, adjacent ones coalesced, independent ones in parallel,
+   and served from the bytes already held when the tail covered them;
+4. for AOTInductor pickle_weights models only: the head and tail of every nested
+   torch.save file, all at once, coalesced (see reading.nested).
+
+Which PyTorch ZIP container the file is decides what step 3 fetches: a PT2 archive
+(`archive_format`; exported programs and/or AOTInductor models) or a torch.save
+checkpoint (`data.pkl`). A file that is not a ZIP gets its first bytes read once,
+to say what it is instead (a legacy torch.save pickle, say).
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .. import zipfmt
-from ..errors import ArchiveFormatError
-from ..pt2.index import MAX_CONFIG_BYTES, build_index, plan_index
+from ..errors import ArchiveFormatError, ReaderError, UnsupportedPayload
+from ..pickle import checkpoint
+from ..pt2 import aoti
+from ..pt2.index import ARCHIVE_FORMAT, MAX_CONFIG_BYTES, build_index, plan_index
 from ..pt2.tensorinfo import TensorInfo
 from ..sources import ByteSource
 from ..sources.held import HeldBytes
 from ..zipfmt import ZipEntry
+from .nested import read_nested_zips
 from .ranges import coalesce
 
 MAX_LOCAL_EXTRA = 0xFFFF
+
+
+# The first bytes of a legacy (pre-1.6, non-ZIP) torch.save file: pickle protocol 2, then
+# torch's magic number 0x1950a86a20f9469cfc6c as a 10-byte LONG1.
+LEGACY_TORCH_MAGIC = b"\x80\x02\x8a\x0al\xfc\x9cF\xf9 j\xa8P\x19"
+SNIFF_BYTES = 16
+
+
+class NoReadableWeights(UnsupportedPayload):
+    """The archive opened, but nothing in it can be read as raw tensors (AOTInductor packages
+    whose weights exist only in compiled code); the message lists what was found."""
 
 
 @dataclass(frozen=True)
@@ -30,17 +51,122 @@ class OpenedIndex:
     entries: dict[str, ZipEntry]
     index: dict[str, dict[str, TensorInfo]]
     data_offsets: dict[str, int]  # of the metadata entries read while opening
+    container: str = "pt2"  # "pt2", "checkpoint", "aoti" or "pt2+aoti"
+    unreadable: dict[str, str] = field(default_factory=dict)  # model → why it cannot be read
 
 
 async def read_index(source: ByteSource, tail_size: int) -> OpenedIndex:
-    held, entries = await _read_directory(source, tail_size)
+    try:
+        held, entries = await _read_directory(source, tail_size)
+    except ArchiveFormatError as exc:
+        raise await _what_it_is_instead(source, exc) from None
     if not entries:
-        raise ArchiveFormatError("not a PT2 archive: the ZIP archive is empty")
+        raise ArchiveFormatError("not a PT2 archive or torch.save checkpoint: the ZIP archive is empty")
     by_name = {entry.name: entry for entry in entries}
-    plan = plan_index(by_name, entries[0].name)
-    contents, offsets = await _fetch_metadata(source, held, [by_name[name] for name in plan.needed])
+    first = entries[0].name
+    root = first.partition("/")[0]
+    saved = checkpoint.plan_checkpoint(by_name, first)
+    if saved is not None and f"{root}/{ARCHIVE_FORMAT}" not in by_name:
+        return await _open_checkpoint(source, held, by_name, saved)
+    if f"{root}/{ARCHIVE_FORMAT}" not in by_name:
+        raise ArchiveFormatError(
+            f"not a PT2 archive or torch.save checkpoint: no {root + '/' + ARCHIVE_FORMAT!r} "
+            f"or {root + '/' + checkpoint.PICKLE!r} entry"
+        )
+    return await _open_pt2(source, held, by_name, first)
+
+
+async def _open_checkpoint(
+    source: ByteSource, held: HeldBytes, by_name: dict[str, ZipEntry], plan: checkpoint.CheckpointPlan
+) -> OpenedIndex:
+    contents, offsets = await _fetch_metadata(source, [held], [by_name[name] for name in plan.needed])
+    tensors = checkpoint.build_checkpoint_index(plan, by_name, contents)
+    return OpenedIndex(plan.root, by_name, {checkpoint.CHECKPOINT_MODEL: tensors}, offsets, "checkpoint")
+
+
+async def _open_pt2(
+    source: ByteSource, held: HeldBytes, by_name: dict[str, ZipEntry], first: str
+) -> OpenedIndex:
+    plan = plan_index(by_name, first)
+    models = aoti.plan_aoti(by_name, plan.root)
+    configs = [model.config for model in models.values() if model.config]
+    needed = [by_name[name] for name in (*plan.needed, *configs)]
+    contents, offsets = await _fetch_metadata(source, [held], needed)
     index = build_index(plan, by_name, contents)
-    return OpenedIndex(root=plan.root, entries=by_name, index=index, data_offsets=offsets)
+    if not models:
+        return OpenedIndex(plan.root, by_name, index, offsets)
+    unreadable = {
+        model.listed_name: aoti.describe_unreadable(model) for model in models.values() if not model.config
+    }
+    readable = [model for model in models.values() if model.config]
+    if readable:
+        aoti_index, nested_offsets = await _read_aoti(source, held, by_name, plan.root, readable, contents)
+        index.update(aoti_index)
+        offsets.update(nested_offsets)
+    container = "pt2+aoti" if plan.models else "aoti"
+    if not any(index.values()) and unreadable:
+        kind = "an AOTInductor package" if container == "aoti" else "a PT2 archive with AOTInductor models"
+        raise NoReadableWeights(
+            f"{source.location} is {kind} with no readable weights: " + "; ".join(unreadable.values())
+        )
+    return OpenedIndex(plan.root, by_name, index, offsets, container, unreadable)
+
+
+async def _read_aoti(
+    source: ByteSource, held: HeldBytes, by_name: dict[str, ZipEntry], root: str,
+    models: list[aoti.AotiModel], contents: dict[str, bytes],
+) -> tuple[dict[str, dict[str, TensorInfo]], dict[str, int]]:  # fmt: skip
+    """pickle_weights models: each FQN's dtype from its nested data.pkl, bytes in its nested storage."""
+    configs = {
+        model.name: aoti.parse_weights_config(contents[model.config], model.config) for model in models
+    }  # type: ignore[index]
+    files = sorted({aoti.weight_file_entry(root, w) for config in configs.values() for w in config.values()})
+    for name in files:
+        if name not in by_name:
+            raise ArchiveFormatError(
+                f"an AOTInductor weights config names {name!r}, which is not in the archive"
+            )
+    nested, runs = await read_nested_zips(source, [held], [by_name[name] for name in files])
+    records, storages, offsets = {}, {}, {}
+    for archive in nested:
+        where = f"nested archive {archive.outer.name!r}"
+        pickles = [entry for name, entry in archive.entries.items() if name.endswith("/" + checkpoint.PICKLE)]
+        if len(pickles) != 1:
+            raise ArchiveFormatError(f"{where} is not a torch.save archive (no single data.pkl)")
+        pkl_contents, pkl_offsets = await _fetch_metadata(source, runs, pickles)
+        offsets.update(pkl_offsets)
+        record = checkpoint.load_torch_pickle(pkl_contents[pickles[0].name], pickles[0].name)
+        storage_root = pickles[0].name.rsplit("!/", 1)[1].rsplit("/", 1)[0]
+        key = getattr(getattr(record, "storage", None), "key", None)
+        storage = archive.entries.get(f"{storage_root}/{checkpoint.STORAGE_DIR}{key}")
+        if storage is None:
+            raise ArchiveFormatError(f"{where}: its data.pkl names storage {key!r}, which it does not hold")
+        records[archive.outer.name] = record
+        storages[archive.outer.name] = storage
+        by_name[storage.name] = storage
+    index = {}
+    for model in models:
+        tensors = {}
+        for fqn, weight in configs[model.name].items():
+            file = aoti.weight_file_entry(root, weight)
+            tensors[fqn] = aoti.aoti_tensor_info(
+                fqn, model, weight, records[file], storages[file], model.config
+            )  # type: ignore[arg-type]
+        index[model.listed_name] = tensors
+    return index, offsets
+
+
+async def _what_it_is_instead(source: ByteSource, error: ArchiveFormatError) -> ReaderError:
+    """A file that is not a ZIP: say what it is when it is recognisably something else."""
+    head = await source.read(0, min(SNIFF_BYTES, source.size), purpose="open")
+    if head.startswith(LEGACY_TORCH_MAGIC):
+        return UnsupportedPayload(
+            f"{source.location} is a legacy torch.save file (the pre-1.6 format: pickles, not a ZIP), "
+            "which cannot be read without executing it; re-save it with torch.save from torch >= 1.6"
+        )
+    if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
+        return UnsupportedPayload(f"{source.location} is a bare pickle, not a PT2 archive or torch.save ZIP")
+    return error
 
 
 async def _read_directory(source: ByteSource, tail_size: int) -> tuple[HeldBytes, tuple[ZipEntry, ...]]:
@@ -71,9 +197,9 @@ def _entry_region(entry: ZipEntry) -> tuple[int, int]:
 
 
 async def _fetch_metadata(
-    source: ByteSource, held: HeldBytes, entries: list[ZipEntry]
+    source: ByteSource, held: list[HeldBytes], entries: list[ZipEntry]
 ) -> tuple[dict[str, bytes], dict[str, int]]:
-    """Each entry's content, and where its data starts."""
+    """Each entry's content, and where its data starts; `held` are the runs already read."""
     for entry in entries:
         if entry.size > MAX_CONFIG_BYTES:
             raise ArchiveFormatError(
@@ -81,9 +207,11 @@ async def _fetch_metadata(
             )
         zipfmt.check_decodable(entry)
     regions = {entry.name: _entry_region(entry) for entry in entries}
-    missing = coalesce([region for region in regions.values() if not held.covers(*region)])
+    missing = coalesce(
+        [region for region in regions.values() if not any(run.covers(*region) for run in held)]
+    )
     fetched = await asyncio.gather(*(source.read(start, end, purpose="open") for start, end in missing))
-    runs = [held, *(HeldBytes(start, data) for (start, _), data in zip(missing, fetched))]
+    runs = [*held, *(HeldBytes(start, data) for (start, _), data in zip(missing, fetched))]
     contents, offsets = {}, {}
     for entry in entries:
         run = next(run for run in runs if run.covers(*regions[entry.name]))
