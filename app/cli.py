@@ -306,10 +306,21 @@ async def cmd_ls(args: argparse.Namespace) -> None:
 
     async with reader.open_archive(args.location) as ar:
         tensors = ar.tensors(args.model)
-        models = ar.models
+        models, container, unreadable = ar.models, ar.container, ar.unreadable
     if args.json:
-        _write_stdout(json.dumps({"models": models, "tensors": [t.to_dict() for t in tensors]}, indent=1))
-        return
+        listing = {"models": models, "container": container, "unreadable": unreadable}
+        _write_stdout(json.dumps({**listing, "tensors": [t.to_dict() for t in tensors]}, indent=1))
+    else:
+        _write_stdout(_ls_table(tensors))
+    if args.model is None:
+        for reason in unreadable.values():
+            print(f"pt2serve: note: {reason}", file=sys.stderr)
+    if not any(t.readable for t in tensors):
+        why = "; ".join(unreadable.values()) or f"the {container} archive lists no tensors with raw bytes"
+        raise CliError("NothingReadable", f"{args.location}: nothing readable: {why}")
+
+
+def _ls_table(tensors: list) -> str:
     several = len({t.model for t in tensors}) > 1
     notes = any(not t.readable for t in tensors)
     header = (
@@ -323,7 +334,7 @@ async def cmd_ls(args: argparse.Namespace) -> None:
         size = str(t.nbytes) if t.readable and t.nbytes is not None else "-"
         note = [t.unsupported or ""] if notes else []
         rows.append(([t.model] if several else []) + [t.name, t.kind, t.dtype or "-", shape, size, *note])
-    _write_stdout(_table(rows, right=header.index("bytes")))
+    return _table(rows, right=header.index("bytes"))
 
 
 def _table(rows: list[list[str]], right: int) -> str:

@@ -35,6 +35,11 @@ class UnsupportedPayload(ReaderError):
     """
 
 
+class NoReadableWeights(UnsupportedPayload):
+    """Nothing in the archive can be read as raw tensors: an AOTInductor package whose weights
+    exist only in compiled code (.so or blob). The message lists the models and artifacts found."""
+
+
 class SourceError(ReaderError):
     """Reading bytes from the underlying file or server failed."""
 

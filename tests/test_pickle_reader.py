@@ -37,9 +37,9 @@ scalars |= st.floats(allow_nan=False)
 keys = st.text(max_size=8) | st.integers(-(2**40), 2**40)
 plain = st.recursive(
     scalars,
-    lambda inner: st.lists(inner, max_size=4)
-    | st.tuples(inner, inner)
-    | st.dictionaries(keys, inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.tuples(inner, inner) | st.dictionaries(keys, inner, max_size=4)
+    ),
     max_leaves=20,
 )
 
@@ -81,7 +81,9 @@ def _marker_payloads(marker: str) -> dict[str, tuple[bytes, type, str]]:
     code = f"open({marker!r}, 'w').close()"
     quoted = touch.encode()
     return {
-        "os.system via REDUCE": (pickle.dumps(_Reduce(os.system, touch), protocol=2), ForbiddenGlobal, "system"),
+        "os.system via REDUCE": (
+            pickle.dumps(_Reduce(os.system, touch), protocol=2), ForbiddenGlobal, "system"
+        ),
         "builtins.eval": (pickle.dumps(_Reduce(eval, code), protocol=2), ForbiddenGlobal, "eval"),
         "builtins.exec via STACK_GLOBAL": (
             pickle.dumps(_Reduce(exec, code), protocol=4), ForbiddenGlobal, "builtins.exec"

@@ -183,6 +183,7 @@ class _Walker:
         self.entries = entries
         self.budget = limits.max_walk
         self.limit = limits.max_walk
+        self.max_depth = limits.max_depth
         self.active: set[int] = set()
         self.found: dict[str, TensorInfo] = {}
         self.added: list[str] = []  # names in the order found, to take back a list's items
@@ -204,6 +205,10 @@ class _Walker:
             self._add(path, self._tensor(record, self._name(path)))
             return 1
         if isinstance(value, (dict, list, tuple)) and value:
+            if len(path) > self.max_depth:
+                raise PickleLimitExceeded(
+                    f"{self.plan.pickle}: containers nested deeper than {self.max_depth}"
+                )
             if id(value) in self.active:
                 self._object(path, "a reference back to an enclosing container")
                 return 0
@@ -269,7 +274,7 @@ class _Walker:
             )
         unsupported = None
         if record.metadata:
-            unsupported = f"tensor metadata {_clip(repr(record.metadata))} changes how its bytes read"
+            unsupported = f"tensor metadata ({describe(record.metadata)}) may change how its bytes read"
         return strided_info(name, CHECKPOINT_MODEL, "weight", record.dtype, record.sizes, record.strides,
                             record.storage_offset, entry, nbytes, record.is_param, record.requires_grad,
                             where, unsupported)  # fmt: skip

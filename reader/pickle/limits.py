@@ -19,6 +19,7 @@ class Limits:
     max_int_bytes: int = 32  # LONG1/LONG4 payloads and text INT/LONG digits / 2
     max_line_bytes: int = 512  # text opcodes (GLOBAL names, INT, FLOAT, GET/PUT)
     max_walk: int = 2_000_000  # values visited when turning the result into tensors
+    max_depth: int = 500  # containers nested inside each other, when walked
 
 
 DEFAULT_LIMITS = Limits()

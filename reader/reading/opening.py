@@ -20,7 +20,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 from .. import zipfmt
-from ..errors import ArchiveFormatError, ReaderError, UnsupportedPayload
+from ..errors import ArchiveFormatError, NoReadableWeights, ReaderError, UnsupportedPayload
 from ..pickle import checkpoint
 from ..pt2 import aoti
 from ..pt2.index import ARCHIVE_FORMAT, MAX_CONFIG_BYTES, build_index, plan_index
@@ -38,11 +38,6 @@ MAX_LOCAL_EXTRA = 0xFFFF
 # torch's magic number 0x1950a86a20f9469cfc6c as a 10-byte LONG1.
 LEGACY_TORCH_MAGIC = b"\x80\x02\x8a\x0al\xfc\x9cF\xf9 j\xa8P\x19"
 SNIFF_BYTES = 16
-
-
-class NoReadableWeights(UnsupportedPayload):
-    """The archive opened, but nothing in it can be read as raw tensors (AOTInductor packages
-    whose weights exist only in compiled code); the message lists what was found."""
 
 
 @dataclass(frozen=True)
