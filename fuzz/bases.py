@@ -20,6 +20,8 @@ from testing.zipbytes import build_zip
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "archives"
 SMALL_FIXTURES = ("layouts.pt2", "two_models.pt2", "dtypes.pt2", "pickled.pt2", "zero_payload.pt2")
+CONTAINERS = ROOT / "tests" / "fixtures" / "containers" / "torch-2.13"
+CONTAINER_FIXTURES = ("checkpoint.pt", "aoti_pickle.pt2")
 
 
 def symint(value: int) -> dict:
@@ -89,7 +91,12 @@ def synthetic_bases() -> dict[str, bytes]:
 
 @functools.cache
 def fixture_bases() -> dict[str, bytes]:
-    return {name: (FIXTURES / name).read_bytes() for name in SMALL_FIXTURES if (FIXTURES / name).exists()}
+    bases = {name: (FIXTURES / name).read_bytes() for name in SMALL_FIXTURES if (FIXTURES / name).exists()}
+    for name in CONTAINER_FIXTURES:  # a torch.save checkpoint, an AOTInductor pickle_weights package
+        path = CONTAINERS / name
+        if path.exists():
+            bases[path.name] = path.read_bytes()
+    return bases
 
 
 def all_bases() -> dict[str, bytes]:
@@ -172,6 +179,13 @@ def map_archive(data: bytes) -> BaseMap:
         payload = good.get(("entry", model, name))
         configs = {f"{root}/data/weights/{model}_weights_config.json",
                    f"{root}/data/constants/{model}_constants_config.json"}  # fmt: skip
+        # checkpoints: data.pkl says every tensor's layout; AOTI: weights_config.json does, and a
+        # nested storage ("outer!/inner") lies inside its outer entry
+        configs |= {
+            entry.name for entry in entries if entry.name.endswith(("/data.pkl", "/weights_config.json"))
+        }
+        if payload:
+            configs.add(payload.split("!/", 1)[0])
         depends[(model, name)] = {payload, *configs} if payload else set(configs)
     return BaseMap(data, slots, sorted(set(starts)), ranges, good, depends)
 
