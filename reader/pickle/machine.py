@@ -30,6 +30,8 @@ HIGHEST_PROTOCOL = 5
 MAX_SAFE_INT_KEY = (1 << 61) - 2  # ints hash to themselves below the Mersenne modulus
 
 _DOUBLE = struct.Struct(">d")
+_UINT4 = struct.Struct("<I")
+_STOP = ord(".")
 
 
 class Reducer:
@@ -105,6 +107,7 @@ class _Machine:
         self.metastack: list[list[Any]] = []
         self.depth = 0  # values held in metastack lists
         self.memo: dict[int, Any] = {}
+        self.max_stack = limits.max_stack
 
     # -- errors and input ------------------------------------------------------------
 
@@ -140,9 +143,10 @@ class _Machine:
     # -- stack ---------------------------------------------------------------------
 
     def push(self, value: Any) -> None:
-        if len(self.stack) + self.depth >= self.limits.max_stack:
-            raise PickleLimitExceeded(f"{self.where}: more than {self.limits.max_stack} values on the stack")
-        self.stack.append(value)
+        stack = self.stack
+        if len(stack) + self.depth >= self.max_stack:
+            raise PickleLimitExceeded(f"{self.where}: more than {self.max_stack} values on the stack")
+        stack.append(value)
 
     def pop(self) -> Any:
         if not self.stack:
@@ -178,27 +182,29 @@ class _Machine:
     def run(self) -> Any:
         dispatch = _DISPATCH
         data = self.data
-        budget = self.limits.max_opcodes
-        while True:
-            if self.at >= len(data):
+        size = len(data)
+        budget = min(self.limits.max_opcodes, size)  # every opcode takes at least one byte
+        for _ in range(budget):
+            at = self.at
+            if at >= size:
                 raise self.fail("pickle ends without STOP")
-            code = data[self.at : self.at + 1]
-            self.at += 1
-            budget -= 1
-            if budget < 0:
-                raise PickleLimitExceeded(f"{self.where}: more than {self.limits.max_opcodes} opcodes")
-            if code == b".":
+            code = data[at]
+            self.at = at + 1
+            if code == _STOP:
                 value = self.pop()
                 if self.stack or self.metastack:
                     raise self.fail("STOP with values left on the stack")
                 return value
-            handler = dispatch.get(code)
+            handler = dispatch[code]
             if handler is None:
-                name = OPCODE_NAMES.get(code)
+                name = OPCODE_NAMES.get(bytes([code]))
                 if name is None:
-                    raise self.fail(f"unknown opcode {code!r}")
-                raise ForbiddenOpcode(f"{self.where}: opcode {name} at byte {self.at - 1} is not allowed")
+                    raise self.fail(f"unknown opcode {bytes([code])!r}")
+                raise ForbiddenOpcode(f"{self.where}: opcode {name} at byte {at} is not allowed")
             handler(self)
+        if self.at >= size:
+            raise self.fail("pickle ends without STOP")
+        raise PickleLimitExceeded(f"{self.where}: more than {self.limits.max_opcodes} opcodes")
 
     # -- opcodes -------------------------------------------------------------------
 
@@ -244,7 +250,9 @@ class _Machine:
         self.push(int.from_bytes(self.take(4), "little", signed=True))
 
     def op_binint1(self) -> None:
-        self.push(self.take_uint(1))
+        at = self.at
+        self.push(self.data[at])  # IndexError past the end: malformed
+        self.at = at + 1
 
     def op_binint2(self) -> None:
         self.push(self.take_uint(2))
@@ -288,7 +296,10 @@ class _Machine:
     # strings and bytes
 
     def op_binunicode(self) -> None:
-        self.push(self._text(self.take_uint(4)))
+        at = self.at
+        size = _UINT4.unpack_from(self.data, at)[0]  # struct.error past the end: malformed
+        self.at = at + 4
+        self.push(self._text(size))
 
     def op_short_binunicode(self) -> None:
         self.push(self._text(self.take_uint(1)))
@@ -411,10 +422,14 @@ class _Machine:
         self.memo_put(int(self._digits(self.line())), self.top())
 
     def op_binput(self) -> None:
-        self.memo_put(self.take_uint(1), self.top())
+        at = self.at
+        self.memo_put(self.data[at], self.top())
+        self.at = at + 1
 
     def op_long_binput(self) -> None:
-        self.memo_put(self.take_uint(4), self.top())
+        at = self.at
+        self.memo_put(_UINT4.unpack_from(self.data, at)[0], self.top())
+        self.at = at + 4
 
     def op_memoize(self) -> None:
         self.memo_put(len(self.memo), self.top())
@@ -423,10 +438,14 @@ class _Machine:
         self.push(self.memo_get(int(self._digits(self.line()))))
 
     def op_binget(self) -> None:
-        self.push(self.memo_get(self.take_uint(1)))
+        at = self.at
+        self.push(self.memo_get(self.data[at]))
+        self.at = at + 1
 
     def op_long_binget(self) -> None:
-        self.push(self.memo_get(self.take_uint(4)))
+        at = self.at
+        self.push(self.memo_get(_UINT4.unpack_from(self.data, at)[0]))
+        self.at = at + 4
 
     # globals, calls, persistent ids
 
@@ -480,8 +499,10 @@ class _Machine:
         self.push(self.persistent_load(self.pop()))
 
 
-_DISPATCH: dict[bytes, Callable[[_Machine], None]] = {
-    code: getattr(_Machine, f"op_{OPCODE_NAMES[code].lower()}")
-    for code in OPCODE_NAMES
-    if hasattr(_Machine, f"op_{OPCODE_NAMES[code].lower()}")
-}
+# handler by opcode byte; None: unknown or refused
+_DISPATCH: list[Callable[[_Machine], None] | None] = [
+    getattr(_Machine, f"op_{OPCODE_NAMES[bytes([code])].lower()}", None)
+    if bytes([code]) in OPCODE_NAMES
+    else None
+    for code in range(256)
+]
