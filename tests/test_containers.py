@@ -234,3 +234,29 @@ async def test_fresh_checkpoint_from_installed_torch(tmp_path) -> None:
                 got = await ar.read_numpy(name)
                 want = value.detach().contiguous()
                 assert got.tobytes() == want.view(-1).view(torch.uint8).numpy().tobytes() or want.numel() == 0
+
+
+@pytest.mark.parametrize("name", ["checkpoint.pt", "aoti_pickle.pt2"])
+async def test_s3_open_equals_local(seaweed_s3, name: str) -> None:
+    from reader.sources import S3Settings
+
+    path = CONTAINERS / VERSIONS[-1] / name
+    seaweed_s3.upload(seaweed_s3.private_bucket, f"containers/{name}", path)
+    settings = S3Settings(
+        region=seaweed_s3.region,
+        endpoint=seaweed_s3.endpoint,
+        access_key=seaweed_s3.access_key,
+        secret_key=seaweed_s3.secret_key,
+    )
+    location = f"s3://{seaweed_s3.private_bucket}/containers/{name}"
+    async with (
+        reader.open_archive(location, s3_settings=settings) as remote,
+        reader.open_archive(path) as local,
+    ):
+        assert remote.container == local.container
+        assert [t.to_dict() for t in remote.tensors()] == [t.to_dict() for t in local.tensors()]
+        for info in local.tensors():
+            if info.readable:
+                assert await remote.read(info.name, model=info.model, order="contiguous") == await local.read(
+                    info.name, model=info.model, order="contiguous"
+                )
