@@ -165,7 +165,12 @@ def test_ls_table_and_json_match_the_reader():
 
     listed = cli("ls", location, "--json")
     assert listed.returncode == 0
-    assert json.loads(listed.stdout) == {"models": models, "tensors": [t.to_dict() for t in tensors]}
+    assert json.loads(listed.stdout) == {
+        "models": models,
+        "container": "pt2",
+        "unreadable": {},
+        "tensors": [t.to_dict() for t in tensors],
+    }
 
 
 def test_ls_model_column_and_filter():

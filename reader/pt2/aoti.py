@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import msgspec
 
 from ..errors import ArchiveFormatError, UnsupportedPayload
-from ..pickle.checkpoint import strided_info
+from ..pickle.checkpoint import PICKLE, STORAGE_DIR, strided_info
 from ..pickle.torch_objects import TensorRecord
 from ..zipfmt import ZipEntry
 from .dtypes import BY_NAME
@@ -37,6 +37,7 @@ AOTI_DIR = "data/aotinductor/"
 WEIGHTS_CONFIG = "weights_config.json"
 WEIGHTS_DIR = "data/weights/"
 MODEL_PREFIX = "aoti/"
+NESTED_SEPARATOR = "!/"  # "<outer entry>!/<nested entry>": how nested entries are named (reading.nested)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,13 +135,35 @@ def weight_file_entry(root: str, weight: AotiWeight) -> str:
     return f"{root}/{WEIGHTS_DIR}{weight.file}"
 
 
+def nested_pickle(outer: str, entries: Mapping[str, ZipEntry]) -> ZipEntry:
+    """The data.pkl of the torch.save archive stored in `outer` (entries by their nested names)."""
+    found = [entry for name, entry in entries.items() if name.endswith("/" + PICKLE) and name.count("/") == 1]
+    if len(found) != 1:
+        raise ArchiveFormatError(f"nested archive {outer!r} is not a torch.save archive (no single data.pkl)")
+    return found[0]
+
+
+def nested_storage(outer: str, entries: Mapping[str, ZipEntry], record: object) -> ZipEntry:
+    """The storage entry the nested data.pkl's tensor views."""
+    if type(record) is not TensorRecord:
+        raise UnsupportedPayload(
+            f"nested archive {outer!r}: its data.pkl holds a {type(record).__name__}, not a tensor"
+        )
+    pickle_name = nested_pickle(outer, entries).name.rsplit(NESTED_SEPARATOR, 1)[-1]
+    name = f"{pickle_name.rsplit('/', 1)[0]}/{STORAGE_DIR}{record.storage.key}"
+    storage = entries.get(name)
+    if storage is None:
+        raise ArchiveFormatError(
+            f"nested archive {outer!r}: data.pkl names storage {name!r}, which it does not hold"
+        )
+    return storage
+
+
 def aoti_tensor_info(
-    fqn: str, model: AotiModel, weight: AotiWeight, record: object, storage: ZipEntry, where: str
+    fqn: str, model: AotiModel, weight: AotiWeight, record: TensorRecord, storage: ZipEntry, where: str
 ) -> TensorInfo:
     """A TensorInfo for one config entry: dtype from the nested data.pkl's tensor, bytes from the
     nested storage entry (`storage`, addressed in the outer archive), layout from the config."""
-    if type(record) is not TensorRecord:
-        raise UnsupportedPayload(f"{where}: the nested data.pkl holds {type(record).__name__}, not a tensor")
     storage_dtype = BY_NAME.get(record.storage.dtype)
     nbytes = record.storage.numel * (storage_dtype.itemsize if storage_dtype else 1)
     if storage.size != nbytes:

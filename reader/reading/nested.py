@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from .. import zipfmt
 from ..errors import ArchiveFormatError, UnsupportedPayload
+from ..pt2.aoti import NESTED_SEPARATOR
 from ..sources import ByteSource
 from ..sources.held import HeldBytes
 from ..zipfmt import ZipEntry
@@ -26,7 +27,6 @@ from .ranges import coalesce
 # central directory (a handful of entries) fit in the tail.
 NESTED_HEAD = 8 << 10
 NESTED_TAIL = 4 << 10
-NESTED_SEPARATOR = "!/"
 
 
 @dataclass(frozen=True, slots=True)

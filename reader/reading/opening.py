@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from .. import zipfmt
 from ..errors import ArchiveFormatError, NoReadableWeights, ReaderError, UnsupportedPayload
 from ..pickle import checkpoint
+from ..pickle.torch_objects import TensorRecord
 from ..pt2 import aoti
 from ..pt2.index import ARCHIVE_FORMAT, MAX_CONFIG_BYTES, build_index, plan_index
 from ..pt2.tensorinfo import TensorInfo
@@ -111,42 +112,35 @@ async def _read_aoti(
     source: ByteSource, held: HeldBytes, by_name: dict[str, ZipEntry], root: str,
     models: list[aoti.AotiModel], contents: dict[str, bytes],
 ) -> tuple[dict[str, dict[str, TensorInfo]], dict[str, int]]:  # fmt: skip
-    """pickle_weights models: each FQN's dtype from its nested data.pkl, bytes in its nested storage."""
-    configs = {
-        model.name: aoti.parse_weights_config(contents[model.config], model.config) for model in models
-    }  # type: ignore[index]
+    """pickle_weights models: each FQN's dtype from its nested data.pkl, bytes in its nested storage.
+
+    Adds each nested storage entry to `by_name`, so reads find it like any other entry."""
+    configs = {model.name: aoti.parse_weights_config(contents[model.config or ""], model.config or "")
+               for model in models}  # fmt: skip
     files = sorted({aoti.weight_file_entry(root, w) for config in configs.values() for w in config.values()})
-    for name in files:
-        if name not in by_name:
-            raise ArchiveFormatError(
-                f"an AOTInductor weights config names {name!r}, which is not in the archive"
-            )
+    missing = [name for name in files if name not in by_name]
+    if missing:
+        raise ArchiveFormatError(
+            f"an AOTInductor weights config names {missing[0]!r}, which is not in the archive"
+        )
     nested, runs = await read_nested_zips(source, [held], [by_name[name] for name in files])
-    records, storages, offsets = {}, {}, {}
+    pickles = {
+        archive.outer.name: aoti.nested_pickle(archive.outer.name, archive.entries) for archive in nested
+    }
+    pickle_contents, offsets = await _fetch_metadata(source, runs, list(pickles.values()))
+    tensors_of: dict[str, tuple[TensorRecord, ZipEntry]] = {}
     for archive in nested:
-        where = f"nested archive {archive.outer.name!r}"
-        pickles = [entry for name, entry in archive.entries.items() if name.endswith("/" + checkpoint.PICKLE)]
-        if len(pickles) != 1:
-            raise ArchiveFormatError(f"{where} is not a torch.save archive (no single data.pkl)")
-        pkl_contents, pkl_offsets = await _fetch_metadata(source, runs, pickles)
-        offsets.update(pkl_offsets)
-        record = checkpoint.load_torch_pickle(pkl_contents[pickles[0].name], pickles[0].name)
-        storage_root = pickles[0].name.rsplit("!/", 1)[1].rsplit("/", 1)[0]
-        key = getattr(getattr(record, "storage", None), "key", None)
-        storage = archive.entries.get(f"{storage_root}/{checkpoint.STORAGE_DIR}{key}")
-        if storage is None:
-            raise ArchiveFormatError(f"{where}: its data.pkl names storage {key!r}, which it does not hold")
-        records[archive.outer.name] = record
-        storages[archive.outer.name] = storage
+        pickle_entry = pickles[archive.outer.name]
+        record = checkpoint.load_torch_pickle(pickle_contents[pickle_entry.name], pickle_entry.name)
+        storage = aoti.nested_storage(archive.outer.name, archive.entries, record)
         by_name[storage.name] = storage
+        tensors_of[archive.outer.name] = (record, storage)
     index = {}
     for model in models:
         tensors = {}
         for fqn, weight in configs[model.name].items():
-            file = aoti.weight_file_entry(root, weight)
-            tensors[fqn] = aoti.aoti_tensor_info(
-                fqn, model, weight, records[file], storages[file], model.config
-            )  # type: ignore[arg-type]
+            record, storage = tensors_of[aoti.weight_file_entry(root, weight)]
+            tensors[fqn] = aoti.aoti_tensor_info(fqn, model, weight, record, storage, model.config or "")
         index[model.listed_name] = tensors
     return index, offsets
 
