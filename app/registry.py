@@ -61,6 +61,8 @@ class Slot:
                 tensors=len(self.archive.tensors()),
                 root=self.archive.root,
                 executorch=[file.name for file in self.archive.executorch_files],
+                container=self.archive.container,
+                unreadable=self.archive.unreadable,
             )
         return info
 

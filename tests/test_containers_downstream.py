@@ -53,6 +53,10 @@ async def test_service_serves_aoti_weights_by_model(client) -> None:
     assert response.headers["x-tensor-dtype"] == "float16"
     mixed = (await client.get("/archives/mixed/tensors")).json()
     assert mixed["models"] == ["model"]
+    described = {a["id"]: a for a in (await client.get("/archives")).json()["archives"]}
+    assert described["ckpt"]["container"] == "checkpoint"
+    assert described["mixed"]["container"] == "pt2+aoti"
+    assert "generated C++" in described["mixed"]["unreadable"]["aoti/model"]
 
 
 @needs_torch
