@@ -217,16 +217,19 @@ async def test_remote_open_equals_local(version: str, name: str) -> None:
 
 
 @pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed (CI installs torch==2.13.0)")
-async def test_fresh_checkpoint_from_installed_torch(tmp_path) -> None:
-    """The installed torch as a live oracle: its checkpoint, read back, equals torch.load's tensors."""
+@pytest.mark.parametrize("protocol", [2, 4, 5])
+async def test_fresh_checkpoint_from_installed_torch(tmp_path, protocol: int) -> None:
+    """The installed torch as a live oracle: its checkpoint, read back, equals torch.load's tensors
+    (torch's default pickle protocol 2, and 4/5: STACK_GLOBAL, MEMOIZE, FRAME)."""
     import torch
 
     from tests.fixtures import make_containers
 
     obj = make_containers.checkpoint_object()
-    torch.save(obj, tmp_path / "fresh.pt")
+    torch.save(obj, tmp_path / "fresh.pt", pickle_protocol=protocol)
     flat: dict = {}
-    make_containers._flatten(torch.load(tmp_path / "fresh.pt", weights_only=True), [], flat)
+    # torch's weights_only loader cannot read protocol 4/5 (FRAME); this file is our own
+    make_containers._flatten(torch.load(tmp_path / "fresh.pt", weights_only=protocol == 2), [], flat)
     async with reader.open_archive(tmp_path / "fresh.pt") as ar:
         assert {info.name for info in ar.tensors()} == set(flat)
         for name, value in flat.items():
