@@ -21,6 +21,7 @@ from tests.conftest import ARCHIVES, HAVE_TORCH
 
 CHROMIUM = pathlib.Path("/usr/bin/chromium")
 VIEWER_DIR = pathlib.Path(__file__).resolve().parent.parent / "app" / "viewer"
+CONTAINERS = pathlib.Path(__file__).resolve().parent / "fixtures" / "containers" / "torch-2.14"
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -87,6 +88,8 @@ def server(many_archive):
         f"layouts={ARCHIVES / 'layouts.pt2'}",
         f"dtypes={ARCHIVES / 'dtypes.pt2'}",
         f"pickled={ARCHIVES / 'pickled.pt2'}",
+        f"ckpt={CONTAINERS / 'checkpoint.pt'}",  # a torch.save checkpoint
+        f"aoti={CONTAINERS / 'aoti_pickle.pt2'}",  # an AOTInductor package, model "aoti/model"
     ]
     if many_archive is not None:
         specs.append(f"many10k={many_archive}")
@@ -196,7 +199,7 @@ def nonblank_pixels(page, testid: str) -> int:
     )
 
 
-@pytest.mark.parametrize("archive", ["layouts", "dtypes", "pickled"])
+@pytest.mark.parametrize("archive", ["layouts", "dtypes", "pickled", "ckpt", "aoti"])
 def test_table_lists_every_tensor(page, server, shots, archive):
     names = real_names(archive)
     open_viewer(page, server, f"#/archive/{archive}")
