@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 import reader
 from fuzz import bases, bounds
-from reader.pickle import Limits, build_checkpoint_index, load_torch_pickle, plan_checkpoint
+from reader.pickle import Limits, load_torch_pickle
+from reader.pt2.checkpoint import build_checkpoint_index, plan_checkpoint
 from reader.zipfmt import ZipEntry
 from tests.test_containers import CONTAINERS, VERSIONS
 

@@ -3,26 +3,18 @@
 `machine.load` interprets pickle opcodes into plain data with an explicit
 allowlist of globals and never imports or calls anything the pickle names;
 `torch_objects` is torch's allowlist (tensors, parameters, storages, state-dict
-containers); `checkpoint` turns a torch.save ZIP's data.pkl into TensorInfo.
+containers) and `load_torch_pickle`. What a checkpoint's object means as tensors is
+reader.pt2.checkpoint's job, a layer up.
 """
 
-from .checkpoint import (
-    CHECKPOINT_MODEL,
-    CheckpointPlan,
-    build_checkpoint_index,
-    load_torch_pickle,
-    plan_checkpoint,
-)
 from .errors import ForbiddenCall, ForbiddenGlobal, ForbiddenOpcode, MalformedPickle, PickleLimitExceeded
 from .limits import DEFAULT_LIMITS, Limits
 from .machine import OrderedDictValue, Reducer, load
-from .torch_objects import TORCH_GLOBALS, StorageRecord, TensorRecord
+from .torch_objects import TORCH_GLOBALS, StorageRecord, TensorRecord, load_torch_pickle
 
 __all__ = [
-    "CHECKPOINT_MODEL",
     "DEFAULT_LIMITS",
     "TORCH_GLOBALS",
-    "CheckpointPlan",
     "ForbiddenCall",
     "ForbiddenGlobal",
     "ForbiddenOpcode",
@@ -33,8 +25,6 @@ __all__ = [
     "Reducer",
     "StorageRecord",
     "TensorRecord",
-    "build_checkpoint_index",
     "load",
     "load_torch_pickle",
-    "plan_checkpoint",
 ]

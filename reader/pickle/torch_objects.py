@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import MalformedPickle
-from .machine import OrderedDictValue, Reducer
+from .limits import DEFAULT_LIMITS, Limits
+from .machine import OrderedDictValue, Reducer, load
 
 # torch.<Name>Storage → dtype name (torch's own name, as reader.dtypes spells it).
 STORAGE_DTYPES = {
@@ -229,3 +230,18 @@ def _table() -> dict[tuple[str, str], Any]:
 
 
 TORCH_GLOBALS: dict[tuple[str, str], Any] = _table()
+
+
+def load_torch_pickle(data: bytes | memoryview, where: str, limits: Limits = DEFAULT_LIMITS) -> Any:
+    """The object a torch.save pickle describes, as plain data and records.
+
+    Storages are shared by key as torch.load shares them: the first persistent id
+    naming a key fixes its dtype and size.
+    """
+    storages: dict[str, StorageRecord] = {}
+
+    def persistent_load(pid: Any) -> StorageRecord:
+        record = storage_from_persistent_id(pid)
+        return storages.setdefault(record.key, record)
+
+    return load(data, TORCH_GLOBALS, persistent_load, limits, where)

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 import msgspec
 
 from ..errors import ArchiveFormatError, UnsupportedPayload
-from ..pickle.checkpoint import PICKLE, STORAGE_DIR, strided_info
 from ..pickle.torch_objects import TensorRecord
 from ..zipfmt import ZipEntry
+from .checkpoint import PICKLE, STORAGE_DIR, strided_info
 from .dtypes import BY_NAME
 from .schema import MAX_NDIM, MAX_TENSOR_BYTES
 from .tensorinfo import TensorInfo

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 
 from .. import zipfmt
 from ..errors import ArchiveFormatError, NoReadableWeights, ReaderError, UnsupportedPayload
-from ..pickle import checkpoint
+from ..pickle import load_torch_pickle
 from ..pickle.torch_objects import TensorRecord
-from ..pt2 import aoti
+from ..pt2 import aoti, checkpoint
 from ..pt2.index import ARCHIVE_FORMAT, MAX_CONFIG_BYTES, build_index, plan_index
 from ..pt2.tensorinfo import TensorInfo
 from ..sources import ByteSource
@@ -131,7 +131,7 @@ async def _read_aoti(
     tensors_of: dict[str, tuple[TensorRecord, ZipEntry]] = {}
     for archive in nested:
         pickle_entry = pickles[archive.outer.name]
-        record = checkpoint.load_torch_pickle(pickle_contents[pickle_entry.name], pickle_entry.name)
+        record = load_torch_pickle(pickle_contents[pickle_entry.name], pickle_entry.name)
         storage = aoti.nested_storage(archive.outer.name, archive.entries, record)
         by_name[storage.name] = storage
         tensors_of[archive.outer.name] = (record, storage)

@@ -16,44 +16,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ArchiveFormatError, UnsupportedPayload
-from ..pt2.dtypes import BY_NAME
-from ..pt2.payload import geometry
-from ..pt2.schema import MAX_NDIM, MAX_TENSOR_BYTES
-from ..pt2.tensorinfo import TensorInfo, build_storage_ref, build_tensor_info
+from ..pickle import DEFAULT_LIMITS, Limits, PickleLimitExceeded, Reducer, load_torch_pickle
+from ..pickle.torch_objects import DeviceValue, DTypeValue, StorageRecord, StorageType, TensorRecord
 from ..zipfmt import ZipEntry
-from .errors import PickleLimitExceeded
-from .limits import DEFAULT_LIMITS, Limits
-from .machine import Reducer, load
-from .torch_objects import (
-    TORCH_GLOBALS,
-    DeviceValue,
-    DTypeValue,
-    StorageRecord,
-    StorageType,
-    TensorRecord,
-    storage_from_persistent_id,
-)
+from .dtypes import BY_NAME
+from .payload import geometry
+from .schema import MAX_NDIM, MAX_TENSOR_BYTES
+from .tensorinfo import TensorInfo, build_storage_ref, build_tensor_info
 
 PICKLE = "data.pkl"
 BYTEORDER = "byteorder"
 STORAGE_DIR = "data/"
 CHECKPOINT_MODEL = "checkpoint"  # the model name a checkpoint's tensors are listed under
 ROOT_NAME = "tensor"  # the name of a top-level value that is not a container
-
-
-def load_torch_pickle(data: bytes | memoryview, where: str, limits: Limits = DEFAULT_LIMITS) -> Any:
-    """The object a torch.save pickle describes, as plain data and records.
-
-    Storages are shared by key as torch.load shares them: the first persistent id
-    naming a key fixes its dtype and size.
-    """
-    storages: dict[str, StorageRecord] = {}
-
-    def persistent_load(pid: Any) -> StorageRecord:
-        record = storage_from_persistent_id(pid)
-        return storages.setdefault(record.key, record)
-
-    return load(data, TORCH_GLOBALS, persistent_load, limits, where)
 
 
 @dataclass(frozen=True, slots=True)
