@@ -12,7 +12,8 @@ from starlette.responses import Response
 
 import reader
 
-from .registry import ArchiveNotFound, ArchiveUnavailable
+from .registry import ArchiveNotFound, ArchiveUnavailable, VersionNotServed
+from .versioning import REVALIDATE, PinRedirect, pinned_url
 
 log = logging.getLogger("pt2serve")
 
@@ -45,6 +46,24 @@ READER_ERRORS: list[tuple[type[Exception], int, str]] = [
 ]
 
 
+def version_error(request: Request, exc: VersionNotServed) -> Response:
+    """404 (never this archive's) or 410 (replaced), naming the current version and its URL;
+    not cacheable, since another replica may already serve a version this one does not."""
+    error: dict[str, object] = {
+        "code": "version_gone" if exc.gone else "version_not_found",
+        "message": str(exc),
+        "current_version": exc.current,
+    }
+    if exc.current is not None:
+        error["current_url"] = pinned_url(request, exc.archive_id, exc.current)
+    return Response(
+        orjson.dumps({"error": error}),
+        status_code=410 if exc.gone else 404,
+        media_type="application/json",
+        headers={"cache-control": REVALIDATE},
+    )
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> Response:
@@ -57,13 +76,29 @@ def install_error_handlers(app: FastAPI) -> None:
                 headers = {"retry-after": "1"} if status == 503 else None
                 served = getattr(request.state, "served", None)
                 if isinstance(exc, reader.SourceChanged) and served is not None:
-                    await request.app.state.registry.reopen(served.id, stale=served.archive)
+                    registry = request.app.state.registry
+                    current = registry.slot(served.id).version
+                    if served.version != current:
+                        # a replaced version whose object is gone: its grace period ends now
+                        await registry.retire(served.id, served.version)
+                        return version_error(
+                            request, VersionNotServed(served.id, served.version, current, True)
+                        )
+                    await registry.reopen(served.id, stale=served.archive)
                 return error_response(status, code, str(exc), headers)
         return error_response(500, "reader_error", str(exc))
 
     @app.exception_handler(ArchiveNotFound)
     async def no_archive(request: Request, exc: ArchiveNotFound) -> Response:
         return error_response(404, "archive_not_found", str(exc))
+
+    @app.exception_handler(VersionNotServed)
+    async def no_version(request: Request, exc: VersionNotServed) -> Response:
+        return version_error(request, exc)
+
+    @app.exception_handler(PinRedirect)
+    async def pin_redirect(request: Request, exc: PinRedirect) -> Response:
+        return Response(status_code=307, headers={"location": exc.location, "cache-control": REVALIDATE})
 
     @app.exception_handler(ArchiveUnavailable)
     async def unavailable(request: Request, exc: ArchiveUnavailable) -> Response:

@@ -3,6 +3,10 @@
 Clients name archives only by id; locations come from the operator, so a client
 can never make the service fetch a URL of its choosing. A remote archive that
 changes (SourceChanged on a read, or a failed periodic revalidation) is reopened.
+
+Each open archive is one version (reader.versions): the version it replaces is kept
+open for a grace period (`version_grace_seconds`), so downloads pinned to it finish
+on the bytes they started, then closed and remembered as gone (410, not 404).
 """
 
 from __future__ import annotations
@@ -11,10 +15,13 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 import reader
-from reader.sources import HttpOptions, redact_location
+from reader.digests import Digests
+from reader.sources import HttpOptions, LocalFileSource, redact_location
+from reader.versions import source_version
 
 from .settings import ArchiveSpec, Settings
 
@@ -29,22 +36,78 @@ class ArchiveUnavailable(Exception):
     """The archive is configured but not open (still opening, or it failed)."""
 
 
+class VersionNotServed(LookupError):
+    """A URL names a version of an archive that is not served: `gone` if it was once."""
+
+    def __init__(self, archive_id: str, version: str, current: str | None, gone: bool) -> None:
+        state = "is no longer served" if gone else "is not a version of it"
+        super().__init__(f"archive {archive_id!r}: version {version!r} {state}; the current is {current!r}")
+        self.archive_id, self.version, self.current, self.gone = archive_id, version, current, gone
+
+
+@dataclass
+class Opened:
+    """One version of an archive, open: the archive object, its version, its digests."""
+
+    archive: reader.Archive
+    version: str
+    digests: Digests
+    retire_at: float = float("inf")  # (monotonic) when a replaced version is closed
+    ahead: asyncio.Task[None] | None = None  # digests computed in the background
+
+    async def close(self) -> None:
+        if self.ahead is not None:
+            self.ahead.cancel()
+            with contextlib.suppress(asyncio.CancelledError, reader.ReaderError):
+                await self.ahead
+        await self.archive.close()
+
+
 @dataclass(frozen=True)
 class Served:
-    """The archive a request is served from: its id and the open archive object."""
+    """The archive version a request is served from. `pinned`: the URL named the version
+    (so the answer may be cached for good)."""
 
     id: str
-    archive: reader.Archive
+    opened: Opened
+    pinned: bool = False
+
+    @property
+    def archive(self) -> reader.Archive:
+        return self.opened.archive
+
+    @property
+    def version(self) -> str:
+        return self.opened.version
+
+    @property
+    def digests(self) -> Digests:
+        return self.opened.digests
+
+
+GONE_REMEMBERED = 64  # retired versions per archive answered with 410 rather than 404
+UNKNOWN_VERSION_RECHECK = 1.0  # seconds: an unknown version triggers a revalidation at most this often
 
 
 @dataclass
 class Slot:
     spec: ArchiveSpec
-    archive: reader.Archive | None = None
+    current: Opened | None = None
     status: str = "pending"  # pending | opening | open | error
     error: str | None = None
     failed_at: float = 0.0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    retired: list[Opened] = field(default_factory=list)  # replaced versions still in their grace period
+    gone: deque[str] = field(default_factory=lambda: deque(maxlen=GONE_REMEMBERED))
+    rechecked_at: float = 0.0
+
+    @property
+    def archive(self) -> reader.Archive | None:
+        return None if self.current is None else self.current.archive
+
+    @property
+    def version(self) -> str | None:
+        return None if self.current is None else self.current.version
 
     def describe(self) -> dict[str, object]:
         """What /archives shows: never the location of a remote archive's credentials or query."""
@@ -57,6 +120,7 @@ class Slot:
             info["error"] = self.error
         if self.archive is not None:
             info.update(
+                version=self.version,
                 models=self.archive.models,
                 tensors=len(self.archive.tensors()),
                 root=self.archive.root,
@@ -64,6 +128,8 @@ class Slot:
                 container=self.archive.container,
                 unreadable=self.archive.unreadable,
             )
+        if self.retired:
+            info["retiring"] = [opened.version for opened in self.retired]
         return info
 
 
@@ -95,9 +161,9 @@ class Registry:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._revalidator
         for slot in self.slots.values():
-            if slot.archive is not None:
-                await slot.archive.close()
-                slot.archive = None
+            for opened in [*slot.retired, *([slot.current] if slot.current else [])]:
+                await opened.close()
+            slot.current, slot.retired = None, []
 
     def slot(self, archive_id: str | None) -> Slot:
         archive_id = archive_id or self.default_id
@@ -114,30 +180,74 @@ class Registry:
             raise ArchiveUnavailable(f"archive {slot.spec.id!r} is unavailable: {slot.error or slot.status}")
         return slot.archive
 
-    async def serve(self, archive_id: str | None) -> Served:
-        archive = await self.get(archive_id)
-        return Served(self.slot(archive_id).spec.id, archive)
+    async def serve(self, archive_id: str | None, version: str | None = None) -> Served:
+        """The archive version a URL names: the current one, or a replaced one in its grace period.
+
+        A version nobody here knows may be one another replica already serves: the source
+        is revalidated (at most once a second) before the answer is no."""
+        await self.get(archive_id)
+        slot = self.slot(archive_id)
+        await self._retire_expired(slot)
+        found = self._find(slot, version)
+        if found is None and version not in slot.gone:
+            now = time.monotonic()
+            if now - slot.rechecked_at >= UNKNOWN_VERSION_RECHECK and slot.current is not None:
+                slot.rechecked_at = now
+                current = slot.current.archive
+                if not await current.revalidate():
+                    await self.reopen(slot.spec.id, stale=current)
+                found = self._find(slot, version)
+        if found is None:
+            raise VersionNotServed(slot.spec.id, str(version), slot.version, version in slot.gone)
+        return Served(slot.spec.id, found, pinned=version is not None)
+
+    @staticmethod
+    def _find(slot: Slot, version: str | None) -> Opened | None:
+        if slot.current is not None and version in (None, slot.current.version):
+            return slot.current
+        return next((opened for opened in slot.retired if opened.version == version), None)
+
+    async def retire(self, archive_id: str, version: str) -> None:
+        """A replaced version whose bytes are no longer readable (its object is gone): close it now."""
+        slot = self.slots[archive_id]
+        for opened in [opened for opened in slot.retired if opened.version == version]:
+            opened.retire_at = 0.0
+        await self._retire_expired(slot)
 
     async def reopen(self, archive_id: str, stale: reader.Archive) -> None:
         """Index the new version of an archive whose `stale` object saw it change; only if that
         object is still the current one: a late failure from a request that was reading an older
-        version must not close the archive that replaced it while others stream from it."""
+        version must not replace the archive that replaced it. The old version stays open for
+        the grace period."""
         slot = self.slots[archive_id]
-        old = slot.archive
-        if old is not stale:
+        old = slot.current
+        if old is None or old.archive is not stale:
             return
-        slot.archive = None
+        slot.current = None
         await self._open(slot)
         if old is not None:
-            await old.close()
+            old.retire_at = time.monotonic() + self.settings.version_grace_seconds
+            slot.retired = [opened for opened in slot.retired if opened.version != old.version] + [old]
+            await self._retire_expired(slot)
+
+    async def _retire_expired(self, slot: Slot) -> None:
+        now = time.monotonic()
+        expired = [opened for opened in slot.retired if opened.retire_at <= now]
+        if not expired:
+            return
+        slot.retired = [opened for opened in slot.retired if opened.retire_at > now]
+        for opened in expired:
+            if opened.version != slot.version:
+                slot.gone.append(opened.version)
+            await opened.close()
 
     async def _open(self, slot: Slot) -> None:
         async with slot.lock:
-            if slot.archive is not None:
+            if slot.current is not None:
                 return
             slot.status = "opening"
             try:
-                slot.archive = await reader.open_archive(
+                archive = await reader.open_archive(
                     slot.spec.location, chunk_size=self.settings.chunk_size, http_options=self._http_options
                 )
             except reader.ReaderError as exc:
@@ -145,12 +255,29 @@ class Registry:
                 slot.failed_at = time.monotonic()
                 log.warning("archive %s failed to open: %s", slot.spec.id, slot.error)
             else:
-                slot.status, slot.error = "open", None
+                opened = Opened(archive, source_version(archive.source), Digests(archive))
+                if self._digests_ahead(archive):
+                    opened.ahead = asyncio.create_task(self._compute_ahead(slot.spec.id, opened))
+                slot.current, slot.status, slot.error = opened, "open", None
+                if opened.version in slot.gone:
+                    slot.gone.remove(opened.version)
+
+    def _digests_ahead(self, archive: reader.Archive) -> bool:
+        mode = self.settings.digests_ahead
+        return mode == "all" or (mode == "local" and isinstance(archive.source, LocalFileSource))
+
+    @staticmethod
+    async def _compute_ahead(archive_id: str, opened: Opened) -> None:
+        try:
+            await opened.digests.compute_ahead(opened.archive.tensors())
+        except reader.ReaderError as exc:  # requests compute what they need, and report errors
+            log.warning("computing digests of %s@%s stopped: %s", archive_id, opened.version, exc)
 
     async def _revalidate_forever(self) -> None:
         while True:
             await asyncio.sleep(self.settings.revalidate_seconds)
             for archive_id, slot in list(self.slots.items()):
+                await self._retire_expired(slot)
                 try:
                     if slot.archive is None and slot.status == "error":
                         await self._open(slot)

@@ -36,6 +36,8 @@ class Settings:
     part_size: int = 8 << 20
     parallel_above: int = 16 << 20
     access_log: bool = False  # uvicorn's per-request log line (issue 12: 1,710 vs 3,116 layouts/s without)
+    version_grace_seconds: float = 300.0  # how long a replaced archive version is still served
+    digests_ahead: str = "local"  # compute every digest after opening: local | all | off
 
     @classmethod
     def from_environment(
@@ -56,6 +58,8 @@ class Settings:
             chunk_size=int(env.get("PT2SERVE_CHUNK_SIZE", str(CHUNK_SIZE))),
             upstream_timeout=float(env.get("PT2SERVE_UPSTREAM_TIMEOUT", "30")),
             upstream_attempts=int(env.get("PT2SERVE_UPSTREAM_ATTEMPTS", "5")),
+            version_grace_seconds=float(env.get("PT2SERVE_VERSION_GRACE", "300")),
+            digests_ahead=_choice(env.get("PT2SERVE_DIGESTS_AHEAD", "local"), ("local", "all", "off")),
             upstream_budget=float(env["PT2SERVE_UPSTREAM_BUDGET"])
             if env.get("PT2SERVE_UPSTREAM_BUDGET")
             else None,
@@ -78,12 +82,21 @@ def parse_archive_specs(specs: Sequence[str]) -> tuple[ArchiveSpec, ...]:
             archive_id, location = _stem(spec), spec
         if not location:
             raise ValueError(f"archive spec {spec!r} has no location")
+        if "@" in archive_id:
+            raise ValueError(f"archive id {archive_id!r} has an '@', which URLs use for versions")
         if any(existing.id == archive_id for existing in result):
             raise ValueError(f"archive id {archive_id!r} is given twice; name them with id=LOCATION")
         result.append(ArchiveSpec(archive_id, location))
     return tuple(result)
 
 
+def _choice(value: str, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise ValueError(f"{value!r} is not one of {', '.join(allowed)}")
+    return value
+
+
 def _stem(location: str) -> str:
     name = location.rstrip("/").split("?", 1)[0].rsplit("/", 1)[-1]
-    return name[: -len(".pt2")] if name.endswith(".pt2") else name
+    stem = name[: -len(".pt2")] if name.endswith(".pt2") else name
+    return stem.replace("@", "-")  # '@' separates an id from a version in URLs

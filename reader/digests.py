@@ -17,7 +17,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Hashable, Iterable
 from contextlib import aclosing
 
-from .tensorinfo import TensorInfo
+from .pt2.tensorinfo import TensorInfo
 
 THREAD_HASH_MIN = 256 << 10  # chunks from this size up are hashed off the event loop
 ChunkSource = Callable[[], AsyncIterator[bytes | memoryview]]

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from .digests import Digests
-from .tensorinfo import TensorInfo
+from .pt2.tensorinfo import TensorInfo
 
 MANIFEST_FORMAT = "pt2serve-manifest/1"
 DIGEST_CONCURRENCY = 4  # tensors hashed at once while building (parallel range requests remotely)

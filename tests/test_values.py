@@ -27,7 +27,10 @@ EXACT_FLOAT = {
 
 
 def make_app(*specs: str):
-    return create_app(Settings(archives=parse_archive_specs(list(specs)), revalidate_seconds=0))
+    # no digests computed ahead: the tests count the archive's reads
+    return create_app(
+        Settings(archives=parse_archive_specs(list(specs)), revalidate_seconds=0, digests_ahead="off")
+    )
 
 
 @pytest.fixture

@@ -15,8 +15,8 @@ from reader.formats.selection import select
 
 from ..errors import ApiError
 from ..responses import BodyResponse
+from ..versioning import caching_headers, version_etag
 from .params import ModelQ, NamedArchive, NamesQ, PrefixQ
-from .tensors import CACHE_CONTROL, etag
 
 router = APIRouter()
 
@@ -42,10 +42,10 @@ async def archive_safetensors(
     return BodyResponse(
         request,
         body,
-        etag=etag(archive, "safetensors", *(f"{t.model}/{t.name}" for t in selection.chosen)),
+        etag=version_etag(served, "safetensors", *(f"{t.model}/{t.name}" for t in selection.chosen)),
         media_type="application/octet-stream",
         headers={
-            "cache-control": CACHE_CONTROL,
+            **caching_headers(request, served),
             "content-disposition": f'attachment; filename="{served.id}.safetensors"',
         },
         chunk_size=request.app.state.settings.chunk_size,
@@ -88,7 +88,7 @@ async def archive_ptd(
         raise ApiError(422, "invalid_request", str(exc)) from None
     body = ptd.ptd_body(plan, lambda info, order: archive.tensor(info.name, info.model, order))
     headers = {
-        "cache-control": CACHE_CONTROL,
+        **caching_headers(request, served),
         "content-disposition": f'attachment; filename="{served.id}.ptd"',
     }
     if selection.skipped:
@@ -96,7 +96,7 @@ async def archive_ptd(
     return BodyResponse(
         request,
         body,
-        etag=etag(archive, "ptd", str(alignment), *(f"{t.model}/{t.name}" for t in selection.chosen)),
+        etag=version_etag(served, "ptd", str(alignment), *(f"{t.model}/{t.name}" for t in selection.chosen)),
         media_type="application/octet-stream",
         headers=headers,
         chunk_size=request.app.state.settings.chunk_size,

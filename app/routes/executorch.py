@@ -9,24 +9,20 @@ from urllib.parse import quote
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from ..errors import json_response
 from ..responses import BodyResponse
+from ..versioning import caching_headers, json_etag_response, version_etag
 from .params import NamedArchive
-from .tensors import CACHE_CONTROL, etag
 
 router = APIRouter()
 
 
 @router.get("/archives/{archive_id}/executorch", summary="The ExecuTorch programs an archive carries")
 async def list_executorch(request: Request, served: NamedArchive) -> Response:
-    base = f"/archives/{quote(served.id, safe='')}/executorch/"
-    return json_response(
-        {
-            "archive": served.id,
-            "files": [
-                {**file.to_dict(), "url": base + quote(file.name)} for file in served.archive.executorch_files
-            ],
-        }
+    headers = caching_headers(request, served)
+    base = f"/archives/{quote(served.id, safe='')}@{served.version}/executorch/"  # versioned URLs
+    files = [{**file.to_dict(), "url": base + quote(file.name)} for file in served.archive.executorch_files]
+    return json_etag_response(
+        request, {"archive": served.id, "version": served.version, "files": files}, headers
     )
 
 
@@ -47,10 +43,10 @@ async def executorch_file(request: Request, served: NamedArchive, name: str) -> 
     return BodyResponse(
         request,
         body,
-        etag=etag(archive, "executorch", name),
+        etag=version_etag(served, "executorch", name),
         media_type="application/octet-stream",
         headers={
-            "cache-control": CACHE_CONTROL,
+            **caching_headers(request, served),
             "content-disposition": f"attachment; filename*=UTF-8''{filename}",
         },
         chunk_size=request.app.state.settings.chunk_size,

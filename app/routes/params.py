@@ -1,8 +1,9 @@
 """What tensor routes share: the archive a request names (a FastAPI dependency) and query parameters.
 
 Tensor routes are declared once and mounted twice: for the default archive
-(`/tensors/...`) and per archive (`/archives/{archive_id}/tensors/...`); the
-dependency is the only difference between the two.
+(`/tensors/...`) and per archive (`/archives/{archive_id}/tensors/...`, where
+`{archive_id}` may be `{id}@{version}`: see app/versioning.py); the dependency is
+the only difference between the two.
 """
 
 from __future__ import annotations
@@ -19,13 +20,17 @@ async def default_archive(request: Request) -> Served:
 
 
 async def named_archive(
-    request: Request, archive_id: Annotated[str, Path(description="an archive id from /archives")]
+    request: Request,
+    archive_id: Annotated[
+        str, Path(description="an archive id from /archives, or `{id}@{version}` for one version of it")
+    ],
 ) -> Served:
-    return await _serve(request, archive_id)
+    archive, at, version = archive_id.partition("@")
+    return await _serve(request, archive, version if at else None)
 
 
-async def _serve(request: Request, archive_id: str | None) -> Served:
-    served = await request.app.state.registry.serve(archive_id)
+async def _serve(request: Request, archive_id: str | None, version: str | None = None) -> Served:
+    served = await request.app.state.registry.serve(archive_id, version)
     request.state.served = served  # the error handlers need to know which archive object failed
     return served
 

@@ -4,7 +4,6 @@
 default archive (`/tensors/...`) and per archive (`/archives/{archive_id}/tensors/...`).
 """
 
-import hashlib
 from collections.abc import Awaitable, Callable
 from typing import Annotated
 
@@ -12,20 +11,22 @@ from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
 import reader
+from reader.digests import repr_digest, tensor_key
 from reader.formats.npy import npy_body
 
-from ..errors import ApiError, json_response
+from ..errors import ApiError
 from ..registry import Served
 from ..responses import BodyResponse
+from ..versioning import caching_headers, data_url, json_etag_response, tensor_etag
 from .params import FormatQ, KindQ, ModelQ, OrderQ, PrefixQ
 
-# Tensor bytes at a URL change only when the archive does, and then the ETag changes too.
-CACHE_CONTROL = "public, max-age=86400, immutable"
 
-
-def etag(archive: reader.Archive, *parts: str) -> str:
-    digest = hashlib.blake2b("\0".join((archive.identity, *parts)).encode(), digest_size=16).hexdigest()
-    return f'"{digest}"'
+def layout_json(served: Served, info: reader.TensorInfo) -> dict[str, object]:
+    """The layout JSON plus the archive version and (readable tensors) the versioned data URL."""
+    extra: dict[str, object] = {"archive_version": served.version}
+    if info.readable:
+        extra["data_url"] = data_url(served.id, served.version, info)
+    return {**info.to_dict(), **extra}
 
 
 def build(resolve: Callable[..., Awaitable[Served]], where: str) -> APIRouter:
@@ -35,20 +36,32 @@ def build(resolve: Callable[..., Awaitable[Served]], where: str) -> APIRouter:
 
     @router.get("/tensors", summary=f"List {where}'s tensors")
     async def list_tensors(
-        served: ServedArchive, model: ModelQ = None, prefix: PrefixQ = None, kind: KindQ = None
+        request: Request,
+        served: ServedArchive,
+        model: ModelQ = None,
+        prefix: PrefixQ = None,
+        kind: KindQ = None,
     ) -> Response:
+        headers = caching_headers(request, served)
         tensors = served.archive.tensors(model)
         if prefix:
             tensors = [t for t in tensors if t.name.startswith(prefix)]
         if kind:
             tensors = [t for t in tensors if t.kind == kind]
-        return json_response(
-            {"archive": served.id, "models": served.archive.models, "tensors": [t.to_dict() for t in tensors]}
-        )
+        content = {
+            "archive": served.id,
+            "version": served.version,
+            "models": served.archive.models,
+            "tensors": [layout_json(served, t) for t in tensors],
+        }
+        return json_etag_response(request, content, headers)
 
     @router.get("/tensors/{name:path}/layout", summary=f"A tensor's layout ({where})")
-    async def tensor_layout(served: ServedArchive, name: str, model: ModelQ = None) -> Response:
-        return json_response(served.archive.layout(name, model).to_dict())
+    async def tensor_layout(
+        request: Request, served: ServedArchive, name: str, model: ModelQ = None
+    ) -> Response:
+        headers = caching_headers(request, served)
+        return json_etag_response(request, layout_json(served, served.archive.layout(name, model)), headers)
 
     @router.get("/tensors/{name:path}/data", summary=f"A tensor's bytes ({where})", response_class=Response)
     @router.head(
@@ -71,19 +84,27 @@ def build(resolve: Callable[..., Awaitable[Served]], where: str) -> APIRouter:
             tensor = served.archive.tensor(name, model, order)
             body, media_type = tensor, "application/octet-stream"
         check_accept(request, media_type)
+        headers = caching_headers(request, served)
         info = tensor.info
+        # the ETag and Repr-Digest need the digest first: computed once per version (lazily, or
+        # ahead for local archives), then every request for this representation reuses it
+        chunk_size = request.app.state.settings.chunk_size
+        digest = await served.digests.of(
+            tensor_key(info, tensor.order, format), lambda: body.chunks(0, body.length, chunk_size)
+        )
         return BodyResponse(
             request,
             body,
-            etag=etag(served.archive, info.model, info.name, tensor.order, format),
+            etag=tensor_etag(digest, tensor, format),
             media_type=media_type,
             headers={
-                "cache-control": CACHE_CONTROL,
+                **headers,
+                "repr-digest": repr_digest(digest),
                 "x-tensor-dtype": info.dtype or "",
                 "x-tensor-shape": ",".join(map(str, info.sizes or ())),
                 "x-tensor-dim-order": ",".join(map(str, tensor.dim_order)),
             },
-            chunk_size=request.app.state.settings.chunk_size,
+            chunk_size=chunk_size,
             limiter=request.app.state.limiter,
         )
 

@@ -1,0 +1,100 @@
+"""Versions in URLs: `/archives/{id}@{version}/...` is immutable; everything else revalidates.
+
+A URL that names a version (`demo@3f2a…`) always answers with the same bytes, so
+every cache may keep it for a year (`immutable`). The unversioned routes answer
+`Cache-Control: no-cache` (caches must revalidate; a matching ETag gets a 304) and
+name the versioned URL of what they sent in `Content-Location`; `?redirect=1`
+answers with a 307 to it instead. A tensor's ETag is derived from its SHA-256,
+layout and output format, not from the archive, so a tensor that did not change
+keeps its ETag (and its 304s) across versions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import urllib.parse
+from collections.abc import Mapping
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+import reader
+from reader.tensor import TensorBytes
+
+from .registry import Served
+
+IMMUTABLE = "public, max-age=31536000, immutable"
+REVALIDATE = "no-cache"
+REDIRECT_SWITCH = "redirect"  # ?redirect=1 on an unversioned URL: 307 to the versioned one
+
+
+class PinRedirect(Exception):
+    """Answer with a redirect to the versioned URL (the unversioned URL asked for one)."""
+
+    def __init__(self, location: str) -> None:
+        super().__init__(location)
+        self.location = location
+
+
+def pinned_url(request: Request, archive_id: str, version: str) -> str:
+    """This request's path and query with the archive pinned to `version` (the redirect switch
+    left out): `/tensors/x/data` → `/archives/{id}@{version}/tensors/x/data`."""
+    path = request.url.path
+    pinned = f"/archives/{urllib.parse.quote(archive_id, safe='')}@{version}"
+    if path.startswith("/archives/"):
+        rest = path[len("/archives/") :].split("/", 1)
+        path = pinned + ("/" + rest[1] if len(rest) > 1 else "")
+    else:
+        path = pinned + path
+    query = [(key, value) for key, value in request.query_params.multi_items() if key != REDIRECT_SWITCH]
+    return path + ("?" + urllib.parse.urlencode(query) if query else "")
+
+
+def caching_headers(request: Request, served: Served) -> dict[str, str]:
+    """Cache-Control for a response from `served`, and where an unversioned response's
+    versioned twin lives. Raises PinRedirect when the request asks to be sent there."""
+    if served.pinned:
+        return {"cache-control": IMMUTABLE}
+    pinned = pinned_url(request, served.id, served.version)
+    if request.query_params.get(REDIRECT_SWITCH, "").lower() in ("1", "true", "yes"):
+        raise PinRedirect(pinned)
+    return {"cache-control": REVALIDATE, "content-location": pinned}
+
+
+def data_url(archive_id: str, version: str, info: reader.TensorInfo) -> str:
+    """The versioned URL of a tensor's bytes (raw, memory order)."""
+    name = urllib.parse.quote(info.name, safe="")
+    model = urllib.parse.quote(info.model, safe="")
+    return f"/archives/{urllib.parse.quote(archive_id, safe='')}@{version}/tensors/{name}/data?model={model}"
+
+
+def tensor_etag(digest: bytes, tensor: TensorBytes, fmt: str) -> str:
+    """A strong ETag from what the representation is: its bytes' SHA-256, how to read them
+    (dtype, shape, dimension order) and the format. Not the archive's identity."""
+    info = tensor.info
+    described = f"{info.dtype}|{info.sizes}|{tensor.dim_order}|{tensor.order}|{fmt}".encode()
+    return f'"{hashlib.blake2b(digest + described, digest_size=16).hexdigest()}"'
+
+
+def version_etag(served: Served, *parts: str) -> str:
+    """A strong ETag for bytes fixed by the archive version (changes with every version)."""
+    named = "\0".join((served.id, served.version, *parts)).encode()
+    return f'"{hashlib.blake2b(named, digest_size=16).hexdigest()}"'
+
+
+def json_etag_response(request: Request, content: object, headers: Mapping[str, str]) -> Response:
+    """JSON with an ETag of its own bytes: a matching If-None-Match gets a 304."""
+    body = orjson.dumps(content)
+    etag = f'"{hashlib.blake2b(body, digest_size=16).hexdigest()}"'
+    all_headers = {**headers, "etag": etag}
+    if _matches(request.headers.get("if-none-match"), etag):
+        return Response(status_code=304, headers=all_headers)
+    return Response(body, media_type="application/json", headers=all_headers)
+
+
+def _matches(field: str | None, etag: str) -> bool:
+    """If-None-Match compares weakly (RFC 9110 13.1.2)."""
+    if not field:
+        return False
+    return field.strip() == "*" or etag in {tag.strip().removeprefix("W/") for tag in field.split(",")}
