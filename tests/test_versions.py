@@ -13,9 +13,9 @@ import pytest
 import reader
 from reader.sources import open_source
 from reader.versions import is_version, source_version
+from testing.versioned_archives import CHANGED, write_version
 from tests.conftest import ARCHIVES, needs_torch
 from tests.service_helpers import in_process, make_app
-from tests.versioned_archives import CHANGED, write_version
 
 
 def sha256_field(body: bytes) -> str:
@@ -207,7 +207,7 @@ async def test_an_update_keeps_unchanged_etags_and_serves_the_old_version_for_th
             response = await client.get(f"/archives/net/tensors/{entry['name']}/data")
             tags[entry["name"]] = response.headers["etag"]
         deploy(second, path)
-        await app.state.registry.reopen("net")
+        await app.state.registry.reopen("net", stale=app.state.registry.slot("net").archive)
         new = (await client.get("/archives/net/manifest")).json()
         assert new["version"] != old["version"]
         before = {t["name"]: t["sha256"] for t in old["tensors"]}
@@ -234,7 +234,7 @@ async def test_after_the_grace_period_the_old_version_is_gone(two_versions, tmp_
     async with in_process(app) as client:
         old = (await client.get("/archives/net/manifest")).json()
         deploy(second, path)
-        await app.state.registry.reopen("net")
+        await app.state.registry.reopen("net", stale=app.state.registry.slot("net").archive)
         assert (await client.get(old["tensors"][0]["url"])).status_code == 200  # within the grace period
         await asyncio.sleep(0.3)
         response = await client.get(old["tensors"][0]["url"])
