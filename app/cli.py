@@ -6,6 +6,7 @@
     pt2serve get LOCATION NAME -o FILE [--format raw|npy] [--order default|contiguous] [--model M]
     pt2serve get LOCATION --executorch NAME.pte -o FILE       (a program the archive carries)
     pt2serve export LOCATION -o FILE.safetensors|FILE.ptd [--format safetensors|ptd] [--prefix P] [--model M]
+    pt2serve pull URL DIR [--model M] [--prefix P] [--name N ...]
 
 LOCATION is a path, an http(s):// URL or an s3://bucket/key URI (credentials and endpoint from
 the AWS_* environment). Exit status: 0 success, 1 the archive or the output failed (one line on
@@ -53,6 +54,8 @@ examples:
   pt2serve export model.pt2 -o model.safetensors --prefix encoder.
   pt2serve export s3://models/big.pt2 -o weights.ptd      ExecuTorch data file (run again to resume)
   pt2serve get model.pt2 --executorch model.pte -o model.pte   a program the archive carries
+  pt2serve pull http://host:8000/archives/gpt2 weights/      mirror; run again to update
+                                                   (only changed tensors move)
 
 exit status: 0 ok, 1 archive/source/output error, 2 usage error, 130 interrupted.
 """
@@ -199,6 +202,32 @@ def build_parser() -> argparse.ArgumentParser:
         "--no-resume", action="store_true", help="ptd only: overwrite FILE instead of resuming it"
     )
     _add_transfer_options(export)
+
+    pull = commands.add_parser(
+        "pull",
+        help="mirror an archive's tensors into a directory; updates move only changed tensors",
+        description="Mirror a served archive (URL: http://host/archives/ID, or its /manifest URL) or an "
+        "archive itself (a path, s3://, or an http(s) URL ending in .pt2) into DIR: one file per tensor "
+        "under DIR/current/MODEL/NAME plus DIR/current/manifest.json. Run it again to update: only "
+        "tensors whose SHA-256 changed are downloaded, every byte is checked against its digest, "
+        "interrupted downloads resume, and DIR/current switches to the new version in one rename.",
+        epilog="examples:\n"
+        "  pt2serve pull http://127.0.0.1:8000/archives/demo weights/\n"
+        "  pt2serve pull s3://bucket/model.pt2 weights/ --prefix encoder.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    pull.add_argument("url", metavar="URL", help="a served archive's URL, or an archive LOCATION")
+    pull.add_argument("directory", metavar="DIR", help="the mirror directory (created if missing)")
+    pull.add_argument("--model", help="only this model's tensors (default: every model)")
+    pull.add_argument("--prefix", help="only tensors whose name starts with this")
+    pull.add_argument("--name", action="append", help="only this tensor (repeatable)")
+    pull.add_argument("--json", action="store_true", help="print the report as JSON")
+    pull.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help=f"progress bar on stderr (default: on a terminal, for {PROGRESS_THRESHOLD >> 20} MiB and more)",
+    )
     return parser
 
 
@@ -259,6 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "layout": cmd_layout,
         "get": cmd_get,
         "export": cmd_export,
+        "pull": cmd_pull,
     }
     return run_command(commands[args.command], args)
 
@@ -478,6 +508,36 @@ async def cmd_export(args: argparse.Namespace) -> None:
                 raise CliError(
                     "IncompleteOutput", f"{args.output} has {written} bytes, expected {body.length}"
                 )
+
+
+# -- pull --------------------------------------------------------------------------------------------
+
+
+async def cmd_pull(args: argparse.Namespace) -> None:
+    import dataclasses
+
+    from .pull import pull
+
+    report = await pull(
+        args.url,
+        args.directory,
+        model=args.model,
+        prefix=args.prefix,
+        names=args.name,
+        progress=lambda total: progress(args, total, "pull"),
+    )
+    if args.json:
+        _write_stdout(json.dumps(dataclasses.asdict(report), indent=1))
+        return
+    state = "updated to" if report.switched else "already at"
+    print(
+        f"{args.directory}: {state} version {report.version}: {report.tensors} tensors, "
+        f"{report.fetched} fetched ({report.bytes_fetched} bytes), {report.reused} reused "
+        f"({report.bytes_reused} bytes)",
+        file=sys.stderr,
+    )
+    for name in report.skipped:
+        print(f"pt2serve: warning: skipped {name} (not readable as raw bytes)", file=sys.stderr)
 
 
 # -- serve -------------------------------------------------------------------------------------------

@@ -135,7 +135,12 @@ async def _update(
             async with limit:
                 sources[entry["file"]] = await target.fetch(mirror, entry, advance)
 
-        await asyncio.gather(*(fetch(entry) for entry in missing))
+        try:
+            async with asyncio.TaskGroup() as group:  # one failure stops the others
+                for entry in missing:
+                    group.create_task(fetch(entry))
+        except ExceptionGroup as failed:
+            raise failed.exceptions[0] from None  # the first failure, as callers expect it
     report.fetched += len(missing)
     report.bytes_fetched = target.bytes_received
     unchanged = (
@@ -183,14 +188,17 @@ class _Served:
                 continue
             if mirror.verified(partial, entry["sha256"], entry["nbytes"]):
                 return mirror.finish_download(partial, entry["sha256"])
-            os.unlink(partial)  # wrong bytes: never kept, never resumed from
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(partial)  # wrong bytes: never kept, never resumed from
             if attempt == ATTEMPTS - 1:
                 raise reader.IntegrityError(f"{entry['url']}: the bytes do not match the manifest's SHA-256")
         raise AssertionError("unreachable")
 
     async def _download(self, entry: dict[str, Any], partial: str, advance: Advance) -> None:
         have = os.path.getsize(partial) if os.path.exists(partial) else 0
-        if have >= entry["nbytes"]:
+        if have == entry["nbytes"] and os.path.exists(partial):
+            return  # complete already (an earlier run stopped before moving it): verified next
+        if have > entry["nbytes"]:
             have = 0
         headers = {"Range": f"bytes={have}-"} if have else {}
         async with self.client.stream("GET", entry["url"], headers=headers) as response:
