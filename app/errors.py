@@ -9,10 +9,11 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 import reader
 
-from .registry import ArchiveNotFound, ArchiveUnavailable, VersionNotServed
+from .registry import ArchiveNotFound, ArchiveUnavailable, Served, VersionNotServed
 from .versioning import REVALIDATE, PinRedirect, pinned_url
 
 log = logging.getLogger("pt2serve")
@@ -64,6 +65,36 @@ def version_error(request: Request, exc: VersionNotServed) -> Response:
     )
 
 
+REPLAYED = "pt2serve.replayed"
+
+
+async def _after_change(request: Request, served: Served) -> Response | None:
+    """The archive changed under a request, before its first byte went out. Index the new version;
+    then a URL pinned to the old version gets 410 naming the new one, and an unversioned request is
+    answered again, once, from the new version (a 503 would make a proxy such as nginx mark the
+    replica down, and every replica meets the change once per update)."""
+    registry = request.app.state.registry
+    await registry.reopen(served.id, stale=served.archive)  # no-op if another request did it
+    current = registry.slot(served.id).version
+    if served.pinned and served.version != current:
+        await registry.retire(served.id, served.version)  # its object is gone: no grace to give
+        return version_error(request, VersionNotServed(served.id, served.version, current, True))
+    if not served.pinned and current is not None and not request.scope.get(REPLAYED):
+        return _Replay(request.app, {**request.scope, REPLAYED: True, "state": {}})
+    return None
+
+
+class _Replay(Response):
+    """Runs the app again for the same (bodiless GET/HEAD) request."""
+
+    def __init__(self, app: ASGIApp, scope: Scope) -> None:
+        super().__init__()
+        self.app, self.replay_scope = app, scope
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.app(self.replay_scope, receive, send)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> Response:
@@ -76,15 +107,9 @@ def install_error_handlers(app: FastAPI) -> None:
                 headers = {"retry-after": "1"} if status == 503 else None
                 served = getattr(request.state, "served", None)
                 if isinstance(exc, reader.SourceChanged) and served is not None:
-                    registry = request.app.state.registry
-                    current = registry.slot(served.id).version
-                    if served.version != current:
-                        # a replaced version whose object is gone: its grace period ends now
-                        await registry.retire(served.id, served.version)
-                        return version_error(
-                            request, VersionNotServed(served.id, served.version, current, True)
-                        )
-                    await registry.reopen(served.id, stale=served.archive)
+                    answer = await _after_change(request, served)
+                    if answer is not None:
+                        return answer
                 return error_response(status, code, str(exc), headers)
         return error_response(500, "reader_error", str(exc))
 

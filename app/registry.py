@@ -84,6 +84,11 @@ class Served:
     def digests(self) -> Digests:
         return self.opened.digests
 
+    @property
+    def local(self) -> bool:
+        """A local file: reading a tensor once more (for its digest) costs little."""
+        return isinstance(self.opened.archive.source, LocalFileSource)
+
 
 GONE_REMEMBERED = 64  # retired versions per archive answered with 410 rather than 404
 UNKNOWN_VERSION_RECHECK = 1.0  # seconds: an unknown version triggers a revalidation at most this often

@@ -38,6 +38,7 @@ class Settings:
     access_log: bool = False  # uvicorn's per-request log line (issue 12: 1,710 vs 3,116 layouts/s without)
     version_grace_seconds: float = 300.0  # how long a replaced archive version is still served
     digests_ahead: str = "local"  # compute every digest after opening: local | all | off
+    digest_inline_max: int = 1 << 20  # remote tensors up to this size get their digest before the headers
 
     @classmethod
     def from_environment(
@@ -59,6 +60,7 @@ class Settings:
             upstream_timeout=float(env.get("PT2SERVE_UPSTREAM_TIMEOUT", "30")),
             upstream_attempts=int(env.get("PT2SERVE_UPSTREAM_ATTEMPTS", "5")),
             version_grace_seconds=float(env.get("PT2SERVE_VERSION_GRACE", "300")),
+            digest_inline_max=int(env.get("PT2SERVE_DIGEST_INLINE_MAX", str(1 << 20))),
             digests_ahead=_choice(env.get("PT2SERVE_DIGESTS_AHEAD", "local"), ("local", "all", "off")),
             upstream_budget=float(env["PT2SERVE_UPSTREAM_BUDGET"])
             if env.get("PT2SERVE_UPSTREAM_BUDGET")

@@ -126,11 +126,13 @@ class Topology:
         port: int | None = None,
         nginx: str | None = None,
         start_timeout: float = 60.0,
+        replica_env: Mapping[str, str] | None = None,
     ) -> None:
         self.archives = {k: pathlib.Path(v) for k, v in (archives or {"demo": DEMO_ARCHIVE}).items()}
         self.port = port
         self.nginx = nginx or nginx_binary()
         self.start_timeout = start_timeout
+        self.replica_env = dict(replica_env or {})  # PT2SERVE_* settings for both replicas
         self.s3: SeaweedS3 | None = None
         self.replicas: list[Replica] = []
         self.nginx_process: subprocess.Popen | None = None
@@ -210,6 +212,7 @@ class Topology:
         assert self.dir is not None
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "PT2SERVE_"))}
         env.update(self.s3_env)
+        env.update(self.replica_env)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
         specs = [f"{archive_id}={location}" for archive_id, location in self.locations.items()]
         for index, port in enumerate(free_ports(2)):
@@ -269,6 +272,12 @@ class Topology:
     @property
     def url(self) -> str:
         return f"http://{HOST}:{self.port}"
+
+    def replace_archive(self, archive_id: str, path: str | os.PathLike[str]) -> None:
+        """Upload `path` over the archive's S3 object (a deploy); the replicas notice it when they
+        revalidate (PT2SERVE_REVALIDATE_SECONDS) or when a read sees the object change."""
+        assert self.s3 is not None
+        self.s3.upload(BUCKET, f"{archive_id}.pt2", pathlib.Path(path))
 
     def kill_replica(self, index: int, sig: int = signal.SIGKILL) -> int:
         """Kill one replica's process group by its PID; returns the PID."""

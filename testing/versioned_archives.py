@@ -35,7 +35,7 @@ def write_version(path: pathlib.Path, version: int, *, width: int = 64, depth: i
                     tensor.add_(version)
     program = torch.export.export(net, (torch.randn(2, width),), strict=False)
     staging = path.parent / f".staging-v{version}" / path.name  # same file name: same root folder
-    staging.parent.mkdir(exist_ok=True)
+    staging.parent.mkdir(parents=True, exist_ok=True)
     torch.export.save(program, str(staging))
     staging.replace(path)
     return path

@@ -27,9 +27,7 @@ def versions(tmp_path_factory):
     """Two torch-written versions (256-wide: the changed weight is 256 KiB, big enough to cut)."""
     pytest.importorskip("torch", reason="torch writes the two archive versions")
     out = tmp_path_factory.mktemp("pull")
-    return tuple(
-        write_version(out / f"v{n}" / "net.pt2", n, width=256) for n in (1, 2) if not (out / f"v{n}").mkdir()
-    )
+    return tuple(write_version(out / f"v{n}" / "net.pt2", n, width=256) for n in (1, 2))
 
 
 def deploy(source, target) -> None:

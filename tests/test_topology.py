@@ -1,7 +1,8 @@
 """The deployment topology on loopback: SeaweedFS -> two replicas -> nginx (deploy/nginx.conf).
 
-Every tensor through nginx is byte-exact, requests survive a replica being killed, and repeated
-Range requests are served from nginx's cache.
+Every tensor through nginx is byte-exact, requests survive a replica being killed, repeated Range
+requests of versioned URLs are served from nginx's cache, and replacing the S3 object while clients
+stream never gives a body that mixes two versions.
 """
 
 from __future__ import annotations
@@ -46,9 +47,24 @@ def big_archive(tmp_path_factory) -> pathlib.Path:
     return path
 
 
+REVALIDATE_SECONDS = 1.0
+
+
 @pytest.fixture(scope="module")
-def topo(big_archive):
-    with topology.Topology({"layouts": ARCHIVES / "layouts.pt2", "big": big_archive}) as running:
+def net_versions(tmp_path_factory):
+    """Two torch-written versions of one archive; 768 wide: the changed weight spans 3 nginx slices."""
+    pytest.importorskip("torch", reason="torch writes the two archive versions")
+    from testing.versioned_archives import write_version
+
+    out = tmp_path_factory.mktemp("net")
+    return tuple(write_version(out / f"v{n}" / "net.pt2", n, width=768, depth=2) for n in (1, 2))
+
+
+@pytest.fixture(scope="module")
+def topo(big_archive, net_versions):
+    archives = {"layouts": ARCHIVES / "layouts.pt2", "big": big_archive, "net": net_versions[0]}
+    env = {"PT2SERVE_REVALIDATE_SECONDS": str(REVALIDATE_SECONDS)}
+    with topology.Topology(archives, replica_env=env) as running:
         yield running
 
 
@@ -75,17 +91,23 @@ def test_every_tensor_through_nginx(client):
         response = client.get(_data_url(name))  # the default archive is the first one: layouts
         assert response.status_code == 200, (name, response.text)
         assert response.content == data, name
+        # unversioned: revalidated by clients, not cached by nginx
+        assert response.headers["cache-control"] == "no-cache" and "x-cache-status" not in response.headers
+        pinned = client.get(response.headers["content-location"])
+        assert pinned.status_code == 200 and pinned.content == data, name
         # an empty tensor cannot answer a slice's Range (416): nginx fetches it unsliced, uncached
-        assert response.headers["x-cache-status"] in ({"MISS", "HIT"} if data else {"BYPASS"}), name
+        assert pinned.headers["x-cache-status"] in ({"MISS", "HIT"} if data else {"BYPASS"}), name
     listing = client.get("/tensors").json()
     assert listing["archive"] == "layouts" and {t["name"] for t in listing["tensors"]} >= set(expected)
 
 
 def test_multi_slice_tensor_and_range_requests_hit_the_cache(client, big_archive):
     expected = run(_all_bytes(big_archive, "default"))["big.weight"]
-    url = _data_url("big.weight", archive="big")
-    first = client.get(url)
+    first = client.get(_data_url("big.weight", archive="big"))
     assert first.status_code == 200 and first.content == expected
+    url = first.headers["content-location"]  # the versioned URL: cacheable for good
+    assert "@" in url
+    assert client.get(url).content == expected
     again = client.get(url)
     assert again.content == expected and again.headers["x-cache-status"] == "HIT"
 
@@ -102,12 +124,94 @@ def test_multi_slice_tensor_and_range_requests_hit_the_cache(client, big_archive
     # a range of a tensor not fetched before: MISS, then HIT from the cache
     name = "conv.weight"
     data = run(_all_bytes(ARCHIVES / "layouts.pt2", "contiguous"))[name]
-    tail = [
-        client.get(_data_url(name) + "?order=contiguous", headers={"Range": "bytes=-100"}) for _ in range(2)
-    ]
+    pinned = client.head(_data_url(name) + "?order=contiguous").headers["content-location"]
+    tail = [client.get(pinned, headers={"Range": "bytes=-100"}) for _ in range(2)]
     assert [r.status_code for r in tail] == [206, 206]
     assert all(r.content == data[-100:] for r in tail)
     assert [r.headers["x-cache-status"] for r in tail] == ["MISS", "HIT"]
+
+
+def test_replacing_the_object_while_clients_stream(topo, client, net_versions):
+    """Deploy version 2 over version 1 in S3 while clients stream through nginx: every complete
+    body is exactly one version's bytes (a cut body is a prefix of one), versioned URLs of the old
+    version keep coming from the cache, and the new version is served once the replicas revalidate."""
+    import threading
+    import time
+
+    from testing.versioned_archives import CHANGED
+
+    name = CHANGED[0]  # 2.25 MiB, changed by version 2
+    v1 = run(_all_bytes(net_versions[0], "default"))[name]
+    v2 = run(_all_bytes(net_versions[1], "default"))[name]
+    assert v1 != v2 and len(v1) == len(v2) > 2 << 20
+    old_manifest = client.get("/archives/net/manifest").json()
+    old_url = next(e["url"] for e in old_manifest["tensors"] if e["name"] == name)
+    assert client.get(old_url).content == v1
+    assert client.get(old_url).headers["x-cache-status"] == "HIT"
+
+    seen: dict[str, int] = {"v1": 0, "v2": 0, "cut": 0}
+    problems: list[str] = []
+    stop = threading.Event()
+
+    def stream_forever(index: int) -> None:
+        with httpx.Client(base_url=topo.url, timeout=30) as own:
+            while not stop.is_set():
+                ranged = index % 2 == 1
+                headers = {"Range": "bytes=1000000-2999999"} if ranged else {}
+                want1 = v1[1000000:3000000] if ranged else v1
+                want2 = v2[1000000:3000000] if ranged else v2
+                try:
+                    response = own.get(f"/archives/net/tensors/{name}/data", headers=headers)
+                except httpx.TransportError:
+                    seen["cut"] += 1  # aborted by the server: the client knows it is incomplete
+                    continue
+                body = response.content
+                if response.status_code == 503:  # the replica saw the object change at the first read
+                    continue
+                if response.status_code not in (200, 206):
+                    problems.append(f"status {response.status_code}: {body[:200]!r}")
+                elif body == want1:
+                    seen["v1"] += 1
+                elif body == want2:
+                    seen["v2"] += 1
+                else:
+                    problems.append(f"a body of {len(body)} bytes that is neither version")
+
+    threads = [threading.Thread(target=stream_forever, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    try:
+        time.sleep(1.0)
+        topo.replace_archive("net", net_versions[1])
+        replaced = time.monotonic()
+        # both replicas move to the new version within the revalidation interval (plus an open)
+        deadline = replaced + REVALIDATE_SECONDS + 10
+        while time.monotonic() < deadline:
+            versions = {
+                httpx.get(f"{r.url}/archives").json()["archives"][2].get("version") for r in topo.replicas
+            }
+            if len(versions) == 1 and old_manifest["version"] not in versions:
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError(f"replicas still on {versions}")
+        time.sleep(1.0)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(60)
+    print(f"bodies during the update: {seen}")
+    assert not problems, (problems[:5], topo.log("nginx.log", 10))
+    assert seen["v1"] and seen["v2"], seen
+    # after the switch: the unversioned URL gives version 2; the old versioned URL still comes
+    # from the cache (its object is gone from S3); the new versioned URL is cached in turn
+    latest = client.get(f"/archives/net/tensors/{name}/data")
+    assert latest.content == v2
+    cached_old = client.get(old_url)
+    assert cached_old.content == v1 and cached_old.headers["x-cache-status"] == "HIT"
+    new_url = latest.headers["content-location"]
+    assert new_url != old_url.split("?")[0] and client.get(new_url).content == v2
+    assert client.get(new_url).headers["x-cache-status"] == "HIT"
 
 
 def test_requests_survive_a_killed_replica(topo, client):

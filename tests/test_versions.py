@@ -27,9 +27,7 @@ def two_versions(tmp_path_factory):
     """Two torch-written versions of one archive (version 2 changes CHANGED), written once."""
     pytest.importorskip("torch", reason="torch writes the two archive versions")
     out = tmp_path_factory.mktemp("versions")
-    first = write_version(out / "v1" / "net.pt2", 1) if (out / "v1").mkdir() is None else None
-    second = write_version(out / "v2" / "net.pt2", 2) if (out / "v2").mkdir() is None else None
-    return first, second
+    return write_version(out / "v1" / "net.pt2", 1), write_version(out / "v2" / "net.pt2", 2)
 
 
 def deploy(source, target) -> None:

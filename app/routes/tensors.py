@@ -12,12 +12,14 @@ from starlette.responses import Response
 
 import reader
 from reader.digests import repr_digest, tensor_key
+from reader.formats.body import Body
 from reader.formats.npy import npy_body
+from reader.tensor import TensorBytes
 
 from ..errors import ApiError
 from ..registry import Served
 from ..responses import BodyResponse
-from ..versioning import caching_headers, data_url, json_etag_response, tensor_etag
+from ..versioning import caching_headers, data_url, json_etag_response, tensor_etag, version_etag
 from .params import FormatQ, KindQ, ModelQ, OrderQ, PrefixQ
 
 
@@ -86,20 +88,21 @@ def build(resolve: Callable[..., Awaitable[Served]], where: str) -> APIRouter:
         check_accept(request, media_type)
         headers = caching_headers(request, served)
         info = tensor.info
-        # the ETag and Repr-Digest need the digest first: computed once per version (lazily, or
-        # ahead for local archives), then every request for this representation reuses it
         chunk_size = request.app.state.settings.chunk_size
-        digest = await served.digests.of(
-            tensor_key(info, tensor.order, format), lambda: body.chunks(0, body.length, chunk_size)
-        )
+        digest, content_etag = await representation_digest(request, served, tensor, body, format)
+        if digest is not None:
+            headers["repr-digest"] = repr_digest(digest)
+        if content_etag and digest is not None:
+            headers["etag"] = tensor_etag(digest, tensor, format)
+        else:  # bytes fixed by the archive version: a strong ETag too, only not shared across versions
+            headers["etag"] = version_etag(served, info.model, info.name, tensor.order, format)
         return BodyResponse(
             request,
             body,
-            etag=tensor_etag(digest, tensor, format),
+            etag=headers.pop("etag"),
             media_type=media_type,
             headers={
                 **headers,
-                "repr-digest": repr_digest(digest),
                 "x-tensor-dtype": info.dtype or "",
                 "x-tensor-shape": ",".join(map(str, info.sizes or ())),
                 "x-tensor-dim-order": ",".join(map(str, tensor.dim_order)),
@@ -109,6 +112,27 @@ def build(resolve: Callable[..., Awaitable[Served]], where: str) -> APIRouter:
         )
 
     return router
+
+
+async def representation_digest(
+    request: Request, served: Served, tensor: TensorBytes, body: Body, fmt: str
+) -> tuple[bytes | None, bool]:
+    """The SHA-256 of the whole response body if known, and whether the ETag may come from it.
+
+    Computed before the headers when that is cheap: a local archive (read at disk speed, once
+    per version) or a body of at most PT2SERVE_DIGEST_INLINE_MAX bytes; both tests give the
+    same answer on every replica, so every replica sends the same ETag. A large remote tensor
+    is not read twice (the whole of it before the first byte of a Range answer): its digest is
+    used once something else computed it (the manifest), and then only on unversioned URLs,
+    since a versioned URL's slices may come from replicas that differ in what they computed
+    (nginx refuses to join slices whose ETags differ).
+    """
+    key = tensor_key(tensor.info, tensor.order, fmt)
+    settings = request.app.state.settings
+    if served.local or body.length <= settings.digest_inline_max:
+        return await served.digests.of(key, lambda: body.chunks(0, body.length, settings.chunk_size)), True
+    known = served.digests.cached(key)
+    return known, known is not None and not served.pinned
 
 
 def check_accept(request: Request, media_type: str) -> None:
