@@ -141,6 +141,14 @@ def shots(tmp_path_factory) -> pathlib.Path:
     return path
 
 
+def pinned(archive: str) -> str:
+    """How download links name an archive: `{id}@{version}` (percent-encoded), immutable URLs."""
+    import httpx
+
+    version = httpx.get(f"{VIEWER_BASE[0]}/archives/{archive}/tensors").json()["version"]
+    return f"{archive}%40{version}"
+
+
 def screenshot(page, shots: pathlib.Path, name: str) -> None:
     path = shots / f"{name}.png"
     page.screenshot(path=str(path))
@@ -219,7 +227,7 @@ def test_search_narrows_rows(page, server, shots):
     search.fill("lin?.b*")
     assert sorted(rendered_names(page)) == ["lin1.bias", "lin2.bias"]
     href = page.get_attribute("[data-testid=download-selection]", "href")
-    assert href == "/archives/layouts/safetensors?model=model&name=lin1.bias&name=lin2.bias"
+    assert href == f"/archives/{pinned('layouts')}/safetensors?model=model&name=lin1.bias&name=lin2.bias"
     search.fill("conv.bias")
     assert rendered_names(page) == ["conv.bias"]
     screenshot(page, shots, "search")
@@ -248,7 +256,7 @@ def test_open_tensor_shows_layout_stats_and_charts(page, server, shots):
     assert page.text_content("[data-testid=stat-nan]") == "0"
     assert page.url.endswith("#/archive/layouts/tensor/conv.weight")
     assert page.get_attribute("[data-testid=download-npy]", "href") == (
-        "/archives/layouts/tensors/conv.weight/data?model=model&format=npy"
+        f"/archives/{pinned('layouts')}/tensors/conv.weight/data?model=model&format=npy"
     )
     curl = page.text_content("[data-testid=curl]")
     assert (
@@ -310,7 +318,7 @@ def test_grouping_by_module(page, server, shots):
     page.click("[data-testid=group-row][data-prefix='conv.']")  # collapse
     assert "conv.weight" not in rendered_names(page)
     href = page.get_attribute("[data-testid=download-selection]", "href")
-    assert href == "/archives/layouts/safetensors?model=model&prefix=conv."
+    assert href == f"/archives/{pinned('layouts')}/safetensors?model=model&prefix=conv."
     page.click("[data-testid=group-row][data-prefix='conv.']")  # expand
     assert "conv.weight" in rendered_names(page)
     screenshot(page, shots, "grouped")

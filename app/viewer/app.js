@@ -131,6 +131,7 @@ async function loadArchive(id, model) {
     const listing = await getJSON(urls.tensors(id, chosen));
     if (state.loading !== token) return;
     state.archive = id;
+    state.version = listing.version; // download links name it: immutable, cacheable URLs
     state.models = listing.models;
     state.model = chosen || listing.models[0] || null;
     $("model").replaceChildren(...listing.models.map((m) => new Option(m, m)));
@@ -145,6 +146,7 @@ async function loadArchive(id, model) {
   } catch (err) {
     if (state.loading !== token) return;
     state.archive = id;
+    state.version = null;
     state.rows = [];
     state.byName = new Map();
     renderSummary([]);
@@ -183,19 +185,24 @@ function refresh(keepKey = itemKey(table.cursorItem())) {
   }
 }
 
+// `{id}@{version}`: the URL form whose bytes never change (see docs/edge-delivery.md)
+function pinnedArchive() {
+  return state.version ? `${state.archive}@${state.version}` : state.archive;
+}
+
 function updateSelectionLink() {
   const link = $("download-selection");
   const cursor = table.cursorItem();
   let href;
   let label;
   if (state.grouped && cursor && cursor.group) {
-    href = urls.safetensors(state.archive, state.model, { prefix: cursor.prefix });
+    href = urls.safetensors(pinnedArchive(), state.model, { prefix: cursor.prefix });
     label = `safetensors of ${cursor.prefix}*`;
   } else if (state.query.trim()) {
-    href = urls.safetensors(state.archive, state.model, { names: state.visibleRows.map((r) => r.name) });
+    href = urls.safetensors(pinnedArchive(), state.model, { names: state.visibleRows.map((r) => r.name) });
     label = `safetensors of ${formatCount(state.visibleRows.length)} matching`;
   } else {
-    href = urls.safetensors(state.archive, state.model);
+    href = urls.safetensors(pinnedArchive(), state.model);
     label = "safetensors of all";
   }
   const usable = state.archive && state.visibleRows.length > 0 && href.length <= MAX_URL;
@@ -253,11 +260,11 @@ function openTensor(name, fromRoute = false) {
   const readable = !t.unsupported;
   for (const [id, format] of [["d-raw", "raw"], ["d-npy", "npy"]]) {
     const link = $(id);
-    link.href = readable ? urls.data(state.archive, t.name, state.model, format) : "#";
+    link.href = readable ? urls.data(pinnedArchive(), t.name, state.model, format) : "#";
     link.classList.toggle("disabled", !readable);
     link.setAttribute("download", `${t.name}${format === "npy" ? ".npy" : ".bin"}`);
   }
-  const dataUrl = new URL(urls.data(state.archive, t.name, state.model), location.href).href;
+  const dataUrl = new URL(urls.data(pinnedArchive(), t.name, state.model), location.href).href;
   document.querySelector(".curl").hidden = !readable;
   $("d-curl").textContent = `curl -H 'Range: bytes=0-1023' '${dataUrl}' -o ${safeFile(t.name)}.part`;
   if (!fromRoute) {
