@@ -109,7 +109,8 @@ async def _update(
     report = PullReport(version=manifest["version"], directory=current_dir or "")
     known = mirror.known_files()
     sources: dict[str, str] = {}
-    missing: list[dict[str, Any]] = []
+    missing: dict[str, list[dict[str, Any]]] = {}  # by digest: tied tensors are fetched once
+    checked: dict[str, bool] = {}  # path → verified (tied tensors share a file)
     for entry in manifest["tensors"]:
         if entry["sha256"] is None:
             report.skipped.append(f"{entry['model']}/{entry['name']}")
@@ -117,7 +118,9 @@ async def _update(
         entry["file"] = tensor_file(entry["model"], entry["name"])
         report.tensors += 1
         have = target.fetched.get(entry["sha256"]) or known.get(entry["sha256"])
-        if have and mirror.verified(have, entry["sha256"], entry["nbytes"]):
+        if have and have not in checked:
+            checked[have] = mirror.verified(have, entry["sha256"], entry["nbytes"])
+        if have and checked[have]:
             sources[entry["file"]] = have
             if entry["sha256"] in target.fetched:
                 report.fetched += 1
@@ -125,23 +128,24 @@ async def _update(
                 report.reused += 1
                 report.bytes_reused += entry["nbytes"]
         else:
-            missing.append(entry)
-    report.bytes_fetched = target.bytes_received
-    total = sum(entry["nbytes"] for entry in missing)
+            missing.setdefault(entry["sha256"], []).append(entry)
+    total = sum(entries[0]["nbytes"] for entries in missing.values())
     with (progress or _no_progress)(total) as advance:
         limit = asyncio.Semaphore(FETCH_CONCURRENCY)
 
-        async def fetch(entry: dict[str, Any]) -> None:
+        async def fetch(entries: list[dict[str, Any]]) -> None:
             async with limit:
-                sources[entry["file"]] = await target.fetch(mirror, entry, advance)
+                path = await target.fetch(mirror, entries[0], advance)
+            for entry in entries:
+                sources[entry["file"]] = path
 
         try:
             async with asyncio.TaskGroup() as group:  # one failure stops the others
-                for entry in missing:
-                    group.create_task(fetch(entry))
+                for entries in missing.values():
+                    group.create_task(fetch(entries))
         except ExceptionGroup as failed:
             raise failed.exceptions[0] from None  # the first failure, as callers expect it
-    report.fetched += len(missing)
+    report.fetched += sum(map(len, missing.values()))
     report.bytes_fetched = target.bytes_received
     unchanged = (
         current is not None

@@ -199,7 +199,7 @@ async def test_a_corrupted_local_file_is_detected_and_fetched_again(versions, tm
 
 async def test_wrong_bytes_from_the_server_are_refused(versions, tmp_path) -> None:
     """A manifest whose digest does not match the bytes (a lying or broken server): IntegrityError,
-    nothing switched, nothing kept."""
+    nothing switched, the wrong bytes not kept."""
     first, _ = versions
     path, mirror = tmp_path / "net.pt2", tmp_path / "mirror"
     deploy(first, path)
@@ -216,7 +216,10 @@ async def test_wrong_bytes_from_the_server_are_refused(versions, tmp_path) -> No
             with pytest.raises(reader.IntegrityError):
                 await _update(Mirror(mirror), manifest, target, None)
         assert not (mirror / "current").exists()
-        assert not list((mirror / ".pull" / "partial").iterdir())
+        # the refused bytes are not kept (other downloads, cut short by the failure, are: they resume)
+        wrong = manifest["tensors"][0]["sha256"]
+        assert not (mirror / ".pull" / "partial" / wrong).exists()
+        assert not (mirror / ".pull" / "blobs" / wrong).exists()
 
 
 async def test_pull_straight_from_an_archive_computes_the_same_digests(versions, tmp_path) -> None:
@@ -261,3 +264,18 @@ async def test_cli_pull(tmp_path) -> None:
     nowhere = [sys.executable, "-m", "app", "pull", "http://127.0.0.1:9/archives/x", str(tmp_path / "n")]
     missing = subprocess.run(nowhere, capture_output=True, text=True, timeout=60)
     assert missing.returncode == 1 and missing.stderr.startswith("pt2serve: SourceError")
+
+
+async def test_tied_tensors_are_fetched_once_and_empty_ones_work(tmp_path) -> None:
+    """layouts.pt2: lin2.weight is lin1.weight (one digest, one download, one file linked twice),
+    views of one payload, a strided view, a scalar and an empty tensor."""
+    async with real_server(make_app([f"layouts={ARCHIVES / 'layouts.pt2'}"])) as base:
+        report = await pull(f"{base}/archives/layouts", tmp_path / "m")
+    files = mirrored(tmp_path / "m")
+    assert files == await expected_files(ARCHIVES / "layouts.pt2")
+    assert files["model/empty"] == b""
+    manifest = json.loads((tmp_path / "m" / "current" / "manifest.json").read_text())
+    distinct = {e["sha256"]: e["nbytes"] for e in manifest["tensors"] if e["sha256"]}
+    assert report.bytes_fetched == sum(distinct.values()) < sum(map(len, files.values()))
+    current = tmp_path / "m" / "current" / "model"
+    assert (current / "lin1.weight").stat().st_ino == (current / "lin2.weight").stat().st_ino
