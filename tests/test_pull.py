@@ -279,3 +279,17 @@ async def test_tied_tensors_are_fetched_once_and_empty_ones_work(tmp_path) -> No
     assert report.bytes_fetched == sum(distinct.values()) < sum(map(len, files.values()))
     current = tmp_path / "m" / "current" / "model"
     assert (current / "lin1.weight").stat().st_ino == (current / "lin2.weight").stat().st_ino
+
+
+async def test_pull_straight_from_an_http_archive(versions, tmp_path) -> None:
+    """`https://…/x.pt2`: the same reader over HTTP ranges, digests computed while streaming."""
+    from testing.faultserver import FaultServer
+
+    first, _ = versions
+    async with FaultServer() as upstream:
+        upstream.put("/net.pt2", first.read_bytes())
+        report = await pull(upstream.url("/net.pt2"), tmp_path / "m", prefix="blocks.")
+        again = await pull(upstream.url("/net.pt2"), tmp_path / "m", prefix="blocks.")
+    expected = {k: v for k, v in (await expected_files(first)).items() if k.startswith("model/blocks.")}
+    assert report.switched and mirrored(tmp_path / "m") == expected
+    assert not again.switched and again.bytes_fetched == 0  # same ETag: same version, nothing read
