@@ -16,8 +16,12 @@ import hashlib
 import time
 from collections.abc import AsyncIterator, Callable, Hashable, Iterable
 from contextlib import aclosing
+from typing import TYPE_CHECKING
 
 from .pt2.tensorinfo import TensorInfo
+
+if TYPE_CHECKING:
+    from .archive import Archive
 
 THREAD_HASH_MIN = 256 << 10  # chunks from this size up are hashed off the event loop
 ChunkSource = Callable[[], AsyncIterator[bytes | memoryview]]
@@ -43,8 +47,8 @@ def repr_digest(digest: bytes) -> str:
 class Digests:
     """The digests of one opened archive, by key; `tensor()` keys a tensor's bytes in one order."""
 
-    def __init__(self, archive: object) -> None:
-        self.archive = archive  # a reader.Archive (typed loosely: archive.py imports nothing from here)
+    def __init__(self, archive: Archive) -> None:
+        self.archive = archive
         self._done: dict[Hashable, bytes] = {}
         self._running: dict[Hashable, asyncio.Task[bytes]] = {}
         self.bytes_hashed = 0
@@ -78,7 +82,7 @@ class Digests:
         """The SHA-256 of what `archive.read(info.name, info.model, order)` returns."""
         return await self.of(
             tensor_key(info, order),
-            lambda: self.archive.stream(info.name, model=info.model, order=order),  # type: ignore[attr-defined]
+            lambda: self.archive.stream(info.name, model=info.model, order=order),
         )
 
     async def compute_ahead(self, tensors: Iterable[TensorInfo]) -> None:
