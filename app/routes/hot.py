@@ -29,7 +29,7 @@ from starlette.requests import Request
 from starlette.routing import BaseRoute, Match
 from starlette.types import Receive, Scope, Send
 
-from .params import _serve
+from .params import serve
 
 HOT_PATHS = ("/tensors/{name:path}/layout", "/tensors/{name:path}/data")
 _ANY = object()  # a query parameter that takes any single string
@@ -81,7 +81,7 @@ class HotRoute(BaseRoute):
         scope["route"] = self
         request = Request(scope, receive)
         params = scope["path_params"]
-        served = await _serve(request, params.get("archive_id"))
+        served = await serve(request, params.get("archive_id"))
         arguments = {"served": served, "name": params["name"], **scope["hot_query"]}
         if self.wants_request:
             arguments["request"] = request

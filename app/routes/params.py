@@ -16,7 +16,7 @@ from ..registry import Served
 
 
 async def default_archive(request: Request) -> Served:
-    return await _serve(request, None)
+    return await serve(request, None)
 
 
 async def named_archive(
@@ -25,11 +25,15 @@ async def named_archive(
         str, Path(description="an archive id from /archives, or `{id}@{version}` for one version of it")
     ],
 ) -> Served:
-    archive, at, version = archive_id.partition("@")
-    return await _serve(request, archive, version if at else None)
+    return await serve(request, archive_id)
 
 
-async def _serve(request: Request, archive_id: str | None, version: str | None = None) -> Served:
+async def serve(request: Request, archive_ref: str | None) -> Served:
+    """The archive version a URL names: `None` (the default archive), `{id}` or `{id}@{version}`."""
+    archive_id, version = archive_ref, None
+    if archive_ref is not None:
+        archive_id, at, pinned = archive_ref.partition("@")
+        version = pinned if at else None
     served = await request.app.state.registry.serve(archive_id, version)
     request.state.served = served  # the error handlers need to know which archive object failed
     return served
