@@ -15,8 +15,8 @@ import httpx
 import pytest
 
 import reader
-from app.mirror import Mirror
 from app.pull import pull
+from app.pull.mirror import Mirror
 from testing.versioned_archives import CHANGED, write_version
 from tests.conftest import ARCHIVES
 from tests.service_helpers import make_app, real_server
@@ -207,14 +207,15 @@ async def test_wrong_bytes_from_the_server_are_refused(versions, tmp_path) -> No
         async with httpx.AsyncClient() as client:
             manifest = (await client.get(f"{base}/archives/net/manifest")).json()
         manifest["tensors"][0]["sha256"] = hashlib.sha256(b"something else").hexdigest()
-        from app.pull import _Served, _update
+        from app.pull.served import FromServer
+        from app.pull.update import update
 
         async with httpx.AsyncClient() as client:
-            target = _Served(client, f"{base}/archives/net")
+            target = FromServer(client, f"{base}/archives/net")
             for entry in manifest["tensors"]:
                 entry["url"] = base + entry["url"]
             with pytest.raises(reader.IntegrityError):
-                await _update(Mirror(mirror), manifest, target, None)
+                await update(Mirror(mirror), manifest, target, None)
         assert not (mirror / "current").exists()
         # the refused bytes are not kept (other downloads, cut short by the failure, are: they resume)
         wrong = manifest["tensors"][0]["sha256"]
@@ -239,6 +240,11 @@ async def test_pull_straight_from_an_archive_computes_the_same_digests(versions,
     assert digests(direct_dir) == digests(served_dir)
     same = await pull(str(path), direct_dir)  # same object, same version: nothing is read again
     assert not same.switched and same.bytes_fetched == 0
+    victim = direct_dir / "current" / "model" / "head.weight"
+    victim.write_bytes(b"\0" * victim.stat().st_size)  # damaged: its recorded digest tells
+    repaired = await pull(str(path), direct_dir)
+    assert repaired.switched and repaired.fetched == 1 and repaired.bytes_fetched == victim.stat().st_size
+    assert mirrored(direct_dir) == mirrored(served_dir)
     deploy(second, path)
     update = await pull(str(path), direct_dir)
     assert update.switched and update.fetched == 2 and mirrored(direct_dir) == await expected_files(second)

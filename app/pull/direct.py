@@ -1,0 +1,95 @@
+"""Pulling straight from an archive (a path, `s3://`, `https://…/x.pt2`) with the same reader.
+
+Without a server there is no manifest to compare with: every tensor is streamed into a
+partial file while its SHA-256 is computed (resuming a partial file an earlier run of the
+same version left), unless the archive's version equals the mirror's, whose recorded
+digests then hold (the version names the object's bytes: same ETag, or size and mtime).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import AsyncIterator, Sequence
+from contextlib import aclosing
+
+import reader
+from reader.digests import Digests, sha256_of, tensor_key
+from reader.manifest import build_manifest, select_tensors
+from reader.versions import source_version
+
+from .mirror import Mirror
+from .update import Advance, Entry, Manifest
+
+
+class FromArchive:
+    """An archive read straight from its location; digests are computed as the bytes stream by."""
+
+    def __init__(self, archive: reader.Archive, mirror: Mirror) -> None:
+        self.archive = archive
+        self.mirror = mirror
+        self.digests = Digests(archive)
+        self.fetched: dict[str, str] = {}  # sha256 → blob streamed while computing the manifest
+        self.bytes_received = 0
+
+    async def manifest(self, model: str | None, prefix: str | None, names: Sequence[str] | None) -> Manifest:
+        version = source_version(self.archive.source)
+        tensors = select_tensors(self.archive.tensors(model), prefix=prefix, names=names)
+        current = self.mirror.current_manifest()
+        if current is not None and current.get("version") == version:
+            # the same object (same ETag, or size and mtime): its digests are the ones we recorded
+            recorded = {(e["model"], e["name"]): e["sha256"] for e in current.get("tensors", [])}
+            if all((t.model, t.name) in recorded for t in tensors):
+                for info in tensors:
+                    if recorded[(info.model, info.name)] is not None:
+                        self.digests.remember(
+                            tensor_key(info), bytes.fromhex(recorded[(info.model, info.name)])
+                        )
+        for info in tensors:
+            if info.readable and self.digests.cached(tensor_key(info)) is None:
+                await self._stream_to_blob(info)
+        return await build_manifest(self.digests, version, self.archive.models, tensors)
+
+    async def _stream_to_blob(self, info: reader.TensorInfo) -> None:
+        """Stream one tensor into a partial file (resuming one left by an earlier run of the
+        same version), hashing as it goes; keep it as a blob unless the mirror has those bytes."""
+        version = source_version(self.archive.source)
+        key = hashlib.sha256(f"{version}\0{info.model}\0{info.name}".encode()).hexdigest()
+        partial = self.mirror.partial_path(f"direct-{key}")
+        have = os.path.getsize(partial) if os.path.exists(partial) else 0
+        have = have if have <= (info.nbytes or 0) else 0
+
+        async def chunks() -> AsyncIterator[bytes | memoryview]:
+            with open(partial, "rb") as old:
+                while block := old.read(4 << 20):
+                    yield block
+            with open(partial, "ab") as out:
+                stream = self.archive.stream(info.name, model=info.model, start=have)
+                async with aclosing(stream) as body:
+                    async for chunk in body:
+                        out.write(chunk)
+                        self.bytes_received += len(chunk)
+                        yield chunk
+
+        with open(partial, "ab") as out:
+            out.truncate(have)
+        raw = await sha256_of(chunks())  # not Digests.of: a lost file is streamed again
+        self.digests.remember(tensor_key(info), raw)
+        digest = raw.hex()
+        known = self.mirror.known_files().get(digest)
+        if known and self.mirror.verified(known, digest, info.nbytes or 0):
+            os.unlink(partial)
+        else:
+            self.fetched[digest] = self.mirror.finish_download(partial, digest)
+
+    async def fetch(self, mirror: Mirror, entry: Entry, advance: Advance) -> str:
+        """A tensor the manifest (recorded earlier) names but the mirror lost: stream it again."""
+        info = self.archive.layout(entry["name"], entry["model"])
+        await self._stream_to_blob(info)
+        path = self.fetched.get(entry["sha256"])
+        if path is None or not mirror.verified(path, entry["sha256"], entry["nbytes"]):
+            raise reader.IntegrityError(
+                f"{entry['model']}/{entry['name']}: bytes differ from the recorded digest"
+            )
+        advance(entry["nbytes"])
+        return path
