@@ -230,10 +230,9 @@ class Registry:
             return
         slot.current = None
         await self._open(slot)
-        if old is not None:
-            old.retire_at = time.monotonic() + self.settings.version_grace_seconds
-            slot.retired = [opened for opened in slot.retired if opened.version != old.version] + [old]
-            await self._retire_expired(slot)
+        old.retire_at = time.monotonic() + self.settings.version_grace_seconds
+        slot.retired = [opened for opened in slot.retired if opened.version != old.version] + [old]
+        await self._retire_expired(slot)
 
     async def _retire_expired(self, slot: Slot) -> None:
         now = time.monotonic()
