@@ -180,9 +180,9 @@ def test_executorch_files_listed_and_served_by_range(carrying: pathlib.Path) -> 
             archives = {a["id"]: a for a in (await client.get("/archives")).json()["archives"]}
             assert archives["carry"]["executorch"] == ["extra/notes.bin", "model.pte"]
             assert archives["plain"]["executorch"] == []
-            listing = (await client.get("/archives/carry/executorch")).json()["files"]
-            url = {f["name"]: f["url"] for f in listing}["model.pte"]
-            assert url == "/archives/carry/executorch/model.pte"
+            listing = (await client.get("/archives/carry/executorch")).json()
+            url = {f["name"]: f["url"] for f in listing["files"]}["model.pte"]
+            assert url == f"/archives/carry@{listing['version']}/executorch/model.pte"  # a versioned URL
             whole = await client.get(url)
             assert whole.content == PROGRAM and whole.headers["content-length"] == str(len(PROGRAM))
             etag = whole.headers["etag"]

@@ -68,18 +68,22 @@ def page(server):
 @needs_torch
 def test_ptd_link_follows_the_selection_and_programs_are_offered(page, server) -> None:
     open_viewer(page, server, "#/archive/carry")
+    carry = (
+        f"carry%40{httpx.get(server + '/archives/carry/tensors').json()['version']}"  # links name the version
+    )
     ptd = page.locator("[data-testid=download-ptd]")
-    assert ptd.get_attribute("href") == "/archives/carry/ptd?model=model"
+    assert ptd.get_attribute("href") == f"/archives/{carry}/ptd?model=model"
     assert ptd.text_content() == ".ptd of all"
     page.locator("[data-testid=search]").fill("lin?.b*")
     page.wait_for_function("document.querySelector('[data-testid=download-ptd]').href.includes('name=')")
     href = ptd.get_attribute("href")
-    assert href == "/archives/carry/ptd?model=model&name=lin1.bias&name=lin2.bias"
+    assert href == f"/archives/{carry}/ptd?model=model&name=lin1.bias&name=lin2.bias"
     fetched = httpx.get(server + href)
     assert fetched.status_code == 200 and fetched.content[4:8] == b"FT01"
 
     programs = page.locator("[data-testid=executorch-program]")
     assert programs.count() == 1 and programs.text_content() == "model.pte"
+    assert programs.get_attribute("href") == f"/archives/{carry}/executorch/model.pte"
     assert httpx.get(server + programs.get_attribute("href")).content == PROGRAM
 
     open_viewer(page, server, "#/archive/layouts")  # an archive without programs shows none

@@ -24,7 +24,8 @@ export function renderPrograms(archive) {
     ...files.map((name) => {
       const link = document.createElement("a");
       link.className = "button";
-      link.href = `/archives/${enc(archive.id)}/executorch/${name.split("/").map(enc).join("/")}`;
+      const pinned = archive.version ? `${archive.id}@${archive.version}` : archive.id; // immutable URL
+      link.href = `/archives/${enc(pinned)}/executorch/${name.split("/").map(enc).join("/")}`;
       link.download = name.split("/").pop();
       link.textContent = name;
       link.title = "ExecuTorch program stored in this archive";
