@@ -74,8 +74,7 @@ async def ordered_parts(
     follows as one request read at the consumer's pace (the transport's read-ahead bounds its
     memory); otherwise the other parts start at once.
     """
-    first = (start, min(start + part_size, end))
-    waiting = deque(split(first[1], end, part_size))
+    waiting = deque(split(start, end, part_size))
     running: deque[_Part] = deque()
     wake = asyncio.Event()
     limit = parts_in_flight if fast_connection is None else 1
@@ -87,7 +86,6 @@ async def ordered_parts(
             running.append(part)
 
     try:
-        waiting.appendleft(first)
         launch()
         began = time.monotonic()
         probing = fast_connection is not None
