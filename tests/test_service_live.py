@@ -99,7 +99,8 @@ async def test_upstream_failure_after_headers_aborts_the_response(big_archive) -
         app = make_app([f"remote={upstream.url('/big.pt2')}"])
         async with real_server(app) as url, httpx.AsyncClient(base_url=url, timeout=30) as client:
             assert (await client.get("/tensors/small/data")).status_code == 200
-            upstream.faults.append(DropAfter(3 << 20, times=None))
+            # 1 MiB per request: more attempts than any one 8 MiB part may take (each has its own 5)
+            upstream.faults.append(DropAfter(1 << 20, times=None))
             with pytest.raises(httpx.RemoteProtocolError):
                 async with client.stream("GET", "/tensors/big/data") as response:
                     assert response.status_code == 200
