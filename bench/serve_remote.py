@@ -94,7 +94,7 @@ class BareStarlette:
 
 def wrk(url: str, duration: float, headers: dict[str, str] | None = None) -> float:
     """Requests/s of `wrk -t2 -c32` (non-2xx answers fail the run)."""
-    command = ["wrk", "-t2", "-c32", f"-d{duration}s", "--latency"]
+    command = ["wrk", "-t2", "-c32", f"-d{max(1, round(duration))}s", "--latency"]
     for name, value in (headers or {}).items():
         command += ["-H", f"{name}: {value}"]
     out = subprocess.run([*command, url], capture_output=True, text=True, check=True).stdout

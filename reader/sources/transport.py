@@ -3,7 +3,7 @@
 httpx stays the client API (auth flows such as SigV4, redirects, timeouts, HTTP/2 on request);
 only the wire moves. httpx's own HTTP/1.1 path (httpcore + h11) parses in Python and hands out
 64 KiB per read, which measured 0.32x curl on loopback. aiohttp parses with llhttp (C) and its
-`iter_any()` yields each socket read as it arrived (up to 256 KiB, no copy), so a 1 GB/s stream
+`readchunk()` hands out each socket read as it arrived (up to 256 KiB, no copy), so a 1 GB/s stream
 costs a few thousand Python steps a second instead of tens of thousands.
 
 Why not the `httpx-aiohttp` package: its body chunk is a fixed 16 KiB (`iter_chunked`, a copy
@@ -63,10 +63,12 @@ class _Body(httpx.AsyncByteStream):
         content = self._response.content
         try:
             while True:
-                chunk = await content.readany()
-                if not chunk:
+                # one socket read per call: readany() would join everything buffered (a copy)
+                chunk, end_of_http_chunk = await content.readchunk()
+                if chunk:
+                    yield chunk
+                elif not end_of_http_chunk:
                     return
-                yield chunk
         except (aiohttp.ClientError, ConnectionError, TimeoutError):
             # aiohttp drops what it had buffered when the connection fails: hand that out
             # first, so a resume starts after the last byte that really arrived
