@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
@@ -31,6 +32,15 @@ EXPOSED_HEADERS = [
 ]
 
 
+# FastAPI's native OpenTelemetry hooks (FastAPI >= 0.16x) ask the global providers on every request
+# (a large share of a small request, profiled); the service exports Prometheus metrics at /metrics.
+TELEMETRY_OFF = (
+    {"telemetry": {"tracing": False, "metrics": False, "logs": False}}
+    if "telemetry" in inspect.signature(FastAPI.__init__).parameters
+    else {}
+)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings.from_environment()
     quiet_url_logging()
@@ -49,9 +59,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         summary="Tensors out of PyTorch .pt2 archives by name: layouts, bytes, ranges, safetensors.",
         version="0.1.0",
         lifespan=lifespan,
-        # FastAPI's native OpenTelemetry hooks ask the global providers on every request (~5% of a
-        # small request, profiled); the service exports Prometheus metrics at /metrics instead.
-        telemetry={"tracing": False, "metrics": False, "logs": False},
+        **TELEMETRY_OFF,
     )
     app.state.settings = settings
     app.state.registry = registry
