@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from reader.formats.body import Body, Chunk
+from reader.formats.body import Body, Chunk, read_body
 
 from .errors import error_response
 from .httpranges import UNSATISFIABLE, BodyPlan, decide, plan_body
@@ -75,12 +75,29 @@ class BodyResponse(Response):
             return
         else:
             try:
-                await self._stream(receive, send)
+                if self._small():
+                    await self._send_whole(send)
+                else:
+                    await self._stream(receive, send)
             finally:
                 if self.limiter is not None:
                     self.limiter.release()
         if self.background is not None:
             await self.background()
+
+    def _small(self) -> bool:
+        """One plain part that fits in one chunk: bounded work, so no disconnect watcher."""
+        parts = self.plan.parts
+        return len(parts) == 1 and not parts[0].head and self.plan.length <= self.chunk_size
+
+    async def _send_whole(self, send: Send) -> None:
+        """A small body read in one piece before the headers go out, then sent as one message."""
+        part = self.plan.parts[0]
+        body = await read_body(self.source, part.start, part.end, max(1, part.end - part.start))
+        if len(body) != self.plan.length:
+            raise RuntimeError(f"body gave {len(body)} bytes, Content-Length says {self.plan.length}")
+        await self._start(send)
+        await send({"type": "http.response.body", "body": body})
 
     async def _stream(self, receive: Receive, send: Send) -> None:
         # A client that leaves cancels everything below, even while the upstream hangs.

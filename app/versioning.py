@@ -11,6 +11,7 @@ keeps its ETag (and its 304s) across versions.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import urllib.parse
 from collections.abc import Mapping
@@ -40,15 +41,23 @@ class PinRedirect(Exception):
 def pinned_url(request: Request, archive_id: str, version: str) -> str:
     """This request's path and query with the archive pinned to `version` (the redirect switch
     left out): `/tensors/x/data` → `/archives/{id}@{version}/tensors/x/data`."""
-    path = request.url.path
-    pinned = f"/archives/{urllib.parse.quote(archive_id, safe='')}@{version}"
+    path = request.scope["path"]
+    pinned = f"/archives/{_quoted(archive_id)}@{version}"
     if path.startswith("/archives/"):
         rest = path[len("/archives/") :].split("/", 1)
         path = pinned + ("/" + rest[1] if len(rest) > 1 else "")
     else:
         path = pinned + path
+    if not request.scope["query_string"]:  # the usual case: no query to carry over
+        return path
     query = [(key, value) for key, value in request.query_params.multi_items() if key != REDIRECT_SWITCH]
     return path + ("?" + urllib.parse.urlencode(query) if query else "")
+
+
+@functools.lru_cache(maxsize=1024)
+def _quoted(text: str) -> str:
+    """A path segment, percent-encoded (archive ids, model names: few, asked for on every request)."""
+    return urllib.parse.quote(text, safe="")
 
 
 def caching_headers(request: Request, served: Served) -> dict[str, str]:
@@ -57,7 +66,8 @@ def caching_headers(request: Request, served: Served) -> dict[str, str]:
     if served.pinned:
         return {"cache-control": IMMUTABLE}
     pinned = pinned_url(request, served.id, served.version)
-    if request.query_params.get(REDIRECT_SWITCH, "").lower() in ("1", "true", "yes"):
+    asked = REDIRECT_SWITCH.encode() in request.scope["query_string"]
+    if asked and request.query_params.get(REDIRECT_SWITCH, "").lower() in ("1", "true", "yes"):
         raise PinRedirect(pinned)
     return {"cache-control": REVALIDATE, "content-location": pinned}
 
@@ -65,8 +75,7 @@ def caching_headers(request: Request, served: Served) -> dict[str, str]:
 def data_url(archive_id: str, version: str, info: reader.TensorInfo) -> str:
     """The versioned URL of a tensor's bytes (raw, memory order)."""
     name = urllib.parse.quote(info.name, safe="")
-    model = urllib.parse.quote(info.model, safe="")
-    return f"/archives/{urllib.parse.quote(archive_id, safe='')}@{version}/tensors/{name}/data?model={model}"
+    return f"/archives/{_quoted(archive_id)}@{version}/tensors/{name}/data?model={_quoted(info.model)}"
 
 
 def tensor_etag(digest: bytes, tensor: TensorBytes, fmt: str) -> str:
