@@ -21,6 +21,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from reader.formats.body import Body, Chunk, read_body
+from reader.tensor import TensorBytes
 
 from .errors import error_response
 from .httpranges import UNSATISFIABLE, BodyPlan, decide, plan_body
@@ -93,7 +94,10 @@ class BodyResponse(Response):
     async def _send_whole(self, send: Send) -> None:
         """A small body read in one piece before the headers go out, then sent as one message."""
         part = self.plan.parts[0]
-        body = await read_body(self.source, part.start, part.end, max(1, part.end - part.start))
+        if isinstance(self.source, TensorBytes):  # one read, no chunk generators
+            body = await self.source.read_range(part.start, part.end)
+        else:
+            body = await read_body(self.source, part.start, part.end, max(1, part.end - part.start))
         if len(body) != self.plan.length:
             raise RuntimeError(f"body gave {len(body)} bytes, Content-Length says {self.plan.length}")
         await self._start(send)

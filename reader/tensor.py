@@ -71,6 +71,17 @@ class TensorBytes:
         span = await self._fetcher.read(self.entry, *self.span) if self.needs_payload else b""
         return self.finish(span)
 
+    async def read_range(self, start: int, end: int) -> bytes:
+        """Bytes [start, end) of the output in one read when the tensor is direct (one request
+        remotely, one pread locally); gathered views and zeros go through `chunks`."""
+        if not 0 <= start <= end <= self.length:
+            raise ValueError(f"range [{start}, {end}) is outside {self.info.name!r} ({self.length} bytes)")
+        if self.direct and self.needs_payload and start < end:
+            first = self.span[0]
+            return await self._fetcher.read(self.entry, first + start, first + end)
+        chunks = self._built(start, end, max(1, end - start))
+        return b"".join([bytes(chunk) async for chunk in chunks])
+
     def check_materializable(self) -> None:
         backed = 0 if self.zeros else self.span[1] - self.span[0]
         if self.length > backed and self.length > MAX_UNBACKED_OUTPUT:

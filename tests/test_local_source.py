@@ -120,3 +120,21 @@ async def test_archive_span_is_where_the_bytes_lie_in_the_file() -> None:
         assert path.read_bytes()[start:end] == await tensor.read()
         with pytest.raises(ValueError):
             await ar.tensor("strided").archive_span()  # gathered, not a run of the file's bytes
+
+
+@pytest.mark.parametrize("order", ["default", "contiguous"])
+async def test_read_range_equals_a_slice_of_read(order: str) -> None:
+    async with reader.open_archive(ARCHIVES / "layouts.pt2") as ar:
+        for info in ar.tensors():
+            if not info.readable:
+                continue
+            tensor = ar.tensor(info.name, order=order)
+            whole = await tensor.read()
+            for start, end in ((0, tensor.length), (1, tensor.length), (0, tensor.length // 2)):
+                start, end = (
+                    min(start, tensor.length),
+                    max(min(end, tensor.length), min(start, tensor.length)),
+                )
+                assert await tensor.read_range(start, end) == whole[start:end], (info.name, start, end)
+        with pytest.raises(ValueError):
+            await ar.tensor("transposed").read_range(0, 10**6)
