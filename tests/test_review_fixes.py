@@ -91,7 +91,7 @@ async def test_an_internal_value_error_is_a_logged_500_not_the_clients_fault(cap
 
 async def test_active_streams_gauge_counts_bodies_in_flight(tmp_path) -> None:
     path = tmp_path / "big.pt2"
-    write_pt2(path, {"big": (7, [1 << 20], bytes(4 << 20))})
+    write_pt2(path, {"big": (7, [4 << 20], bytes(16 << 20))})
     gauge = re.compile(r"^pt2serve_active_streams (\S+)$", re.M)
     async with FaultServer() as upstream:
         upstream.put("/big.pt2", path.read_bytes())
@@ -102,7 +102,7 @@ async def test_active_streams_gauge_counts_bodies_in_flight(tmp_path) -> None:
                 return gauge.search((await client.get("/metrics")).text).group(1)
 
             assert await active() == "0.0"
-            upstream.faults.append(StallAfter(1 << 20, path="/big.pt2"))  # the body stays in flight
+            upstream.faults.append(StallAfter(1 << 20, path="/big.pt2", times=None))  # bodies stay in flight
             async with client.stream("GET", "/tensors/big/data") as streaming:
                 await anext(streaming.aiter_raw())
                 assert await active() == "1.0"
