@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import difflib
 import os
 from collections.abc import AsyncIterator, Generator, Iterable
@@ -10,9 +11,10 @@ from typing import Any
 import numpy as np
 
 from .embedded import EntryBytes
-from .errors import FileNotFound, ModelNotFound, TensorNotFound, UnsupportedPayload
+from .errors import ArchiveFormatError, FileNotFound, ModelNotFound, TensorNotFound, UnsupportedPayload
 from .pt2.dtypes import BY_NAME, to_numpy
 from .pt2.executorch import EmbeddedFile, executorch_files
+from .pt2.graph import MAX_PROGRAM_BYTES, Graph, parse_graph
 from .pt2.tensorinfo import TensorInfo
 from .reading.entries import EntryFetcher
 from .reading.opening import OpenedIndex, read_index
@@ -25,6 +27,7 @@ from .sources import (
     tail_size_for,
 )
 from .tensor import TensorBytes, read_all
+from .zipfmt import ZipEntry
 
 DEFAULT_MODEL = "model"
 
@@ -47,6 +50,7 @@ class Archive:
         self._executorch = executorch_files(self._entries, self.root)
         self.container = opened.container
         self.unreadable = opened.unreadable
+        self._graphs: dict[str, asyncio.Task[Graph]] = {}
 
     @property
     def location(self) -> str:
@@ -129,6 +133,26 @@ class Archive:
             have = ", ".join(self._executorch) or "none"
             raise FileNotFound(f"no ExecuTorch file {name!r} in this archive (files: {have})")
         return EntryBytes(self._entries[found.entry], self._fetcher)
+
+    async def graph(self, model: str | None = None, *, max_bytes: int = MAX_PROGRAM_BYTES) -> Graph:
+        """The model's exported program graph, read from models/<model>.json on first use only
+        (one ranged read, CRC-checked) and kept. ArchiveFormatError if the entry is missing,
+        malformed, or larger than `max_bytes`."""
+        model = self.resolve_model(model)
+        name = f"{self.root}/models/{model}.json"
+        entry = self._entries.get(name)
+        if entry is None:
+            raise ArchiveFormatError(f"model {model!r} has no program entry {name!r}")
+        if entry.size > max_bytes:
+            raise ArchiveFormatError(f"{name}: {entry.size} bytes is over the {max_bytes}-byte program cap")
+        task = self._graphs.get(model)
+        if task is None or (task.done() and task.exception() is not None):
+            task = asyncio.ensure_future(self._read_graph(entry, model))
+            self._graphs[model] = task
+        return await asyncio.shield(task)
+
+    async def _read_graph(self, entry: ZipEntry, model: str) -> Graph:
+        return parse_graph(await self._fetcher.read(entry), model, entry.name)
 
     async def revalidate(self) -> bool:
         """True if the archive is still the one indexed (a cheap conditional request remotely)."""
