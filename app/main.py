@@ -13,7 +13,7 @@ from .errors import install_error_handlers
 from .limits import StreamLimiter
 from .metrics import Metrics, MetricsMiddleware
 from .registry import Registry
-from .routes import bundles, executorch, hot, manifest, service, tensors, values, viewer
+from .routes import bundles, executorch, graph, hot, manifest, service, tensors, values, viewer
 from .routes.params import default_archive, named_archive
 from .security import BearerTokenMiddleware, JsonCORSMiddleware, quiet_url_logging
 from .settings import Settings
@@ -67,7 +67,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = Metrics(registry, app.state.limiter)
     app.include_router(service.router)
     mounted = []
-    for build in (tensors.build, values.build, manifest.build):
+    for build in (tensors.build, values.build, manifest.build, graph.build):
         for resolve, where, prefix in (
             (default_archive, "default archive", ""),
             (named_archive, "one archive", "/archives/{archive_id}"),

@@ -14,7 +14,7 @@ from .embedded import EntryBytes
 from .errors import ArchiveFormatError, FileNotFound, ModelNotFound, TensorNotFound, UnsupportedPayload
 from .pt2.dtypes import BY_NAME, to_numpy
 from .pt2.executorch import EmbeddedFile, executorch_files
-from .pt2.graph import MAX_PROGRAM_BYTES, Graph, parse_graph
+from .pt2.graph import MAX_PROGRAM_BYTES, Graph, TensorConsumers, consumers_of, parse_graph
 from .pt2.tensorinfo import TensorInfo
 from .reading.entries import EntryFetcher
 from .reading.opening import OpenedIndex, read_index
@@ -150,6 +150,11 @@ class Archive:
             task = asyncio.ensure_future(self._read_graph(entry, model))
             self._graphs[model] = task
         return await asyncio.shield(task)
+
+    async def consumers(self, name: str, model: str | None = None) -> TensorConsumers:
+        """The graph nodes that read a tensor (or a tied alias of it: same payload, same view)."""
+        info = self.layout(name, model)
+        return consumers_of(await self.graph(info.model), info, self.tensors(info.model))
 
     async def _read_graph(self, entry: ZipEntry, model: str) -> Graph:
         return parse_graph(await self._fetcher.read(entry), model, entry.name)

@@ -14,12 +14,14 @@ when it loads the program; the serialized form, and so this one, has none).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
 
-from .dtypes import BY_SERIALIZED
 from ..errors import ArchiveFormatError
+from .dtypes import BY_SERIALIZED
+from .tensorinfo import TensorInfo
 
 # Programs are JSON; past this a models/<model>.json is not one we should hold in memory.
 MAX_PROGRAM_BYTES = 512 << 20
@@ -27,8 +29,22 @@ ST_DELIMITER = ";"  # torch.export serde: between nn_module_stack entries
 TENSOR_LIST_KINDS = ("as_tensors", "as_optional_tensors")
 # constant argument kinds whose payload is the value itself; others keep their union key
 PLAIN_CONSTANTS = frozenset(
-    "as_int as_float as_ints as_floats as_string as_strings as_bool as_bools as_scalar_type "
-    "as_memory_format as_layout as_device as_int_lists as_complex".split()
+    [
+        "as_int",
+        "as_float",
+        "as_ints",
+        "as_floats",
+        "as_string",
+        "as_strings",
+        "as_bool",
+        "as_bools",
+        "as_scalar_type",
+        "as_memory_format",
+        "as_layout",
+        "as_device",
+        "as_int_lists",
+        "as_complex",
+    ]
 )
 
 
@@ -466,3 +482,44 @@ def _signature_output(spec: dict[str, Any], where: str) -> SignatureOutput:
             target = payload[key]
             break
     return SignatureOutput(kind, value, target)
+
+
+# ---- tensors to nodes -------------------------------------------------------------------------
+
+
+class Consumer(msgspec.Struct, frozen=True, gc=False):
+    node: str
+    target: str
+    module: str | None
+    via: str  # the FQN whose placeholder the node reads (the tensor itself, or a tied alias)
+
+
+class TensorConsumers(msgspec.Struct, frozen=True, gc=False):
+    name: str
+    model: str
+    placeholder: str | None
+    aliases: tuple[str, ...]  # other names for exactly the same bytes (tied weights)
+    consumers: tuple[Consumer, ...]
+
+
+def alias_key(info: TensorInfo) -> tuple[object, ...] | None:
+    """Names with equal keys are the same tensor: one payload entry, same view of it."""
+    if info.storage is None or info.sizes is None:
+        return None
+    return (info.storage.entry, info.storage_offset, info.sizes, info.strides, info.dtype)
+
+
+def consumers_of(graph: Graph, info: TensorInfo, tensors: Iterable[TensorInfo]) -> TensorConsumers:
+    """The nodes reading a tensor, through its own placeholder or a tied alias's, in graph order."""
+    key = alias_key(info)
+    aliases = tuple(
+        t.name for t in tensors if key is not None and t.name != info.name and alias_key(t) == key
+    )
+    placeholders = graph.placeholders_by_target()
+    via_placeholder = {placeholders[n]: n for n in (info.name, *aliases) if n in placeholders}
+    found = []
+    for node in graph.nodes:
+        for value in dict.fromkeys(v for arg in node.inputs for v in arg.tensors):
+            if value in via_placeholder:
+                found.append(Consumer(node.name, node.target, node.module, via_placeholder[value]))
+    return TensorConsumers(info.name, graph.model, placeholders.get(info.name), aliases, tuple(found))
