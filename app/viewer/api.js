@@ -1,4 +1,8 @@
 // Same-origin JSON calls to the pt2serve HTTP API; errors become Error objects with the server's message.
+// Behind PT2SERVE_API_TOKEN: the token lives in sessionStorage (this tab only) and goes out as
+// Authorization on every call; links the browser follows itself (downloads, curl) are signed instead.
+
+const TOKEN_KEY = "pt2serve.token";
 
 export class ApiError extends Error {
   constructor(status, code, message) {
@@ -8,10 +12,32 @@ export class ApiError extends Error {
   }
 }
 
+export const auth = {
+  get token() {
+    try {
+      return sessionStorage.getItem(TOKEN_KEY);
+    } catch {
+      return null;
+    }
+  },
+  set token(value) {
+    try {
+      if (value) sessionStorage.setItem(TOKEN_KEY, value);
+      else sessionStorage.removeItem(TOKEN_KEY);
+    } catch {
+      /* storage disabled: the token is asked again on the next load */
+    }
+  },
+  required: false, // set once the service has answered 401
+};
+
 export async function getJSON(url, { signal } = {}) {
+  const headers = { Accept: "application/json" };
+  const token = auth.token;
+  if (token) headers.Authorization = `Bearer ${token}`;
   let response;
   try {
-    response = await fetch(url, { headers: { Accept: "application/json" }, signal });
+    response = await fetch(url, { headers, signal });
   } catch (err) {
     if (err.name === "AbortError") throw err;
     throw new ApiError(0, "network", `network error: ${err.message}`);
@@ -23,10 +49,19 @@ export async function getJSON(url, { signal } = {}) {
     body = null;
   }
   if (!response.ok) {
+    if (response.status === 401) auth.required = true;
     const error = body && body.error ? body.error : { code: "http_error", message: response.statusText };
     throw new ApiError(response.status, error.code, error.message || `HTTP ${response.status}`);
   }
   return body;
+}
+
+/** A short-lived signed form of a same-origin GET URL (no token in it), or the URL itself when
+ * the service needs no token. */
+export async function signedUrl(url) {
+  if (!auth.required) return url;
+  const body = await getJSON(`/sign?url=${encodeURIComponent(url)}`);
+  return body.url;
 }
 
 const enc = encodeURIComponent;
@@ -43,6 +78,9 @@ export const urls = {
   archives: () => "/archives",
   tensors: (archive, model) => `/archives/${enc(archive)}/tensors${modelQuery(model)}`,
   stats: (archive, name, model) => `/archives/${enc(archive)}/tensors/${enc(name)}/stats${modelQuery(model)}`,
+  consumers: (archive, name, model) =>
+    `/archives/${enc(archive)}/tensors/${enc(name)}/consumers${modelQuery(model)}`,
+  graph: (archive, model) => `/archives/${enc(archive)}/graph${modelQuery(model)}`,
   data(archive, name, model, format = "raw") {
     const params = new URLSearchParams();
     if (model) params.set("model", model);

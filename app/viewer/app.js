@@ -1,10 +1,15 @@
-// pt2serve viewer: archive summary, a virtualized tensor table, and a tensor detail panel.
-// Deep links: #/archive/<id>[/model/<model>]/tensor/<name>  (each part encodeURIComponent'ed).
+// pt2serve viewer: archive summary, a virtualized tensor table, the program graph, a tensor detail panel.
+// Deep links: #/archive/<id>[/model/<model>][/graph][/tensor/<name> | /node/<name>]
+// (each part encodeURIComponent'ed; /graph and /node open the graph tab).
 
-import { getJSON, urls } from "./api.js";
+import { ApiError, auth, getJSON, signedUrl, urls } from "./api.js";
 import { drawHeatmap, drawHistogram, dtypeBars } from "./charts.js";
 import { renderPrograms, syncPtdLink } from "./executorch.js";
-import { formatBytes, formatCount, matcher, prepare, shapeText, sortRows, summarize, treeItems } from "./model.js";
+import { buildGraphModel, opLabel, searchGraph, shapeLabel } from "./graph-model.js";
+import { GraphView } from "./graph-view.js";
+import {
+  dimOrderText, formatBytes, formatCount, matcher, prepare, shapeText, sortRows, summarize, treeItems,
+} from "./model.js";
 import { itemKey, VirtualTable } from "./table.js";
 
 const $ = (id) => document.getElementById(id);
@@ -26,6 +31,10 @@ const state = {
   open: null, // name of the tensor in the detail panel
   statsAbort: null,
   loading: null,
+  tab: "tensors",
+  graph: null, // {key, model, data} of the loaded program graph
+  graphLoading: null,
+  node: null, // name of the node in the node panel
 };
 
 const table = new VirtualTable({
@@ -48,27 +57,34 @@ function showError(message) {
 function parseHash() {
   const parts = location.hash.replace(/^#\/?/, "").split("/");
   const route = {};
-  for (let i = 0; i + 1 < parts.length; i += 2) {
+  for (let i = 0; i < parts.length; i++) {
     const key = parts[i];
-    if (key === "tensor") {
-      route.tensor = decodeURIComponent(parts.slice(i + 1).join("/"));
+    if (key === "tensor" || key === "node") {
+      route[key] = decodeURIComponent(parts.slice(i + 1).join("/"));
+      if (key === "node") route.graph = true;
       break;
     }
-    if (key === "archive" || key === "model") route[key] = decodeURIComponent(parts[i + 1]);
+    if (key === "graph") route.graph = true;
+    else if ((key === "archive" || key === "model") && i + 1 < parts.length) {
+      route[key] = decodeURIComponent(parts[i + 1]);
+      i += 1;
+    }
   }
   return route;
 }
 
-function hashFor(archive, model, tensor) {
+function hashFor(archive, model, { tensor = null, node = null, graph = state.tab === "graph" } = {}) {
   let hash = `#/archive/${encodeURIComponent(archive)}`;
   if (model && state.models.length > 1) hash += `/model/${encodeURIComponent(model)}`;
+  if (node) return `${hash}/node/${encodeURIComponent(node)}`;
+  if (graph) hash += "/graph";
   if (tensor) hash += `/tensor/${encodeURIComponent(tensor)}`;
   return hash;
 }
 
 function setHash() {
   if (!state.archive) return;
-  const hash = hashFor(state.archive, state.model, state.open);
+  const hash = hashFor(state.archive, state.model, { tensor: state.open, node: state.open ? null : state.node });
   if (location.hash !== hash) history.replaceState(null, "", hash);
 }
 
@@ -78,6 +94,8 @@ async function applyRoute() {
   if (archive && (archive !== state.archive || (route.model && route.model !== state.model))) {
     await loadArchive(archive, route.model || null);
   }
+  await showTab(route.graph ? "graph" : "tensors", false);
+  if (route.node) await revealNode(route.node);
   if (route.tensor) {
     if (route.tensor !== state.open) openTensor(route.tensor, true);
   } else if (state.open) {
@@ -90,6 +108,7 @@ async function applyRoute() {
 async function start() {
   try {
     const listing = await getJSON(urls.archives());
+    $("token-form").hidden = true;
     state.archives = listing.archives;
     const select = $("archive");
     select.replaceChildren(
@@ -106,15 +125,33 @@ async function start() {
     const first = route.archive && listing.archives.some((a) => a.id === route.archive)
       ? route.archive : listing.default || (listing.archives[0] && listing.archives[0].id);
     if (!first) {
-      showError("this service has no archives configured");
+      showError("This service has no archives configured.");
       return;
     }
     await loadArchive(first, route.model || null);
-    if (route.tensor) openTensor(route.tensor, true);
+    await applyRoute();
   } catch (err) {
-    showError(`could not list archives: ${err.message}`);
+    if (err instanceof ApiError && err.status === 401) {
+      askForToken(auth.token ? "That token was refused; try again." : "");
+      return;
+    }
+    showError(`Could not list the archives: ${err.message}`);
   }
 }
+
+function askForToken(message) {
+  auth.token = null;
+  $("token-form").hidden = false;
+  $("token-error").textContent = message;
+  $("token-input").focus();
+}
+
+$("token-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  auth.token = $("token-input").value.trim();
+  $("token-input").value = "";
+  start();
+});
 
 async function loadArchive(id, model) {
   const token = {};
@@ -140,6 +177,7 @@ async function loadArchive(id, model) {
     state.rows = prepare(listing.tensors);
     state.byName = new Map(state.rows.map((row) => [row.name, row]));
     state.collapsed = new Set();
+    state.node = null;
     renderSummary(listing.tensors);
     refresh(null);
     setHash();
@@ -151,17 +189,19 @@ async function loadArchive(id, model) {
     state.byName = new Map();
     renderSummary([]);
     refresh(null);
-    showError(`could not load archive ${id}: ${err.message}`);
+    showError(`Could not load archive "${id}": ${err.message}`);
   }
 }
 
 function renderSummary(tensors) {
   const s = summarize(tensors);
   $("s-tensors").textContent = formatCount(s.count);
+  $("s-aliases").textContent = s.aliases ? `${formatCount(s.aliases)} of them alias${s.aliases === 1 ? "es" : ""} of another (tied)` : "";
   $("s-params").textContent = formatCount(s.params);
+  $("s-params").title = "elements of the weights, each stored tensor counted once";
   $("s-bytes").textContent = formatBytes(s.bytes);
-  $("s-bytes").title = `${s.bytes} bytes`;
-  $("s-kinds").textContent = [s.kinds.weight, s.kinds.constant, s.kinds.custom_object].map(formatCount).join(" / ");
+  $("s-bytes").title = `${formatCount(s.bytes)} bytes in unique payloads`;
+  $("s-kinds").textContent = [s.kinds.weight, s.kinds.constant, s.kinds.custom_object].map(formatCount).join(" · ");
   $("s-shared").textContent = formatCount(s.shared);
   dtypeBars($("dtype-chart"), s.dtypes);
 }
@@ -228,7 +268,7 @@ function activate(item) {
 function openTensor(name, fromRoute = false) {
   const row = state.byName.get(name);
   if (!row) {
-    showError(`no tensor ${JSON.stringify(name)} in archive ${state.archive}${state.model ? ` (model ${state.model})` : ""}`);
+    showError(`Archive "${state.archive}"${state.model ? `, model "${state.model}",` : ""} has no tensor "${name}".`);
     return;
   }
   showError("");
@@ -236,23 +276,25 @@ function openTensor(name, fromRoute = false) {
   const t = row.t;
   $("detail").hidden = false;
   document.body.classList.add("detail-open");
-  $("d-name").textContent = t.name;
+  setBreakable($("d-name"), t.name);
   $("d-dtype").textContent = t.dtype || "—";
   $("d-shape").textContent = shapeText(t);
   $("d-kind").textContent = `${t.kind}${t.is_param ? " (parameter)" : ""}${t.pickled ? " · pickled" : ""}`;
   $("d-bytes").textContent = t.nbytes === null ? "—" : `${formatBytes(t.nbytes)} (${formatCount(t.numel)} × ${t.itemsize} B)`;
   $("d-strides").textContent = t.strides ? `[${t.strides.join(", ")}] offset ${t.storage_offset}${t.dense ? "" : " · not dense"}` : "—";
-  $("d-dimorder").textContent = t.dim_order ? `[${t.dim_order.join(", ")}]` : "—";
+  $("d-dimorder").textContent = dimOrderText(t);
   const s = t.storage || {};
-  $("d-storage").textContent =
-    `${s.entry} · offset ${s.offset ?? "—"} · payload ${formatBytes(s.nbytes)} · ${s.compression} · crc32 ${(s.crc32 >>> 0).toString(16).padStart(8, "0")}`;
+  $("d-storage").replaceChildren(...[
+    s.entry, `offset ${s.offset ?? "—"}`, `payload ${formatBytes(s.nbytes)}`, s.compression,
+    `crc32 ${(s.crc32 >>> 0).toString(16).padStart(8, "0")}`,
+  ].flatMap((part, i) => (i ? [sep(), nowrap(part)] : [nowrap(part)])));
   const shared = $("d-shared");
   shared.replaceChildren();
   if (!row.sharedWith.length) shared.textContent = "—";
   row.sharedWith.forEach((other, i) => {
     const a = document.createElement("a");
     a.textContent = other;
-    a.href = hashFor(state.archive, state.model, other);
+    a.href = hashFor(state.archive, state.model, { tensor: other });
     if (i) shared.append(", ");
     shared.append(a);
   });
@@ -264,9 +306,9 @@ function openTensor(name, fromRoute = false) {
     link.classList.toggle("disabled", !readable);
     link.setAttribute("download", `${t.name}${format === "npy" ? ".npy" : ".bin"}`);
   }
-  const dataUrl = new URL(urls.data(pinnedArchive(), t.name, state.model), location.href).href;
   document.querySelector(".curl").hidden = !readable;
-  $("d-curl").textContent = `curl -H 'Range: bytes=0-1023' '${dataUrl}' -o ${safeFile(t.name)}.part`;
+  showCurl(t);
+  loadConsumers(t);
   if (!fromRoute) {
     const index = table.items.findIndex((item) => !item.group && item.row.name === name);
     if (index >= 0 && index !== table.cursor) table.setCursor(index);
@@ -276,6 +318,75 @@ function openTensor(name, fromRoute = false) {
   }
   setHash();
   loadStats(t);
+}
+
+function nowrap(text) {
+  const span = document.createElement("span");
+  span.style.whiteSpace = "nowrap";
+  span.textContent = text;
+  return span;
+}
+
+function sep() {
+  const span = document.createElement("span");
+  span.className = "sep";
+  span.textContent = " · ";
+  return span;
+}
+
+/** A dotted name that may wrap after its dots, never inside a word. */
+function setBreakable(element, name) {
+  element.replaceChildren();
+  name.split(/(?<=[./])/).forEach((part, i) => {
+    if (i) element.append(document.createElement("wbr"));
+    element.append(part);
+  });
+  element.title = name;
+}
+
+async function showCurl(t) {
+  const path = urls.data(pinnedArchive(), t.name, state.model);
+  const name = t.name;
+  let url = path;
+  try {
+    url = await signedUrl(path);
+  } catch {
+    url = path;
+  }
+  if (state.open !== name) return;
+  const full = new URL(url, location.href).href;
+  $("d-curl").textContent = `curl -H 'Range: bytes=0-1023' '${full}' -o ${safeFile(name)}.part`;
+}
+
+async function loadConsumers(t) {
+  const box = $("d-consumers");
+  box.textContent = "…";
+  const name = t.name;
+  try {
+    const found = await getJSON(urls.consumers(state.archive, name, state.model));
+    if (state.open !== name) return;
+    box.replaceChildren();
+    if (!found.consumers.length) {
+      box.textContent = found.placeholder ? "no node reads it" : "not an input of the program";
+      return;
+    }
+    const list = document.createElement("ul");
+    list.dataset.testid = "consumer-list";
+    for (const c of found.consumers) {
+      const li = document.createElement("li");
+      const a = document.createElement("a");
+      a.dataset.testid = "consumer-link";
+      a.dataset.node = c.node;
+      a.href = hashFor(state.archive, state.model, { node: c.node });
+      a.textContent = c.node;
+      li.append(a, ` ${c.target.replace(/^aten\./, "")}`);
+      if (c.via !== name) li.append(` (via ${c.via})`);
+      list.append(li);
+    }
+    box.append(list);
+  } catch (err) {
+    if (state.open === name) box.textContent = `— (${err.message})`;
+  }
 }
 
 function safeFile(name) {
@@ -313,20 +424,22 @@ async function loadStats(t) {
   }
 }
 
+/** Numbers as float32 shows them: 8 significant digits (0.99999976 stays 0.99999976, not 1). */
 function fmt(x) {
   if (x === null || x === undefined) return "—";
   if (typeof x === "boolean") return String(x);
   if (Array.isArray(x)) return `${fmt(x[0])}${x[1] < 0 ? "−" : "+"}${fmt(Math.abs(x[1]))}j`;
   if (Number.isInteger(x)) return String(x);
-  return Number(x.toPrecision(6)).toString();
+  return Number(x.toPrecision(8)).toString();
 }
 
 function renderStats(stats) {
   const box = $("d-stats");
   box.replaceChildren();
+  const magnitude = stats.of === "magnitude" ? "; complex values are measured by magnitude" : "";
   $("d-sampled").textContent = stats.sampled
-    ? `(from a sample of ${formatCount(stats.sample_elements)} of ${formatCount(stats.numel)} values)`
-    : `(all ${formatCount(stats.numel)} values${stats.of === "magnitude" ? ", by magnitude" : ""})`;
+    ? `(a sample of ${formatCount(stats.sample_elements)} of ${formatCount(stats.numel)} values${magnitude})`
+    : `(all ${formatCount(stats.numel)} values${magnitude})`;
   const first = document.createElement("div");
   first.className = "first mono";
   first.dataset.testid = "detail-first";
@@ -334,16 +447,20 @@ function renderStats(stats) {
   const grid = document.createElement("dl");
   grid.className = "stat-grid";
   const pairs = [
-    ["min", stats.min], ["max", stats.max], ["mean", stats.mean], ["std", stats.std],
-    ["NaN", stats.nan_count], ["Inf", stats.inf_count], ["zeros", stats.zero_count], ["of", stats.of],
+    ["min", "min", stats.min], ["max", "max", stats.max], ["mean", "mean", stats.mean],
+    ["std", "std (population)", stats.std], ["nan", "NaN count", stats.nan_count],
+    ["inf", "±Inf count", stats.inf_count], ["zeros", "zeros", stats.zero_count],
   ];
-  for (const [label, value] of pairs) {
+  for (const [key, label, value] of pairs) {
+    const cell = document.createElement("div");
     const dt = document.createElement("dt");
     dt.textContent = label;
     const dd = document.createElement("dd");
-    dd.dataset.testid = `stat-${label.toLowerCase()}`;
-    dd.textContent = typeof value === "string" ? value : fmt(value);
-    grid.append(dt, dd);
+    dd.dataset.testid = `stat-${key}`;
+    dd.textContent = fmt(value);
+    dd.title = value === null || value === undefined ? "" : String(value);
+    cell.append(dt, dd);
+    grid.append(cell);
   }
   box.append(first, grid);
   if (stats.histogram && stats.histogram.counts.length) {
@@ -364,13 +481,219 @@ function closeDetail(updateHash = true) {
   if (updateHash) setHash();
 }
 
+// ---- graph ---------------------------------------------------------------------------------
+
+const graphView = new GraphView({
+  svg: $("graph-svg"),
+  onWeight: (node) => {
+    state.node = node.name;
+    openTensor(node.tensor);
+  },
+  onNode: (node) => showNode(node.name),
+  onChange: (stats) => {
+    window.__pt2GraphRender = stats;
+  },
+});
+
+async function showTab(tab, updateHash = true) {
+  state.tab = tab;
+  $("tab-tensors").classList.toggle("active", tab === "tensors");
+  $("tab-graph").classList.toggle("active", tab === "graph");
+  $("tab-tensors").setAttribute("aria-selected", String(tab === "tensors"));
+  $("tab-graph").setAttribute("aria-selected", String(tab === "graph"));
+  $("tensors-pane").hidden = tab !== "tensors";
+  $("graph-pane").hidden = tab !== "graph";
+  if (tab === "tensors") {
+    state.node = null;
+    table.schedule();
+  }
+  if (updateHash) setHash();
+  if (tab === "graph") await loadGraph();
+}
+
+async function loadGraph() {
+  const key = `${state.archive}\u0000${state.model}`;
+  if (state.graph && state.graph.key === key) return state.graph;
+  if (state.graphLoading && state.graphLoading.key === key) return state.graphLoading.promise;
+  const started = performance.now();
+  $("graph-count").textContent = "loading the program…";
+  $("node-detail").hidden = true;
+  const promise = (async () => {
+    try {
+      const data = await getJSON(urls.graph(state.archive, state.model));
+      const fetched = performance.now();
+      const model = buildGraphModel(data);
+      const built = performance.now();
+      if (`${state.archive}\u0000${state.model}` !== key) return null;
+      graphView.setModel(model);
+      graphView.render();
+      graphView.fit();
+      state.graph = { key, model, data };
+      const groups = model.groups.size - 1;
+      $("graph-count").textContent =
+        `${formatCount(data.nodes.length)} nodes · ${formatCount(model.edgeCount)} edges · ${formatCount(groups)} modules`;
+      window.__pt2GraphTiming = {
+        nodes: data.nodes.length, fetchMs: fetched - started, buildMs: built - fetched,
+        renderMs: performance.now() - built, totalMs: performance.now() - started,
+      };
+      return state.graph;
+    } catch (err) {
+      $("graph-count").textContent = "";
+      showError(`Could not read the program graph: ${err.message}`);
+      return null;
+    } finally {
+      if (state.graphLoading && state.graphLoading.key === key) state.graphLoading = null;
+    }
+  })();
+  state.graphLoading = { key, promise };
+  return promise;
+}
+
+async function revealNode(name) {
+  const loaded = await loadGraph();
+  if (!loaded) return;
+  if (!loaded.model.byName.has(name)) {
+    showError(`The program has no node "${name}".`);
+    return;
+  }
+  graphView.reveal(name);
+  showNode(name, false);
+}
+
+function link(text, href, testid) {
+  const a = document.createElement("a");
+  a.textContent = text;
+  a.href = href;
+  if (testid) a.dataset.testid = testid;
+  return a;
+}
+
+function showNode(name, updateHash = true) {
+  const model = state.graph && state.graph.model;
+  const node = model && model.byName.get(name);
+  if (!node) return;
+  state.node = name;
+  $("node-detail").hidden = false;
+  setBreakable($("n-name"), node.name);
+  const facts = $("n-facts");
+  facts.replaceChildren();
+  const row = (label, ...content) => {
+    const dt = document.createElement("dt");
+    dt.textContent = label;
+    const dd = document.createElement("dd");
+    dd.append(...content);
+    facts.append(dt, dd);
+    return dd;
+  };
+  row("op", node.op === "call_function" ? node.target : node.op === "placeholder" ? `placeholder (${node.target})` : "output");
+  if (node.group) row("module", `${node.group} `, model.groups.get(node.group).type.split(".").pop());
+  if (node.tensor) {
+    row("tensor", link(node.tensor, hashFor(state.archive, state.model, { tensor: node.tensor, graph: true }), "node-tensor-link"));
+  }
+  for (const arg of node.inputs || []) {
+    if (arg.tensors) {
+      const parts = arg.tensors.flatMap((value, i) => {
+        const from = model.producer.get(value);
+        const target = from && from.tensor
+          ? link(from.tensor, hashFor(state.archive, state.model, { tensor: from.tensor, graph: true }), "node-input-tensor")
+          : from ? link(value, hashFor(state.archive, state.model, { node: from.name }), "node-input") : value;
+        return i ? [", ", target] : [target];
+      });
+      row(arg.name, ...(parts.length ? parts : ["[]"]));
+    } else {
+      row(arg.name, JSON.stringify(arg.value));
+    }
+  }
+  for (const out of node.outputs || []) row("→ " + out.name, shapeLabel(out) || "—");
+  const readers = model.readers.get(node.name) || [];
+  if (readers.length) {
+    row("read by", ...readers.flatMap((r, i) => {
+      const a = link(r.name, hashFor(state.archive, state.model, { node: r.name }), "node-reader");
+      return i ? [", ", a] : [a];
+    }));
+  }
+  if (updateHash) {
+    state.open = null;
+    closeDetail(false);
+    setHash();
+  }
+}
+
+function showResults(hits) {
+  const list = $("graph-results");
+  list.replaceChildren(...hits.map((node, i) => {
+    const li = document.createElement("li");
+    li.dataset.testid = "graph-result";
+    li.dataset.name = node.name;
+    if (i === 0) li.classList.add("active");
+    li.textContent = `${node.name} — ${node.tensor || opLabel(node)}${node.group ? `  (${node.group})` : ""}`;
+    return li;
+  }));
+  list.hidden = !hits.length;
+}
+
+function goToResult(name) {
+  $("graph-results").hidden = true;
+  graphView.reveal(name);
+  showNode(name);
+}
+
+$("graph-search").addEventListener("input", (event) => {
+  if (!state.graph) return;
+  showResults(searchGraph(state.graph.model, event.target.value));
+});
+$("graph-search").addEventListener("keydown", (event) => {
+  if (event.key === "Enter") {
+    const first = $("graph-results").querySelector("li");
+    if (first) goToResult(first.dataset.name);
+  } else if (event.key === "Escape") {
+    $("graph-results").hidden = true;
+  }
+});
+$("graph-results").addEventListener("click", (event) => {
+  const li = event.target.closest("li");
+  if (li) goToResult(li.dataset.name);
+});
+$("graph-fit").addEventListener("click", () => graphView.fit());
+$("graph-collapse").addEventListener("click", () => graphView.collapseAll());
+$("n-close").addEventListener("click", () => {
+  $("node-detail").hidden = true;
+  state.node = null;
+  setHash();
+});
+$("tab-tensors").addEventListener("click", () => showTab("tensors"));
+$("tab-graph").addEventListener("click", () => showTab("graph"));
+
+// Downloads behind a token: the browser cannot add Authorization to a plain link, so the link is
+// exchanged for a short-lived signed one at click time.
+document.addEventListener("click", async (event) => {
+  const a = event.target.closest("a.button");
+  if (!a || !auth.required || a.classList.contains("disabled")) return;
+  const href = a.getAttribute("href");
+  if (!href || href === "#" || !href.startsWith("/")) return;
+  event.preventDefault();
+  try {
+    const signed = await signedUrl(href);
+    const go = document.createElement("a");
+    go.href = signed;
+    if (a.hasAttribute("download")) go.setAttribute("download", a.getAttribute("download") || "");
+    document.body.append(go);
+    go.click();
+    go.remove();
+  } catch (err) {
+    showError(`Could not sign the download link: ${err.message}`);
+  }
+});
+
 // ---- events --------------------------------------------------------------------------------
 
-$("archive").addEventListener("change", (event) => {
-  loadArchive(event.target.value, null);
+$("archive").addEventListener("change", async (event) => {
+  await loadArchive(event.target.value, null);
+  if (state.tab === "graph") loadGraph();
 });
-$("model").addEventListener("change", (event) => {
-  loadArchive(state.archive, event.target.value);
+$("model").addEventListener("change", async (event) => {
+  await loadArchive(state.archive, event.target.value);
+  if (state.tab === "graph") loadGraph();
 });
 $("search").addEventListener("input", (event) => {
   state.query = event.target.value;
@@ -419,6 +742,7 @@ document.addEventListener("keydown", (event) => {
   const inSearch = event.target === $("search");
   const typing = !inSearch && /^(INPUT|SELECT|TEXTAREA)$/.test(event.target.tagName);
   if (typing || event.ctrlKey || event.metaKey || event.altKey) return;
+  if (state.tab === "graph" && event.key !== "Escape") return;
   if (event.key === "/" && !inSearch) {
     event.preventDefault();
     $("search").focus();

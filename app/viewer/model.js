@@ -20,6 +20,17 @@ export function shapeText(t) {
   return t.sizes ? `[${t.sizes.join(", ")}]` : "—";
 }
 
+/** Dim order as the table and the detail panel both show it: "[0, 2, 3, 1]". */
+export function dimOrderText(t) {
+  return t.dim_order ? `[${t.dim_order.join(", ")}]` : "—";
+}
+
+/** Names with equal keys are one tensor under several names (tied weights): same payload, same view. */
+export function aliasKey(t) {
+  if (!t.storage || !t.storage.entry || !t.sizes) return null;
+  return [t.storage.entry, t.storage_offset, t.sizes.join(","), (t.strides || []).join(","), t.dtype].join("|");
+}
+
 /** Decorate the server's layouts with what the table needs (once per listing). */
 export function prepare(tensors) {
   const byEntry = new Map();
@@ -41,32 +52,47 @@ export function prepare(tensors) {
       shape: shapeText(t),
       numel: t.numel ?? -1,
       bytes: t.nbytes ?? -1,
-      dimOrder: t.dim_order ? (t.dim_order.length ? t.dim_order.join(",") : "()") : "—",
+      dimOrder: dimOrderText(t),
       sharedWith: sharing,
       shared: sharing.length ? sharing[0] + (sharing.length > 1 ? ` +${sharing.length - 1}` : "") : "",
     };
   });
 }
 
+/**
+ * Counts for the summary, without counting twice what is stored once: parameters and element
+ * counts over unique tensors (tied names count once), bytes over unique payload entries.
+ */
 export function summarize(tensors) {
   const byDtype = new Map();
   const entries = new Map();
+  const seenKeys = new Set();
   let params = 0;
-  let bytes = 0;
+  let aliases = 0;
   const kinds = { weight: 0, constant: 0, custom_object: 0 };
   for (const t of tensors) {
     kinds[t.kind] = (kinds[t.kind] || 0) + 1;
-    if (t.kind === "weight" && t.numel) params += t.numel;
-    if (t.nbytes) {
-      bytes += t.nbytes;
-      const key = t.dtype || "?";
-      byDtype.set(key, (byDtype.get(key) || 0) + t.nbytes);
+    const key = aliasKey(t);
+    if (key !== null && seenKeys.has(key)) {
+      aliases += 1;
+    } else {
+      if (key !== null) seenKeys.add(key);
+      if (t.kind === "weight" && t.numel) params += t.numel;
     }
-    if (t.storage && t.storage.entry) entries.set(t.storage.entry, (entries.get(t.storage.entry) || 0) + 1);
+    if (t.storage && t.storage.entry) {
+      const e = entries.get(t.storage.entry);
+      if (e) e.names += 1;
+      else entries.set(t.storage.entry, { names: 1, nbytes: t.storage.nbytes || 0, dtype: t.dtype || "?" });
+    }
   }
-  const shared = [...entries.values()].filter((count) => count > 1).length;
+  let bytes = 0;
+  for (const e of entries.values()) {
+    bytes += e.nbytes;
+    byDtype.set(e.dtype, (byDtype.get(e.dtype) || 0) + e.nbytes);
+  }
+  const shared = [...entries.values()].filter((e) => e.names > 1).length;
   const dtypes = [...byDtype.entries()].sort((a, b) => b[1] - a[1]);
-  return { count: tensors.length, params, bytes, kinds, shared, dtypes };
+  return { count: tensors.length, aliases, params, bytes, kinds, shared, dtypes };
 }
 
 function globToRegExp(glob) {
@@ -134,13 +160,13 @@ export function treeItems(rows, collapsed) {
   }
   const items = [];
   const walk = (node, depth) => {
+    for (const row of node.leaves) items.push({ row, depth }); // a module's own tensors first
     for (const child of node.children.values()) {
       const isCollapsed = collapsed.has(child.prefix);
       items.push({ group: true, prefix: child.prefix, label: child.label, depth, count: child.count,
         bytes: child.bytes, collapsed: isCollapsed });
       if (!isCollapsed) walk(child, depth + 1);
     }
-    for (const row of node.leaves) items.push({ row, depth });
   };
   walk(root, 0);
   return items;

@@ -1,6 +1,6 @@
 // A virtualized table: a fixed row height, and only the rows in view (plus a margin) are in the DOM.
 
-import { formatBytes } from "./model.js";
+import { formatBytes, formatCount } from "./model.js";
 
 const OVERSCAN = 8;
 
@@ -51,7 +51,8 @@ export class VirtualTable {
 
   scrollTo(index) {
     const top = index * this.rowHeight;
-    const view = this.scroller.clientHeight;
+    // the sticky header row covers the top of the scroller
+    const view = this.scroller.clientHeight - this.spacer.offsetTop;
     if (top < this.scroller.scrollTop) this.scroller.scrollTop = top;
     else if (top + this.rowHeight > this.scroller.scrollTop + view) {
       this.scroller.scrollTop = top + this.rowHeight - view;
@@ -94,11 +95,17 @@ export class VirtualTable {
       if (item.collapsed) el.classList.add("collapsed");
       el.dataset.testid = "group-row";
       el.dataset.prefix = item.prefix;
-      const name = cell("name", item.prefix.slice(0, -1));
+      const name = cell("name span4", "");
       name.style.paddingLeft = indent;
-      name.title = item.prefix;
-      el.append(name, cell("", `${item.count} tensors`), cell("", ""), cell("", ""),
-        cell("num", formatBytes(item.bytes)), cell("", ""), cell("", ""));
+      name.title = `${item.prefix}* — ${item.count} tensors`;
+      const label = document.createElement("span");
+      label.className = "mono";
+      label.textContent = item.depth ? item.label : item.prefix.slice(0, -1);
+      const count = document.createElement("span");
+      count.className = "muted count";
+      count.textContent = ` ${formatCount(item.count)} tensor${item.count === 1 ? "" : "s"}`;
+      name.append(label, count);
+      el.append(name, cell("num", formatBytes(item.bytes)), cell("col-extra", ""), cell("col-extra", ""));
       return el;
     }
     const row = item.row;
@@ -108,10 +115,10 @@ export class VirtualTable {
     name.title = row.t.unsupported ? `${row.name} — ${row.t.unsupported}` : row.name;
     name.style.paddingLeft = indent;
     if (row.t.unsupported) name.classList.add("unsupported");
-    const shared = cell("muted mono", row.shared);
+    const shared = cell("muted mono col-extra", row.shared);
     shared.title = row.sharedWith.join(", ");
     el.append(name, cell("", row.kind), cell("mono", row.dtype), cell("mono", row.shape),
-      cell("num", row.bytes >= 0 ? formatBytes(row.bytes) : "—"), cell("mono", row.dimOrder), shared);
+      cell("num", row.bytes >= 0 ? formatBytes(row.bytes) : "—"), cell("mono col-extra", row.dimOrder), shared);
     return el;
   }
 }
