@@ -87,7 +87,7 @@ def test_fixture_graphs_match_torch(name):
 
 @needs_torch
 def test_tiny_gpt_graph_matches_torch(tmp_path):
-    from tests.graph_programs import save_program, tiny_gpt
+    from testing.graph_programs import save_program, tiny_gpt
 
     path = save_program(*tiny_gpt(), tmp_path / "gpt.pt2")
     _check_against_torch(path)
@@ -228,7 +228,7 @@ def test_unknown_fields_are_ignored():
 
 @needs_torch
 def test_consumers_of_a_tied_weight_include_both_names(tmp_path):
-    from tests.graph_programs import save_program, tiny_gpt
+    from testing.graph_programs import save_program, tiny_gpt
 
     path = save_program(*tiny_gpt(), tmp_path / "gpt.pt2")
 

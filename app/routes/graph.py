@@ -23,7 +23,7 @@ def build(resolve: Callable[..., Awaitable[Served]], where: str) -> APIRouter:
 
     @router.get(
         "/graph",
-        summary=f"The exported program's graph ({where}): nodes in graph order, signature, modules, consumers",
+        summary=f"The exported program's graph ({where}): nodes in order, signature, modules, consumers",
     )
     async def program_graph(served: ServedArchive, model: ModelQ = None) -> Response:
         graph = await served.archive.graph(model)
