@@ -13,10 +13,11 @@ from .errors import install_error_handlers
 from .limits import StreamLimiter
 from .metrics import Metrics, MetricsMiddleware
 from .registry import Registry
-from .routes import bundles, executorch, graph, hot, manifest, service, tensors, values, viewer
+from .routes import bundles, executorch, graph, hot, manifest, service, signing, tensors, values, viewer
 from .routes.params import default_archive, named_archive
 from .security import BearerTokenMiddleware, JsonCORSMiddleware, quiet_url_logging
 from .settings import Settings
+from .signing import UrlSigner, derive_key
 
 EXPOSED_HEADERS = [
     "Content-Range",
@@ -63,6 +64,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.state.settings = settings
     app.state.registry = registry
+    app.state.signer = _signer(settings)
     app.state.limiter = StreamLimiter(settings.max_streams)
     app.state.metrics = Metrics(registry, app.state.limiter)
     app.include_router(service.router)
@@ -78,12 +80,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     hot.install(app.router, mounted)  # layout and data first, without FastAPI's per-request work
     app.include_router(bundles.router)
     app.include_router(executorch.router)
+    app.include_router(signing.router)
     app.include_router(viewer.router)
     app.mount("/viewer", StaticFiles(directory=viewer.VIEWER), name="viewer")
     install_error_handlers(app)
     # outermost last: CORS answers preflights before the token check; metrics see everything
     if settings.api_token:
-        app.add_middleware(BearerTokenMiddleware, token=settings.api_token)
+        app.add_middleware(BearerTokenMiddleware, token=settings.api_token, signer=app.state.signer)
     if settings.cors_origins:
         app.add_middleware(
             JsonCORSMiddleware,
@@ -94,3 +97,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     return app
+
+
+def _signer(settings: Settings) -> UrlSigner | None:
+    if settings.url_signing_key:
+        return UrlSigner(settings.url_signing_key.encode())
+    return UrlSigner(derive_key(settings.api_token)) if settings.api_token else None

@@ -22,6 +22,8 @@ class ArchiveSpec:
 class Settings:
     archives: tuple[ArchiveSpec, ...] = ()
     api_token: str | None = None
+    url_signing_key: str | None = None  # None: derived from api_token (see app/signing.py)
+    signed_url_ttl: int = 900  # seconds a signed URL lives unless the request asks for less
     cors_origins: tuple[str, ...] = ()
     max_streams: int = 256  # concurrent body streams; more get 503 + Retry-After
     revalidate_seconds: float = 30.0  # how often remote archives are checked for changes
@@ -52,6 +54,8 @@ class Settings:
         return cls(
             archives=parse_archive_specs(specs) if specs else (ArchiveSpec("demo", str(DEMO_ARCHIVE)),),
             api_token=env.get("PT2SERVE_API_TOKEN") or None,
+            url_signing_key=env.get("PT2SERVE_URL_SIGNING_KEY") or None,
+            signed_url_ttl=int(env.get("PT2SERVE_SIGNED_URL_TTL", "900")),
             cors_origins=origins,
             max_streams=int(env.get("PT2SERVE_MAX_STREAMS", "256")),
             revalidate_seconds=float(env.get("PT2SERVE_REVALIDATE_SECONDS", "30")),

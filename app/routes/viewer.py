@@ -18,3 +18,11 @@ async def index() -> Response:
     if not page.exists():
         return HTMLResponse('<!doctype html><title>pt2serve</title><a href="/docs">API documentation</a>')
     return FileResponse(page, media_type="text/html")
+
+
+@router.get("/favicon.ico", include_in_schema=False)
+async def favicon() -> Response:
+    """Browsers ask for /favicon.ico whatever the page declares; answer with the viewer's icon."""
+    return FileResponse(
+        VIEWER / "icon.svg", media_type="image/svg+xml", headers={"cache-control": "max-age=86400"}
+    )

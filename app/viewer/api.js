@@ -60,7 +60,7 @@ export async function getJSON(url, { signal } = {}) {
  * the service needs no token. */
 export async function signedUrl(url) {
   if (!auth.required) return url;
-  const body = await getJSON(`/sign?url=${encodeURIComponent(url)}`);
+  const body = await getJSON(`/sign?path=${encodeURIComponent(url)}`);
   return body.url;
 }
 
