@@ -88,8 +88,7 @@ function setHash() {
   if (location.hash !== hash) history.replaceState(null, "", hash);
 }
 
-async function applyRoute() {
-  const route = parseHash();
+async function applyRoute(route = parseHash()) {
   const archive = route.archive && state.archives.some((a) => a.id === route.archive) ? route.archive : null;
   if (archive && (archive !== state.archive || (route.model && route.model !== state.model))) {
     await loadArchive(archive, route.model || null);
@@ -129,7 +128,7 @@ async function start() {
       return;
     }
     await loadArchive(first, route.model || null);
-    await applyRoute();
+    await applyRoute(route); // loadArchive rewrote the hash: use the one the page was opened with
   } catch (err) {
     if (err instanceof ApiError && err.status === 401) {
       askForToken(auth.token ? "That token was refused; try again." : "");
@@ -196,7 +195,8 @@ async function loadArchive(id, model) {
 function renderSummary(tensors) {
   const s = summarize(tensors);
   $("s-tensors").textContent = formatCount(s.count);
-  $("s-aliases").textContent = s.aliases ? `${formatCount(s.aliases)} of them alias${s.aliases === 1 ? "es" : ""} of another (tied)` : "";
+  $("s-aliases").textContent = s.aliases === 1 ? "1 is another's alias (tied)"
+    : s.aliases ? `${formatCount(s.aliases)} are aliases of others (tied)` : "";
   $("s-params").textContent = formatCount(s.params);
   $("s-params").title = "elements of the weights, each stored tensor counted once";
   $("s-bytes").textContent = formatBytes(s.bytes);

@@ -146,7 +146,8 @@ export function drawHeatmap(canvas, heatmap) {
   const cols = rows ? grid[0].length : 0;
   const width = Math.min(chartWidth(canvas), 320);
   const cellW = width / Math.max(cols, 1);
-  const cellH = Math.min(24, Math.max(cellW, 96 / Math.max(rows, 1)));
+  const n = Math.max(rows, 1);
+  const cellH = Math.min(Math.max(cellW, 96 / n), 240 / n); // at least 96 px tall, at most 240
   const mapH = Math.ceil(rows * cellH);
   const legendH = 34;
   const ctx = setup(canvas, width, mapH + legendH);
