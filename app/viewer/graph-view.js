@@ -33,6 +33,10 @@ function groupLabel(group) {
   return type ? `${last}: ${type}` : last;
 }
 
+function groupHead(group, open) {
+  return `${open ? "▾" : "▸"} ${groupLabel(group)} · ${group.size}`;
+}
+
 export class GraphView {
   constructor({ svg, onNode, onWeight, onChange }) {
     this.svg = svg;
@@ -132,8 +136,7 @@ export class GraphView {
       return { width: inner.width + 2 * PAD, height: inner.height + GROUP_HEAD + PAD };
     }
     const group = this.model.groups.get(path);
-    const label = groupLabel(group);
-    return { width: textWidth(label.length > 14 ? label : `${label}   ${group.size} nodes`), height: NODE_H + 6 };
+    return { width: textWidth(groupHead(group, false)) * 1.1, height: NODE_H + 6 }; // bold text is wider
   }
 
   layoutGroup(path) {
@@ -187,7 +190,7 @@ export class GraphView {
             "data-module": gpath, transform: `translate(${x},${y})` }, open ? boxLayer : nodeLayer);
           el("rect", { width: item.width, height: item.height, rx: 6 }, gEl);
           const head = el("text", { x: 8, y: open ? 16 : item.height / 2 + 4, class: "group-label" }, gEl);
-          head.textContent = clip(`${open ? "▾" : "▸"} ${groupLabel(group)}  ·  ${group.size}`, item.width);
+          head.textContent = clip(groupHead(group, open), item.width / 1.1);
           el("title", {}, gEl).textContent = `${gpath} (${group.type}) — ${group.size} nodes; click to ${open ? "collapse" : "expand"}`;
           if (open) draw(gpath, x + PAD, y + GROUP_HEAD);
         } else {

@@ -186,6 +186,7 @@ class Graph(msgspec.Struct, frozen=True, gc=False):
         return {fqn: readers.get(ph, []) for fqn, ph in self.placeholders_by_target().items()}
 
     def to_dict(self) -> dict[str, Any]:
+        placeholders = self.placeholders_by_target()
         return {
             "model": self.model,
             "torch_version": self.torch_version,
@@ -198,7 +199,7 @@ class Graph(msgspec.Struct, frozen=True, gc=False):
             },
             "modules": {path: {"type": m.type, "parent": m.parent} for path, m in self.modules.items()},
             "tensors": {
-                fqn: {"placeholder": self.placeholders_by_target()[fqn], "consumers": readers}
+                fqn: {"placeholder": placeholders[fqn], "consumers": readers}
                 for fqn, readers in self.tensor_consumers().items()
             },
         }
@@ -266,6 +267,7 @@ def _build(program: _Program, model: str, where: str) -> Graph:
     roles = {s.placeholder: s for s in signature_inputs if s.placeholder}
     nodes: list[GraphNode] = []
     names: set[str] = set()
+    deepest: dict[str, str | None] = {}  # nn_module_stack string → module path (nodes share stacks)
     inputs: list[str] = []
     for i, arg in enumerate(graph.inputs):
         refs = _tensor_refs(arg)
@@ -277,7 +279,10 @@ def _build(program: _Program, model: str, where: str) -> Graph:
     for i, raw_node in enumerate(graph.nodes):
         outputs = tuple(name for out in raw_node.outputs for name in _output_names(out))
         name = raw_node.name or (outputs[0] if outputs else f"node_{i}")
-        module = _modules_from_stack(raw_node.metadata.nn_module_stack, modules, where)
+        stack = raw_node.metadata.nn_module_stack
+        if stack not in deepest:
+            deepest[stack] = _modules_from_stack(stack, modules, where)
+        module = deepest[stack]
         nodes.append(
             GraphNode(
                 name,
@@ -422,6 +427,9 @@ def _modules_from_stack(stack: str | None, modules: dict[str, ModuleInfo], where
 
 def _split_stack_item(item: str) -> tuple[str, str, str] | None:
     """`key,path,type`, where path may hold commas inside brackets (torch's metadata_split)."""
+    if "[" not in item and "(" not in item:
+        fields = item.split(",")
+        return (fields[0], fields[1], fields[2]) if len(fields) == 3 else None
     out: list[str] = []
     start = depth = 0
     for end, ch in enumerate(item):
