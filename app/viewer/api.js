@@ -28,7 +28,11 @@ export const auth = {
       /* storage disabled: the token is asked again on the next load */
     }
   },
-  required: false, // set once the service has answered 401
+  answered401: false,
+  /** True once the service has refused a call without a token, or a token is in use at all. */
+  get required() {
+    return this.answered401 || Boolean(this.token);
+  },
 };
 
 export async function getJSON(url, { signal } = {}) {
@@ -49,7 +53,7 @@ export async function getJSON(url, { signal } = {}) {
     body = null;
   }
   if (!response.ok) {
-    if (response.status === 401) auth.required = true;
+    if (response.status === 401) auth.answered401 = true;
     const error = body && body.error ? body.error : { code: "http_error", message: response.statusText };
     throw new ApiError(response.status, error.code, error.message || `HTTP ${response.status}`);
   }

@@ -177,6 +177,12 @@ async function loadArchive(id, model) {
     state.byName = new Map(state.rows.map((row) => [row.name, row]));
     state.collapsed = new Set();
     state.node = null;
+    if (state.graph && state.graph.key !== `${id}\u0000${state.model}`) {
+      state.graph = null; // another program: never show the previous one's graph or counts
+      graphView.clear();
+      $("graph-count").textContent = "";
+      $("node-detail").hidden = true;
+    }
     renderSummary(listing.tensors);
     refresh(null);
     setHash();

@@ -68,13 +68,26 @@ export class GraphView {
     }
   }
 
+  clear() {
+    this.model = null;
+    this.viewport.replaceChildren();
+  }
+
   isExpanded(path) {
     return this.expanded.has(path);
   }
 
+  /** Expand or collapse a group, keeping its header where it was on screen. */
   toggle(path) {
+    const before = this.positions && this.positions.get(`g:${path}`);
     if (this.expanded.has(path)) this.collapse(path);
     else this.expand(path);
+    const after = this.positions && this.positions.get(`g:${path}`);
+    if (before && after) {
+      this.view.x += (before.left - after.left) * this.view.k;
+      this.view.y += (before.top - after.top) * this.view.k;
+      this.applyView();
+    }
   }
 
   expand(path) {
@@ -181,7 +194,7 @@ export class GraphView {
       for (const item of lay.items) {
         const x = item.x + ox - item.width / 2;
         const y = item.y + oy - item.height / 2;
-        this.positions.set(item.id, { x: item.x + ox, y: item.y + oy });
+        this.positions.set(item.id, { x: item.x + ox, y: item.y + oy, left: x, top: y });
         if (item.kind === "group") {
           const gpath = item.id.slice(2);
           const group = this.model.groups.get(gpath);
