@@ -360,3 +360,47 @@ def test_viewer_behind_a_token(browser, tmp_path):
         assert bad.status_code == 403 and bad.json()["error"]["code"] == "bad_signature"
         expired = httpx.get(url.replace("exp=", "exp=1"))  # changing exp breaks the signature too
         assert expired.status_code == 403
+
+
+def test_summary_counts_unique_storage_and_values_keep_eight_digits(page, server, programs):
+    needs_programs(programs)
+    listing = httpx.get(f"{server}/archives/gpt12/tensors").json()["tensors"]
+    seen, params, aliases = set(), 0, 0
+    for t in listing:
+        key = (t["storage"]["entry"], t["storage_offset"], tuple(t["sizes"]), tuple(t["strides"]), t["dtype"])
+        if key in seen:
+            aliases += 1
+        else:
+            seen.add(key)
+            params += t["numel"] if t["kind"] == "weight" else 0
+    payload_bytes = sum({t["storage"]["entry"]: t["storage"]["nbytes"] for t in listing}.values())
+    assert aliases == 1  # lm_head.weight is wte.weight
+    page.goto(f"{server}/#/archive/gpt12/tensor/h.0.attn.c_attn.weight")
+    page.wait_for_selector("[data-testid=stat-max]")
+    assert page.text_content("[data-testid=param-count]") == f"{params:,}"
+    assert "1 is another's alias" in page.text_content("[data-testid=alias-count]")
+    assert page.get_attribute("[data-testid=total-bytes]", "title").startswith(f"{payload_bytes:,} bytes")
+    stats = httpx.get(f"{server}/archives/gpt12/tensors/h.0.attn.c_attn.weight/stats").json()
+    for key in ("min", "max", "mean", "std"):
+        shown = page.text_content(f"[data-testid=stat-{key}]")
+        assert float(shown) == float(f"{stats[key]:.8g}"), (key, shown, stats[key])
+    assert page.text_content("[data-testid=detail-dimorder]") == "[0, 1]"
+    page.click("[data-testid=tab-tensors]")
+    row = "[data-testid=tensor-row][data-name='h.0.attn.c_attn.weight']"
+    assert page.eval_on_selector(row, "r => r.children[5].textContent") == "[0, 1]"  # same form as the panel
+
+
+def test_grouped_view_counts_fit_and_loose_tensors_come_first(page, server):
+    page.goto(f"{server}/#/archive/layouts")
+    page.wait_for_selector("[data-testid=tensor-row]")
+    page.check("[data-testid=group-toggle]")
+    rows = page.eval_on_selector_all(
+        "[data-testid=tensor-row], [data-testid=group-row]", "rows => rows.map(r => r.dataset.name || '')"
+    )
+    first_group = rows.index("")
+    loose = [name for name in rows if name and "." not in name]
+    assert first_group > 0 and rows[:first_group] == loose  # the top level's own tensors, then its modules
+    cells = page.eval_on_selector_all(
+        "[data-testid=group-row] .span4", "cs => cs.map(c => [c.textContent, c.scrollWidth, c.clientWidth])"
+    )
+    assert cells and all(text.endswith("tensors") and sw <= cw for text, sw, cw in cells), cells
