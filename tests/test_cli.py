@@ -455,6 +455,9 @@ def test_fresh_venv_install_runs_ls(tmp_path):
                            capture_output=True, text=True, cwd=tmp_path, check=True, env=clean)  # fmt: skip
     demo = pathlib.Path(where.stdout.strip())
     assert demo.is_file() and venv in demo.parents, demo  # the installed copy, package data included
+    viewer = demo.parent.parent / "viewer"
+    for shipped in ("index.html", "app.js", "icon.svg", "vendor/dagre.esm.js", "vendor/dagre.LICENSE"):
+        assert (viewer / shipped).is_file(), shipped  # the viewer, its vendored library and license
     listed = subprocess.run([venv / "bin" / "pt2serve", "ls", demo], capture_output=True, text=True,
                             cwd=tmp_path, timeout=TIMEOUT, env=clean)  # fmt: skip
     assert listed.returncode == 0, listed.stderr
