@@ -436,6 +436,8 @@ function fmt(x) {
   if (typeof x === "boolean") return String(x);
   if (Array.isArray(x)) return `${fmt(x[0])}${x[1] < 0 ? "−" : "+"}${fmt(Math.abs(x[1]))}j`;
   if (Number.isInteger(x)) return String(x);
+  const a = Math.abs(x);
+  if (a < 1e-3 || a >= 1e9) return x.toExponential(7).replace(/\.?0+e/, "e"); // 3.7152502e-5, not 0.0000371525…
   return Number(x.toPrecision(8)).toString();
 }
 
