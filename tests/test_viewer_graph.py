@@ -206,6 +206,9 @@ def test_tied_weight_lists_both_names_consumers_and_links_back(page, server, pro
     page.wait_for_selector(f"[data-testid=graph-node][data-name='{head}'].selected")
     assert page.text_content("[data-testid=node-name]") == head
     assert page.url.endswith(f"/node/{head}")
+    page.keyboard.press("Escape")  # closes the node panel
+    page.wait_for_selector("[data-testid=node-detail]", state="hidden")
+    assert page.url.endswith("#/archive/gpt12/graph")
 
 
 def test_module_group_expands_and_collapses(page, server, programs):

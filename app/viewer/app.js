@@ -769,6 +769,7 @@ document.addEventListener("keydown", (event) => {
     }
   } else if (event.key === "Escape") {
     if (state.open) closeDetail();
+    else if (state.tab === "graph" && !$("node-detail").hidden) $("n-close").click();
     else if (inSearch) $("search").blur();
   }
 });
