@@ -28,8 +28,8 @@ from collections.abc import Callable
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-import reader  # noqa: E402, I001
-from _rangeserver import FaultServerProcess  # noqa: E402
+import reader  # noqa: E402
+from testing.servers import FaultServerProcess  # noqa: E402
 
 CHECKPOINT = "gpt2_small_state_dict.pt"
 SAFETENSORS = "gpt2_small_state_dict.safetensors"

@@ -3,8 +3,8 @@
     python3 bench/open_remote.py [--cache-dir DIR] [--delay 0.03] [--repeat N] [--torch-repeat N]
                                  [--skip-torch] [--strict]
 
-The archive (the one bench/open_local.py generates and caches) is served by tests/faultserver.py's
-FaultServer in a separate process (bench/_rangeserver.py), which sleeps --delay seconds before answering
+The archive (the one bench/open_local.py generates and caches) is served by testing/faultserver.py's
+FaultServer in a separate process (testing/servers.py), which sleeps --delay seconds before answering
 each request, like a far-away object store. Every run opens afresh (new client, new connection); requests
 and body bytes come from the server's own log. Contenders:
 
@@ -36,7 +36,7 @@ if str(ROOT) not in sys.path:
 
 import reader  # noqa: E402, I001
 from reader.sources import HttpOptions, HttpSource  # noqa: E402
-from _rangeserver import FaultServerProcess  # noqa: E402
+from testing.servers import FaultServerProcess  # noqa: E402
 from open_local import ensure_archive, list_with_zipfile  # noqa: E402
 
 REQUESTS_MAX = 3

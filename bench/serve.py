@@ -53,9 +53,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench._archives import TENSOR, ensure_single_tensor_archive  # noqa: E402
-from bench._rangeserver import HOST, free_port, stop_process, wait_listening  # noqa: E402
-from bench._rangeserver import NginxProcess as Nginx  # noqa: E402
 from bench.stream_local import human, parse_size  # noqa: E402
+from testing.servers import HOST, free_port, stop_process, wait_listening  # noqa: E402
+from testing.servers import NginxProcess as Nginx  # noqa: E402
 
 ARCHIVES = {"big1g": ("serve_1gib.pt2", 256 * 1024 * 1024), "big2g": ("serve_2gib.pt2", 512 * 1024 * 1024)}
 MANY_FIXTURE = ROOT / "tests" / "fixtures" / "archives" / "many.pt2"

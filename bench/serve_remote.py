@@ -37,9 +37,9 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench._rangeserver import HOST, NginxProcess, free_port, stop_process, wait_listening  # noqa: E402
 from bench.serve import Pt2serve, curl, data_offset, fetch, read_status  # noqa: E402
 from bench.stream_local import TENSOR_NAME, ensure_archive  # noqa: E402
+from testing.servers import HOST, NginxProcess, free_port, stop_process, wait_listening  # noqa: E402
 
 PROXY_MIN, RSS_MAX, SMALL_MIN = 0.8, 64 << 20, 0.5
 SMALL_RANGE = 64 << 10

@@ -4,7 +4,7 @@
                                    [--chunk-sizes 1M,4M] [--limit-rate 100m] [--no-profile] [--strict]
 
 The archive is the one bench/stream_local.py generates and caches (one float32 tensor "big", stored).
-It is served by a separate process: tests/faultserver.py's FaultServer (bench/_rangeserver.py) and,
+It is served by a separate process: testing/faultserver.py's FaultServer (testing/servers.py) and,
 if installed, nginx (`apt-get install -y nginx-light`; run as our own process, stopped by PID).
 For each server and chunk size, runs alternate (pt2serve, curl, pt2serve, ...): pt2serve consumes every
 chunk of `ar.stream("big")` (HTTP/1.1, HttpOptions(http2=False); a whole-entry stream, so the CRC-32 is
@@ -52,7 +52,7 @@ if str(ROOT) not in sys.path:
 import reader  # noqa: E402, I001
 from reader.sources import HttpOptions, S3Settings  # noqa: E402
 from reader.sources.base import DEFAULT_CHUNK_SIZE  # noqa: E402
-from _rangeserver import FaultServerProcess, NginxProcess, nginx_binary  # noqa: E402
+from testing.servers import FaultServerProcess, NginxProcess, nginx_binary  # noqa: E402
 from stream_local import ELEMENTS, TENSOR_NAME, ensure_archive, human, parse_size  # noqa: E402
 
 RATIO_MIN = 0.9  # issue 12: single stream >= 0.9x curl on loopback nginx

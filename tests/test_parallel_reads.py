@@ -153,7 +153,7 @@ async def test_a_whole_tensor_read_in_parts_passes_its_crc(tmp_path, server) -> 
 
 @pytest.fixture(scope="module")
 def nginx_root(tmp_path_factory):
-    from bench._rangeserver import nginx_binary
+    from testing.servers import nginx_binary
 
     if nginx_binary() is None:
         pytest.skip("nginx is not installed (apt-get install -y nginx-light)")
@@ -163,7 +163,7 @@ def nginx_root(tmp_path_factory):
 
 
 def _nginx(root, **kwargs):
-    from bench._rangeserver import NginxProcess
+    from testing.servers import NginxProcess
 
     return NginxProcess(root, **kwargs)
 

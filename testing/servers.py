@@ -1,8 +1,8 @@
-"""Range-capable HTTP servers for the remote benchmarks, each run in a process of its own.
+"""Range-capable HTTP servers (the FaultServer, nginx) each in a process of its own, for benchmarks and tests.
 
 As a script it serves one file with the tests' FaultServer (asyncio, in-memory bytes):
 
-    python3 bench/_rangeserver.py --file PATH [--delay 0.03] [--port 0] [--path /NAME]
+    python3 testing/servers.py --file PATH [--delay 0.03] [--port 0] [--path /NAME]
 
 It prints ``READY <url>`` once listening, then takes commands on stdin, one per line, and answers
 each with one line on stdout: ``log`` (the requests since the last ``log``, as JSON), ``delay S``,
@@ -108,7 +108,7 @@ class _ServerProcess:
 
 
 class FaultServerProcess(_ServerProcess):
-    """tests/faultserver.py's FaultServer serving one file, in a child Python process."""
+    """testing/faultserver.py's FaultServer serving one file, in a child Python process."""
 
     name = "FaultServer"
 
