@@ -46,3 +46,27 @@ def fresh_archives(tmp_path_factory) -> tuple[pathlib.Path, dict]:
 
     out = tmp_path_factory.mktemp("fresh")
     return out, make_fixtures.build_all(out)
+
+
+CHROMIUM = pathlib.Path("/usr/bin/chromium")  # Debian's, driven by Playwright (no browser download)
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Chromium for one test module."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()

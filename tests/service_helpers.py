@@ -6,7 +6,8 @@ import asyncio
 import contextlib
 import socket
 import threading
-from collections.abc import AsyncIterator, Sequence
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
 
 import httpx
 import uvicorn
@@ -71,6 +72,26 @@ async def real_server(app: FastAPI) -> AsyncIterator[str]:
     finally:
         server.should_exit = True
         await asyncio.to_thread(thread.join, 10)
+
+
+@contextlib.contextmanager
+def threaded_server(app: FastAPI) -> Iterator[str]:
+    """The app under uvicorn on loopback in a thread of its own, for synchronous callers (the browser
+    tests drive Chromium synchronously); yields its URL and stops it on exit."""
+    config = uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{config.port}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
 
 
 def run(coro, timeout: float = 60.0):

@@ -6,32 +6,18 @@ Screenshots of the main states go to <pytest basetemp>/screenshots (paths are pr
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 import pathlib
-import socket
-import threading
-import time
 
 import pytest
 
 from app.main import create_app
 from app.settings import Settings, parse_archive_specs
-from tests.conftest import ARCHIVES, HAVE_TORCH
+from tests.conftest import ARCHIVES, CHROMIUM, HAVE_TORCH
+from tests.service_helpers import threaded_server
 
-CHROMIUM = pathlib.Path("/usr/bin/chromium")
 VIEWER_DIR = pathlib.Path(__file__).resolve().parent.parent / "app" / "viewer"
 CONTAINERS = pathlib.Path(__file__).resolve().parent / "fixtures" / "containers" / "torch-2.14"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 MANY = 10_000
 
 pytestmark = [
@@ -73,15 +59,8 @@ def many_archive(tmp_path_factory) -> pathlib.Path | None:
     return path
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server(many_archive):
-    import uvicorn
     from starlette.staticfiles import StaticFiles
 
     specs = [
@@ -96,29 +75,8 @@ def server(many_archive):
     app = create_app(Settings(archives=parse_archive_specs(specs), revalidate_seconds=0))
     if not any(getattr(route, "path", None) == "/viewer" for route in app.routes):
         app.mount("/viewer", StaticFiles(directory=VIEWER_DIR), name="viewer")
-    port = _free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
-    uv = uvicorn.Server(config)
-    thread = threading.Thread(target=lambda: asyncio.run(uv.serve()), daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not uv.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    uv.should_exit = True
-    thread.join(10)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
+    with threaded_server(app) as url:
+        yield url
 
 
 @pytest.fixture

@@ -3,10 +3,7 @@ selection, and an archive carrying programs offers each one; the links fetch the
 
 from __future__ import annotations
 
-import asyncio
 import pathlib
-import threading
-import time
 
 import httpx
 import pytest
@@ -14,8 +11,8 @@ import pytest
 from app.main import create_app
 from app.settings import Settings, parse_archive_specs
 from tests.conftest import ARCHIVES, needs_torch
-from tests.service_helpers import free_port
-from tests.test_viewer import CHROMIUM, CHROMIUM_ARGS, open_viewer, pytestmark  # noqa: F401 - same skips
+from tests.service_helpers import threaded_server
+from tests.test_viewer import open_viewer, pytestmark  # noqa: F401 - same skips
 
 PROGRAM = b"\x00pte" * 5000
 
@@ -36,33 +33,17 @@ def carrying(tmp_path_factory) -> pathlib.Path:
 
 @pytest.fixture(scope="module")
 def server(carrying):
-    import uvicorn
-
     specs = [f"carry={carrying}", f"layouts={ARCHIVES / 'layouts.pt2'}"]
     app = create_app(Settings(archives=parse_archive_specs(specs), revalidate_seconds=0))
-    config = uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning", lifespan="on")
-    uv = uvicorn.Server(config)
-    thread = threading.Thread(target=lambda: asyncio.run(uv.serve()), daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not uv.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{config.port}"
-    uv.should_exit = True
-    thread.join(10)
+    with threaded_server(app) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
-def page(server):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 860})
-        yield page
-        browser.close()
+def page(browser, server):
+    page = browser.new_page(viewport={"width": 1280, "height": 860})
+    yield page
+    page.close()
 
 
 @needs_torch

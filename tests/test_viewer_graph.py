@@ -21,7 +21,7 @@ import pytest
 
 from tests.conftest import ARCHIVES, HAVE_TORCH
 from tests.service_helpers import free_port
-from tests.test_viewer import CHROMIUM, CHROMIUM_ARGS, pytestmark  # noqa: F401 - same skips
+from tests.test_viewer import pytestmark  # noqa: F401 - same skips
 
 WIDTHS = (1400, 1024, 800, 390)
 TOKEN = "viewer-token-42"
@@ -83,16 +83,6 @@ def server(programs):
     specs += [f"{name}={path}" for name, path in programs.items()]
     with serve(specs) as base:
         yield base
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
-        yield chromium
-        chromium.close()
 
 
 def _page(browser, width=1280, height=860, scheme="light"):
