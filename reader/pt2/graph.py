@@ -456,11 +456,9 @@ def _signature_input(spec: dict[str, Any], where: str) -> SignatureInput:
         else:
             refs = _tensor_refs(arg) if len(arg) == 1 else []
             placeholder = refs[0] if refs else _maybe_name(arg)
-    target = None
-    for key in ("parameter_name", "buffer_name", "tensor_constant_name", "custom_obj_name", "fqn"):
-        if isinstance(payload.get(key), str):
-            target = payload[key]
-            break
+    target = _first_string(
+        payload, ("parameter_name", "buffer_name", "tensor_constant_name", "custom_obj_name", "fqn")
+    )
     persistent = payload.get("persistent") if isinstance(payload.get("persistent"), bool) else None
     return SignatureInput(kind, placeholder, target, persistent)
 
@@ -469,11 +467,7 @@ def _maybe_name(arg: dict[str, Any]) -> str | None:
     if len(arg) != 1:
         return None
     _, payload = next(iter(arg.items()))
-    if isinstance(payload, dict):
-        for key in ("name", "as_name"):
-            if isinstance(payload.get(key), str):
-                return payload[key]
-    return None
+    return _first_string(payload, ("name", "as_name")) if isinstance(payload, dict) else None
 
 
 def _signature_output(spec: dict[str, Any], where: str) -> SignatureOutput:
@@ -484,12 +478,13 @@ def _signature_output(spec: dict[str, Any], where: str) -> SignatureOutput:
     value = None
     if isinstance(arg, dict):
         value = arg["name"] if isinstance(arg.get("name"), str) else (_tensor_refs(arg) or [None])[0]
-    target = None
-    for key in ("buffer_name", "parameter_name", "user_input_name"):
-        if isinstance(payload.get(key), str):
-            target = payload[key]
-            break
+    target = _first_string(payload, ("buffer_name", "parameter_name", "user_input_name"))
     return SignatureOutput(kind, value, target)
+
+
+def _first_string(payload: dict[str, Any], keys: tuple[str, ...]) -> str | None:
+    """The first of `keys` whose value is a string (schema versions name the target differently)."""
+    return next((payload[key] for key in keys if isinstance(payload.get(key), str)), None)
 
 
 # ---- tensors to nodes -------------------------------------------------------------------------
