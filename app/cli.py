@@ -546,6 +546,8 @@ async def cmd_pull(args: argparse.Namespace) -> None:
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from .protocol import HTTP_PROTOCOL
+
     try:
         settings = Settings.from_environment(args.archives)
     except ValueError as exc:
@@ -565,7 +567,7 @@ def serve(args: argparse.Namespace) -> int:
         workers=args.workers,
         log_level=args.log_level,
         loop="uvloop",
-        http="httptools",
+        http=HTTP_PROTOCOL,
         proxy_headers=False,
         access_log=access_log,
     )

@@ -14,6 +14,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from app.main import create_app
+from app.protocol import HTTP_PROTOCOL
 from app.settings import Settings, parse_archive_specs
 from tests.conftest import ARCHIVES
 
@@ -51,12 +52,13 @@ def free_port() -> int:
 
 @contextlib.asynccontextmanager
 async def real_server(app: FastAPI) -> AsyncIterator[str]:
-    """The app under a real uvicorn (uvloop + httptools) on loopback, in a thread; yields its URL.
+    """The app under a real uvicorn (uvloop + httptools, as `pt2serve serve` runs it) on loopback, in
+    a thread; yields its URL.
 
     Waits asynchronously, so servers running on the caller's loop (upstreams) keep answering."""
     port = free_port()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", loop="uvloop",
-                            http="httptools", lifespan="on")  # fmt: skip
+                            http=HTTP_PROTOCOL, lifespan="on")  # fmt: skip
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -78,7 +80,9 @@ async def real_server(app: FastAPI) -> AsyncIterator[str]:
 def threaded_server(app: FastAPI) -> Iterator[str]:
     """The app under uvicorn on loopback in a thread of its own, for synchronous callers (the browser
     tests drive Chromium synchronously); yields its URL and stops it on exit."""
-    config = uvicorn.Config(app, host="127.0.0.1", port=free_port(), log_level="warning", lifespan="on")
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=free_port(), log_level="warning", lifespan="on", http=HTTP_PROTOCOL
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
     thread.start()

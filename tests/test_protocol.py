@@ -1,0 +1,129 @@
+"""The joining transport under uvicorn (app/protocol.py): a response's head and body leave in one
+write, bytes keep their order, and nothing is held past the loop turn or a close."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import reader
+from app.protocol import HELD_MAX, JoiningTransport
+from tests.conftest import ARCHIVES
+from tests.service_helpers import make_app, real_server
+
+
+class Counted(asyncio.Protocol):
+    """The peer end: what arrived, as it arrived."""
+
+    def __init__(self) -> None:
+        self.received = bytearray()
+
+    def data_received(self, data: bytes) -> None:
+        self.received += data
+
+
+async def _pair() -> tuple[JoiningTransport, socket.socket]:
+    ours, theirs = socket.socketpair()
+    theirs.setblocking(False)
+    loop = asyncio.get_running_loop()
+    transport, _ = await loop.create_connection(asyncio.Protocol, sock=ours)
+    return JoiningTransport(transport, loop), theirs  # type: ignore[arg-type]
+
+
+def _available(sock: socket.socket) -> bytes:
+    """What has arrived so far, without waiting."""
+    got = b""
+    while True:
+        try:
+            chunk = sock.recv(1 << 20)
+        except BlockingIOError:
+            return got
+        if not chunk:
+            return got
+        got += chunk
+
+
+async def _arrived(sock: socket.socket, length: int) -> bytes:
+    got = b""
+    for _ in range(1000):
+        got += _available(sock)
+        if len(got) >= length:
+            break
+        await asyncio.sleep(0.001)
+    return got
+
+
+async def test_a_small_write_waits_for_the_next_one_or_the_end_of_the_loop_turn() -> None:
+    joining, peer = await _pair()
+    writes: list[list[bytes]] = []
+    real_writelines = joining.transport.writelines
+
+    def recorded(pieces: list[bytes]) -> None:  # a spy on the real transport under it
+        writes.append(list(pieces))
+        real_writelines(pieces)
+
+    joining.transport.writelines = recorded  # type: ignore[method-assign]
+    try:
+        head, body = b"HTTP/1.1 200 OK\r\n\r\n", bytes(range(256)) * 256  # 64 KiB: not held
+        joining.write(head)
+        assert _available(peer) == b""  # held
+        joining.write(body)
+        assert writes == [[head, body]]  # both in one call, at once
+        assert await _arrived(peer, len(head) + len(body)) == head + body
+
+        joining.write(b"alone")  # no companion: sent when the loop turn ends
+        assert _available(peer) == b""
+        await asyncio.sleep(0)
+        await asyncio.sleep(0.01)
+        assert _available(peer) == b"alone"
+
+        joining.write(b"a")
+        joining.write(b"b" * HELD_MAX)  # still small: held with it
+        joining.write(b"c")
+        assert _available(peer) == b""
+        joining.close()  # a close sends what is held first
+        assert await _arrived(peer, HELD_MAX + 2) == b"a" + b"b" * HELD_MAX + b"c"
+    finally:
+        joining.abort()
+        peer.close()
+
+
+async def test_pipelined_requests_get_their_own_exact_answers_in_order() -> None:
+    """Three requests in one packet on one connection (layout, a Range, a HEAD), then a 304: the
+    joined writes must not mix the answers or their bytes."""
+    async with reader.open_archive(ARCHIVES / "layouts.pt2") as ar:
+        whole = await ar.read("conv.weight")
+    async with real_server(make_app()) as url:
+        host, port = url.removeprefix("http://").split(":")
+        reader_stream, writer = await asyncio.open_connection(host, int(port))
+        try:
+            requests = (
+                b"GET /tensors/conv.weight/layout HTTP/1.1\r\nHost: x\r\n\r\n"
+                b"GET /tensors/conv.weight/data HTTP/1.1\r\nHost: x\r\nRange: bytes=4-11\r\n\r\n"
+                b"HEAD /tensors/conv.weight/data HTTP/1.1\r\nHost: x\r\n\r\n"
+            )
+            writer.write(requests)
+            answers = [await _response(reader_stream, head_only=index == 2) for index in range(3)]
+            assert [status for status, _, _ in answers] == [200, 206, 200]
+            assert answers[0][1]["content-type"] == "application/json"
+            assert answers[1][2] == whole[4:12]
+            assert answers[1][1]["content-range"] == f"bytes 4-11/{len(whole)}"
+            assert answers[2][1]["content-length"] == str(len(whole)) and answers[2][2] == b""
+            etag = answers[2][1]["etag"]
+            writer.write(
+                f"GET /tensors/conv.weight/data HTTP/1.1\r\nHost: x\r\nIf-None-Match: {etag}\r\n\r\n".encode()
+            )
+            status, _, body = await _response(reader_stream, head_only=True)
+            assert (status, body) == (304, b"")
+        finally:
+            writer.close()
+
+
+async def _response(stream: asyncio.StreamReader, head_only: bool) -> tuple[int, dict[str, str], bytes]:
+    head = await asyncio.wait_for(stream.readuntil(b"\r\n\r\n"), 10)
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)}
+    if head_only:
+        return status, headers, b""
+    return status, headers, await asyncio.wait_for(stream.readexactly(int(headers["content-length"])), 10)
