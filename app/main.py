@@ -77,14 +77,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             router = build(resolve, where)
             app.include_router(router, prefix=prefix)
             mounted.append((router, prefix))
-    hot.install(app.router, mounted)  # layout and data first, without FastAPI's per-request work
     app.include_router(bundles.router)
     app.include_router(executorch.router)
     app.include_router(signing.router)
     app.include_router(viewer.router)
     app.mount("/viewer", StaticFiles(directory=viewer.VIEWER), name="viewer")
     install_error_handlers(app)
-    # outermost last: CORS answers preflights before the token check; metrics see everything
+    # outermost last: the hot lane innermost (layout and data without FastAPI's per-request work);
+    # CORS answers preflights before the token check; metrics see everything
+    hot.install(app, mounted)
     if settings.api_token:
         app.add_middleware(BearerTokenMiddleware, token=settings.api_token, signer=app.state.signer)
     if settings.cors_origins:

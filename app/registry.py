@@ -16,7 +16,9 @@ import contextlib
 import logging
 import time
 from collections import deque
+from collections.abc import Hashable
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import reader
 from reader.digests import Digests
@@ -26,6 +28,7 @@ from reader.versions import source_version
 from .settings import ArchiveSpec, Settings
 
 log = logging.getLogger("pt2serve")
+T = TypeVar("T")
 
 
 class ArchiveNotFound(LookupError):
@@ -45,15 +48,27 @@ class VersionNotServed(LookupError):
         self.archive_id, self.version, self.current, self.gone = archive_id, version, current, gone
 
 
+PREPARED_MAX = 8192  # answers kept per archive version (about 1 KiB each)
+
+
 @dataclass
 class Opened:
-    """One version of an archive, open: the archive object, its version, its digests."""
+    """One version of an archive, open: the archive object, its version, its digests, and what
+    the hot routes computed for it that no request can change (`prepare`)."""
 
     archive: reader.Archive
     version: str
     digests: Digests
     retire_at: float = float("inf")  # (monotonic) when a replaced version is closed
     ahead: asyncio.Task[None] | None = None  # digests computed in the background
+    prepared: dict[Hashable, Any] = field(default_factory=dict)
+
+    def remember(self, key: Hashable, value: T) -> T:
+        """Keep `value` under `key` for the life of this version (the bytes it describes are fixed)."""
+        if len(self.prepared) >= PREPARED_MAX:
+            self.prepared.clear()
+        self.prepared[key] = value
+        return value
 
     async def close(self) -> None:
         if self.ahead is not None:
@@ -190,6 +205,10 @@ class Registry:
 
         A version nobody here knows may be one another replica already serves: the source
         is revalidated (at most once a second) before the answer is no."""
+        slot = self.slots.get(archive_id or self.default_id)  # the usual case first: the current version
+        opened = slot.current if slot is not None and not slot.retired else None
+        if slot is not None and opened is not None and version in (None, opened.version):
+            return Served(slot.spec.id, opened, pinned=version is not None)
         await self.get(archive_id)
         slot = self.slot(archive_id)
         await self._retire_expired(slot)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import aclosing
 
 import anyio
@@ -27,6 +27,8 @@ from .errors import error_response
 from .httpranges import UNSATISFIABLE, BodyPlan, decide, plan_body
 from .limits import StreamLimiter
 
+CONDITIONS = (b"range", b"if-none-match", b"if-range")  # the request fields a response depends on
+
 
 class BodyResponse(Response):
     """A Starlette response whose status and headers (Content-Length, Content-Range, ETag) are
@@ -42,17 +44,26 @@ class BodyResponse(Response):
         media_type: str,
         chunk_size: int,
         headers: Mapping[str, str] | None = None,
+        encoded: Sequence[tuple[bytes, bytes]] = (),
         limiter: StreamLimiter | None = None,
         background: BackgroundTask | None = None,
     ) -> None:
+        """`headers` go out as given, and `encoded` too (lower-case names, Latin-1: made once
+        by a caller that sends the same fields often)."""
+        asked: dict[bytes, bytes] = {}
+        for name, value in request.scope["headers"]:  # one pass; the first of repeated fields
+            if name in CONDITIONS:
+                asked.setdefault(name, value)
         decision = decide(
             body.length,
             etag,
-            range_header=request.headers.get("range"),
-            if_none_match=request.headers.get("if-none-match"),
-            if_range=request.headers.get("if-range"),
+            range_header=_text(asked.get(b"range")),
+            if_none_match=_text(asked.get(b"if-none-match")),
+            if_range=_text(asked.get(b"if-range")),
         )
-        self.plan: BodyPlan = plan_body(decision, body.length, media_type, secrets.token_hex(12))
+        multipart = len(decision.ranges) > 1
+        boundary = secrets.token_hex(12) if multipart else ""  # a getrandom(2) call: only when used
+        self.plan: BodyPlan = plan_body(decision, body.length, media_type, boundary)
         self.source = body
         self.chunk_size = chunk_size
         self.limiter = limiter
@@ -60,7 +71,12 @@ class BodyResponse(Response):
         fields = {"etag": etag, "accept-ranges": "bytes", **(headers or {}), **self.plan.headers}
         if self.plan.status != 304:
             fields["content-length"] = str(self.plan.length)
-        super().__init__(status_code=self.plan.status, headers=fields, background=background)
+        self.status_code = self.plan.status
+        self.background = background
+        self.body = b""
+        # what Starlette's init_headers makes of `fields` (both length and type are in them)
+        self.raw_headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in fields.items()]
+        self.raw_headers += encoded
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         plan = self.plan
@@ -141,6 +157,10 @@ class BodyResponse(Response):
 
     async def _start(self, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+
+
+def _text(field: bytes | None) -> str | None:
+    return None if field is None else field.decode("latin-1")
 
 
 async def _cancel_on_disconnect(receive: Receive, scope: anyio.CancelScope) -> None:

@@ -15,6 +15,7 @@ import functools
 import hashlib
 import urllib.parse
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import orjson
 from starlette.requests import Request
@@ -92,14 +93,27 @@ def version_etag(served: Served, *parts: str) -> str:
     return f'"{hashlib.blake2b(named, digest_size=16).hexdigest()}"'
 
 
+@dataclass(frozen=True)
+class TaggedJson:
+    """A JSON body and the ETag of its bytes."""
+
+    body: bytes
+    etag: str
+
+    @classmethod
+    def of(cls, content: object) -> TaggedJson:
+        body = orjson.dumps(content)
+        return cls(body, f'"{hashlib.blake2b(body, digest_size=16).hexdigest()}"')
+
+
 def json_etag_response(request: Request, content: object, headers: Mapping[str, str]) -> Response:
-    """JSON with an ETag of its own bytes: a matching If-None-Match gets a 304."""
-    body = orjson.dumps(content)
-    etag = f'"{hashlib.blake2b(body, digest_size=16).hexdigest()}"'
-    all_headers = {**headers, "etag": etag}
-    if _matches(request.headers.get("if-none-match"), etag):
+    """JSON with an ETag of its own bytes (`content` may come tagged): a matching If-None-Match
+    gets a 304."""
+    tagged = content if isinstance(content, TaggedJson) else TaggedJson.of(content)
+    all_headers = {**headers, "etag": tagged.etag}
+    if _matches(request.headers.get("if-none-match"), tagged.etag):
         return Response(status_code=304, headers=all_headers)
-    return Response(body, media_type="application/json", headers=all_headers)
+    return Response(tagged.body, media_type="application/json", headers=all_headers)
 
 
 def _matches(field: str | None, etag: str) -> bool:

@@ -1,12 +1,13 @@
 """The hot layout/data routes (app/routes/hot.py) answer exactly as FastAPI's routes would, and hand
-every request they cannot judge to FastAPI; service settings and CLI options for parallel reads."""
+every request they cannot judge to FastAPI; what they keep per archive version is only what cannot
+change; service settings and CLI options for parallel reads."""
 
 from __future__ import annotations
 
 import pytest
 
 from app.cli import build_parser
-from app.routes.hot import HotRoute
+from app.routes.hot import HotLane, HotRoute
 from app.settings import Settings
 from tests.service_helpers import in_process, make_app
 
@@ -18,13 +19,13 @@ async def client():
 
 
 def _hot(app) -> list[HotRoute]:
-    return [route for route in app.router.routes if isinstance(route, HotRoute)]
+    return next(m.kwargs["routes"] for m in app.user_middleware if m.cls is HotLane)
 
 
-def test_the_hot_routes_come_first_and_know_their_query_parameters() -> None:
-    app = make_app()
+def test_the_hot_lane_is_the_innermost_middleware_and_knows_the_query_parameters() -> None:
+    app = make_app(api_token="secret", cors_origins=("https://viewer.example",))
+    assert app.user_middleware[-1].cls is HotLane  # metrics, CORS and the token check come first
     hot = _hot(app)
-    assert app.router.routes[: len(hot)] == hot
     assert {(route.path, method) for route in hot for method in route.methods} == {
         (f"{prefix}/tensors/{{name:path}}/{what}", method)
         for prefix in ("", "/archives/{archive_id}")
@@ -42,7 +43,7 @@ PATHS = ["/tensors/conv.weight/data", "/archives/layouts/tensors/conv.weight/lay
 async def test_hot_and_fastapi_routes_answer_the_same(client) -> None:
     """The same requests through the hot routes and through FastAPI's own routes (hot routes removed)."""
     fastapi_only = make_app()
-    fastapi_only.router.routes[:] = [r for r in fastapi_only.router.routes if not isinstance(r, HotRoute)]
+    fastapi_only.user_middleware = [m for m in fastapi_only.user_middleware if m.cls is not HotLane]
     async with in_process(fastapi_only) as plain:
         for path in PATHS:
             for query in QUERIES:

@@ -1,16 +1,19 @@
 """The routes edge devices hit most (a tensor's layout and bytes) without FastAPI's per-request work.
 
 Profiled under `wrk -c32` (py-spy and cProfile, bench/serve_remote.py), a layout request spent
-most of its Python time in FastAPI's dependency solving and included-router matching, not in
-pt2serve. These routes call the very endpoint functions `tensors.build` declared, with the same
-archive lookup, from a plain Starlette route placed first in the app's router:
+most of its Python time in FastAPI, not in pt2serve: dependency solving, included-router
+matching, the per-request exit stack (a bare FastAPI app answers a constant at half the rate a
+bare Starlette app does, measured). `HotLane`, the innermost of the app's middleware (so metrics,
+CORS and the token check still see every request), answers these paths itself by calling the
+very endpoint functions `tensors.build` declared, with the same archive lookup:
 
-- it matches only requests it can answer exactly as FastAPI would: the method, the path, and a
-  query string whose every parameter is known to the endpoint and valid (Literal values checked,
-  no repeats); anything else does not match, and FastAPI's own route answers (with its validation
-  errors), so there is one copy of every rule that is not plain routing;
-- errors raised by the endpoint reach the app's exception handlers as before, and the metrics
-  middleware sees the same route template.
+- a `HotRoute` matches only requests it can answer exactly as FastAPI would: the method, the
+  path, and a query string whose every parameter is known to the endpoint and valid (Literal
+  values checked, no repeats); anything else goes on to FastAPI, whose own route answers (with
+  its validation errors), so there is one copy of every rule that is not plain routing;
+- errors raised by the endpoint reach the app's exception handlers through Starlette's own
+  ExceptionMiddleware, built with the handlers the app's would get; the metrics middleware sees
+  the same route template.
 
 The FastAPI routes stay: they define the OpenAPI document and handle the unusual requests.
 """
@@ -23,11 +26,11 @@ import types
 import typing
 from urllib.parse import parse_qsl
 
-from fastapi import APIRouter
+from fastapi import APIRouter, FastAPI
 from fastapi.routing import APIRoute
+from starlette.middleware.exceptions import ExceptionMiddleware
 from starlette.requests import Request
-from starlette.routing import BaseRoute, Match
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .params import serve
 
@@ -35,7 +38,7 @@ HOT_PATHS = ("/tensors/{name:path}/layout", "/tensors/{name:path}/data")
 _ANY = object()  # a query parameter that takes any single string
 
 
-class HotRoute(BaseRoute):
+class HotRoute:
     """One of `HOT_PATHS` for the default archive (prefix "") or a named one."""
 
     def __init__(self, route: APIRoute, prefix: str) -> None:
@@ -54,16 +57,17 @@ class HotRoute(BaseRoute):
             if name not in ("request", "served", "name")
         }
 
-    def matches(self, scope: Scope) -> tuple[Match, Scope]:
-        if scope["type"] != "http" or scope["method"] not in self.methods:
-            return Match.NONE, {}
+    def match(self, scope: Scope) -> dict[str, object] | None:
+        """What to add to the scope of an (http) request this route answers; None for any other."""
+        if scope["method"] not in self.methods:
+            return None
         match = self.regex.fullmatch(scope["path"]) if not scope.get("root_path") else None
         if match is None:
-            return Match.NONE, {}
+            return None
         query = self._query(scope["query_string"])
         if query is None:
-            return Match.NONE, {}
-        return Match.FULL, {"path_params": match.groupdict(), "hot_query": query}
+            return None
+        return {"path_params": match.groupdict(), "hot_query": query, "route": self}
 
     def _query(self, raw: bytes) -> dict[str, str] | None:
         """The query as endpoint arguments, or None if FastAPI should judge it."""
@@ -78,7 +82,6 @@ class HotRoute(BaseRoute):
         return found
 
     async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
-        scope["route"] = self
         request = Request(scope, receive)
         params = scope["path_params"]
         served = await serve(request, params.get("archive_id"))
@@ -112,7 +115,36 @@ def hot_routes(router: APIRouter, prefix: str) -> list[HotRoute]:
     ]
 
 
-def install(app_router: APIRouter, routers: list[tuple[APIRouter, str]]) -> None:
-    """Put the hot routes first in the app's router (`routers`: each tensor router and its prefix)."""
-    hot: list[BaseRoute] = [route for router, prefix in routers for route in hot_routes(router, prefix)]
-    app_router.routes[0:0] = hot
+class HotLane:
+    """ASGI middleware: a request a `HotRoute` matches is answered by it; any other goes on."""
+
+    def __init__(self, app: ASGIApp, service: FastAPI, routes: list[HotRoute]) -> None:
+        self.app = app
+        self.routes = routes
+        self.endings = tuple({route.path.rsplit("}", 1)[1] for route in routes})  # "/layout", "/data"
+        # the handlers Starlette gives the ExceptionMiddleware it builds (500 and Exception are the
+        # ServerErrorMiddleware's, outside every user middleware): the same answers to the same errors
+        handlers = {key: h for key, h in service.exception_handlers.items() if key not in (500, Exception)}
+        self.answer = ExceptionMiddleware(_answer, handlers=handlers, debug=service.debug)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].endswith(self.endings):
+            for route in self.routes:
+                matched = route.match(scope)
+                if matched is not None:
+                    scope.update(matched)
+                    await self.answer(scope, receive, send)
+                    return
+        await self.app(scope, receive, send)
+
+
+async def _answer(scope: Scope, receive: Receive, send: Send) -> None:
+    await scope["route"].handle(scope, receive, send)
+
+
+def install(service: FastAPI, routers: list[tuple[APIRouter, str]]) -> None:
+    """Add the hot lane for the hot routes of `routers` (each tensor router and its prefix); call it
+    before adding any other middleware, so that it is the innermost."""
+    routes = [route for router, prefix in routers for route in hot_routes(router, prefix)]
+    routes.sort(key=lambda route: not route.named)  # no path matches both: the more used first
+    service.add_middleware(HotLane, service=service, routes=routes)

@@ -35,7 +35,9 @@ async def serve(request: Request, archive_ref: str | None) -> Served:
         archive_id, at, pinned = archive_ref.partition("@")
         version = pinned if at else None
     served = await request.app.state.registry.serve(archive_id, version)
-    request.state.served = served  # the error handlers need to know which archive object failed
+    # the error handlers need to know which archive object failed (request.state.served; set in
+    # the scope's state dict itself, which is what request.state wraps, without building a State)
+    request.scope.setdefault("state", {})["served"] = served
     return served
 
 

@@ -4,7 +4,9 @@
 default archive (`/tensors/...`) and per archive (`/archives/{archive_id}/tensors/...`).
 """
 
+import functools
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
@@ -19,7 +21,7 @@ from reader.tensor import TensorBytes
 from ..errors import ApiError
 from ..registry import Served
 from ..responses import BodyResponse
-from ..versioning import caching_headers, data_url, json_etag_response, tensor_etag, version_etag
+from ..versioning import TaggedJson, caching_headers, data_url, json_etag_response, tensor_etag, version_etag
 from .params import FormatQ, KindQ, ModelQ, OrderQ, PrefixQ
 
 
@@ -63,7 +65,12 @@ def build(resolve: Callable[..., Awaitable[Served]], where: str) -> APIRouter:
         request: Request, served: ServedArchive, name: str, model: ModelQ = None
     ) -> Response:
         headers = caching_headers(request, served)
-        return json_etag_response(request, layout_json(served, served.archive.layout(name, model)), headers)
+        key = ("layout", name, model)
+        tagged = served.opened.prepared.get(key)
+        if tagged is None:
+            layout = layout_json(served, served.archive.layout(name, model))
+            tagged = served.opened.remember(key, TaggedJson.of(layout))
+        return json_etag_response(request, tagged, headers)
 
     @router.get("/tensors/{name:path}/data", summary=f"A tensor's bytes ({where})", response_class=Response)
     @router.head(
@@ -79,39 +86,68 @@ def build(resolve: Callable[..., Awaitable[Served]], where: str) -> APIRouter:
         order: OrderQ = "default",
         format: FormatQ = "raw",
     ) -> Response:
-        if format == "npy":
-            tensor = served.archive.tensor(name, model, "contiguous")
-            body, media_type = npy_body(tensor), "application/x-npy"
-        else:
-            tensor = served.archive.tensor(name, model, order)
-            body, media_type = tensor, "application/octet-stream"
-        check_accept(request, media_type)
-        headers = caching_headers(request, served)
-        info = tensor.info
-        chunk_size = request.app.state.settings.chunk_size
-        digest, content_etag = await representation_digest(request, served, tensor, body, format)
-        if digest is not None:
-            headers["repr-digest"] = repr_digest(digest)
-        if content_etag and digest is not None:
-            headers["etag"] = tensor_etag(digest, tensor, format)
-        else:  # bytes fixed by the archive version: a strong ETag too, only not shared across versions
-            headers["etag"] = version_etag(served, info.model, info.name, tensor.order, format)
+        key = ("data", name, model, order, format, served.pinned)
+        answer = served.opened.prepared.get(key)
+        if answer is None:
+            answer = await representation(request, served, name, model, order, format)
+            if answer.final:
+                served.opened.remember(key, answer)
+        check_accept(request, answer.media_type)
         return BodyResponse(
             request,
-            body,
-            etag=headers.pop("etag"),
-            media_type=media_type,
-            headers={
-                **headers,
-                "x-tensor-dtype": info.dtype or "",
-                "x-tensor-shape": ",".join(map(str, info.sizes or ())),
-                "x-tensor-dim-order": ",".join(map(str, tensor.dim_order)),
-            },
-            chunk_size=chunk_size,
+            answer.body,
+            etag=answer.etag,
+            media_type=answer.media_type,
+            headers=caching_headers(request, served),
+            encoded=answer.encoded,
+            chunk_size=request.app.state.settings.chunk_size,
             limiter=request.app.state.limiter,
         )
 
     return router
+
+
+@dataclass(frozen=True)
+class Representation:
+    """A tensor's data response, whatever the request asks of it: the body, its type, its ETag
+    and the headers that describe it. `final`: nothing later can change it for this archive
+    version (its digest is known), so the hot route keeps it."""
+
+    body: Body
+    media_type: str
+    etag: str
+    headers: dict[str, str]
+    final: bool
+
+    @functools.cached_property
+    def encoded(self) -> list[tuple[bytes, bytes]]:
+        """`headers` as they go on the wire (sent with every answer, so encoded once)."""
+        return [(name.encode("latin-1"), value.encode("latin-1")) for name, value in self.headers.items()]
+
+
+async def representation(
+    request: Request, served: Served, name: str, model: str | None, order: str, fmt: str
+) -> Representation:
+    if fmt == "npy":
+        tensor = served.archive.tensor(name, model, "contiguous")
+        body, media_type = npy_body(tensor), "application/x-npy"
+    else:
+        tensor = served.archive.tensor(name, model, order)
+        body, media_type = tensor, "application/octet-stream"
+    info = tensor.info
+    headers = {
+        "x-tensor-dtype": info.dtype or "",
+        "x-tensor-shape": ",".join(map(str, info.sizes or ())),
+        "x-tensor-dim-order": ",".join(map(str, tensor.dim_order)),
+    }
+    digest, content_etag = await representation_digest(request, served, tensor, body, fmt)
+    if digest is not None:
+        headers["repr-digest"] = repr_digest(digest)
+    if content_etag and digest is not None:
+        etag = tensor_etag(digest, tensor, fmt)
+    else:  # bytes fixed by the archive version: a strong ETag too, only not shared across versions
+        etag = version_etag(served, info.model, info.name, tensor.order, fmt)
+    return Representation(body, media_type, etag, headers, final=digest is not None)
 
 
 async def representation_digest(
