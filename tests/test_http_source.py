@@ -1,15 +1,20 @@
 """Archives over HTTP against a server the tests own: same index and bytes as local, few requests,
-and for every misbehaviour either exact bytes or the right typed error within the time budget."""
+and for every misbehaviour either exact bytes or the right typed error within the time budget.
+
+Every test runs twice: with the usual split (aiohttp, and reader/sources/bulk.py for explicit
+ranges of 1 MiB and more) and with every explicit range on the bulk path, since the fixture
+archives are small."""
 
 from __future__ import annotations
 
 import asyncio
+import copy
 import time
 
 import pytest
 
 import reader
-from reader.sources import HttpOptions
+from reader.sources import HttpOptions, bulk
 from testing.faultserver import (
     ChangeObject,
     Chunked,
@@ -30,6 +35,13 @@ from tests.conftest import ARCHIVES
 
 FAST = HttpOptions(backoff_base=0.01, backoff_cap=0.05, read_timeout=2.0, time_budget=10.0)
 BIG = "many.pt2"  # 880 KB, 1100 tensors, an 80 KiB central directory
+
+
+@pytest.fixture(params=["split", "bulk"], autouse=True)
+def body_path(request, monkeypatch) -> str:
+    if request.param == "bulk":
+        monkeypatch.setattr(bulk, "BULK_MIN", 1)
+    return request.param
 
 
 @pytest.fixture
@@ -168,14 +180,14 @@ async def test_range_ignored_big_object_is_refused_without_downloading_it(server
 async def test_wrong_range_or_short_body_is_refused(server, fault, complaint: str) -> None:
     async with reader.open_archive(server.url("/" + BIG), tail_size=4096, http_options=FAST) as ar:
         name = ar.tensors()[5].name
-        server.faults.append(fault)
+        server.faults.append(copy.deepcopy(fault))  # a fresh budget for each body path
         with pytest.raises(reader.SourceError, match=complaint):
             await ar.read(name)
 
 
 @pytest.mark.parametrize("fault", [Chunked(chunk_size=1000, times=None), NoContentLength(times=None)])
 async def test_chunked_and_unsized_bodies_give_exact_bytes(server, fault) -> None:
-    server.faults.append(fault)
+    server.faults.append(copy.deepcopy(fault))
     async with (
         reader.open_archive(server.url("/" + BIG), tail_size=4096, http_options=FAST) as ar,
         reader.open_archive(ARCHIVES / BIG) as local,

@@ -11,6 +11,9 @@ per chunk: 0.29x curl as shipped, 0.81x patched to 1 MiB), it maps every connect
 `ConnectTimeout`, and it lets aiohttp requote URLs (which breaks SigV4 signatures of keys with
 reserved characters). This module is the ~100 lines that matter, with none of those.
 
+A GET of one explicit range of at least 1 MiB goes to bulk.py instead: its body is received
+straight into the buffers that are handed on, over a connection of its own.
+
 Errors keep httpx's types (`httpx.ConnectError`, `ReadError`, `ReadTimeout`, ...), so the
 retry logic above does not know which transport ran.
 """
@@ -25,6 +28,8 @@ from collections.abc import AsyncIterator, Iterator
 import aiohttp
 import httpx
 from yarl import URL
+
+from . import bulk
 
 # How far aiohttp may read ahead of the consumer per connection before it stops reading the
 # socket (its flow-control high-water mark; aiohttp's default is 64 KiB, which throttles bulk reads).
@@ -105,6 +110,8 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         return self._session
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if bulk.wants(request):  # a big range: straight into the buffers handed on (bulk.py)
+            return await bulk.send(request, self._verify)
         timeout = request.extensions.get("timeout", {})
         body = request.content or None  # our requests carry no streamed bodies
         url = request.url

@@ -1,0 +1,115 @@
+"""Big ranged bodies over their own connection (reader/sources/bulk.py): exact bytes handed on as
+received, the connection released however the consumer ends, httpx's error types for every
+misbehaviour. (tests/test_http_source.py runs every fault through this path too.)"""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+
+from reader.sources import HttpOptions
+from reader.sources.bulk import BULK_MIN
+from reader.sources.http import make_client
+from testing.faultserver import DropAfter, FaultServer, StallAfter
+
+SIZE = 3 * BULK_MIN + 12345
+DATA = bytes(range(256)) * (SIZE // 256) + bytes(SIZE % 256)
+
+
+async def _get(client: httpx.AsyncClient, url: str, start: int, end: int) -> list[bytes | memoryview]:
+    async with client.stream("GET", url, headers={"Range": f"bytes={start}-{end - 1}"}) as response:
+        assert response.status_code == 206
+        assert response.headers["content-range"] == f"bytes {start}-{end - 1}/{SIZE}"
+        return [chunk async for chunk in response.aiter_raw()]
+
+
+async def _released(server: FaultServer) -> None:
+    for _ in range(200):
+        if not server.open_connections:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{server.open_connections} connections still open")
+
+
+async def test_a_big_range_arrives_exact_in_buffers_of_its_own() -> None:
+    async with FaultServer() as server, make_client(HttpOptions()) as client:
+        server.put("/blob", DATA)
+        chunks = await _get(client, server.url("/blob"), 100, SIZE - 7)
+        assert b"".join(chunks) == DATA[100 : SIZE - 7]
+        assert all(isinstance(chunk, memoryview) for chunk in chunks)  # the bulk path, no copies
+        kept = bytes(chunks[0])
+        await _get(client, server.url("/blob"), 0, SIZE)  # later reads do not reuse those buffers
+        assert bytes(chunks[0]) == kept
+        await _released(server)  # each bulk body had a connection of its own, closed at its end
+        small = await _get(client, server.url("/blob"), 0, 1000)  # below BULK_MIN: aiohttp's path
+        assert b"".join(small) == DATA[:1000] and not isinstance(small[0], memoryview)
+
+
+async def test_a_consumer_that_stops_early_releases_the_connection() -> None:
+    async with FaultServer() as server, make_client(HttpOptions()) as client:
+        server.put("/blob", DATA)
+        async with client.stream(
+            "GET", server.url("/blob"), headers={"Range": f"bytes=0-{SIZE - 1}"}
+        ) as response:
+            async for chunk in response.aiter_raw():
+                assert bytes(chunk) == DATA[: len(chunk)]
+                break
+        await _released(server)
+        assert not [task for task in asyncio.all_tasks() if "bulk" in repr(task.get_coro())]
+
+
+@pytest.mark.parametrize("rst", [False, True], ids=["FIN", "RST"])
+async def test_a_body_cut_short_hands_on_what_arrived_then_fails(rst: bool) -> None:
+    async with FaultServer() as server, make_client(HttpOptions()) as client:
+        server.put("/blob", DATA)
+        server.faults.append(DropAfter(BULK_MIN + 5, rst=rst))
+        received = bytearray()
+        with pytest.raises((httpx.RemoteProtocolError, httpx.ReadError)):
+            async with client.stream(
+                "GET", server.url("/blob"), headers={"Range": f"bytes=0-{SIZE - 1}"}
+            ) as r:
+                async for chunk in r.aiter_raw():
+                    received += chunk
+        assert received == DATA[: len(received)] and len(received) <= BULK_MIN + 5
+        await _released(server)
+
+
+async def test_a_stalled_body_times_out() -> None:
+    options = HttpOptions(read_timeout=0.3)
+    async with FaultServer() as server, make_client(options) as client:
+        server.put("/blob", DATA)
+        server.faults.append(StallAfter(1000))
+        with pytest.raises(httpx.ReadTimeout):
+            await _get(client, server.url("/blob"), 0, SIZE)
+
+
+async def test_a_refused_connection_is_a_connect_error() -> None:
+    async with FaultServer() as server:
+        url = server.url("/blob")
+    async with make_client(HttpOptions(connect_timeout=2.0)) as client:  # the server is gone
+        with pytest.raises(httpx.ConnectError):
+            await _get(client, url, 0, SIZE)
+
+
+async def test_bytes_past_the_content_length_are_not_handed_on() -> None:
+    """A server that sends more than it announced: the body ends at its Content-Length."""
+    body = DATA[:BULK_MIN]
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        head = f"HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-{len(body) - 1}/{SIZE}\r\n"
+        writer.write((head + f"Content-Length: {len(body)}\r\n\r\n").encode() + body + b"NOT PART OF IT")
+        await writer.drain()
+        await asyncio.sleep(0.5)
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with make_client(HttpOptions()) as client:
+            chunks = await _get(client, f"http://127.0.0.1:{port}/blob", 0, len(body))
+        assert b"".join(chunks) == body
+    finally:
+        server.close()
