@@ -12,7 +12,7 @@ import pytest
 from reader.sources import HttpOptions
 from reader.sources.bulk import BULK_MIN
 from reader.sources.http import make_client
-from testing.faultserver import DropAfter, FaultServer, StallAfter
+from testing.faultserver import DropAfter, FaultServer, ResetConnection, StallAfter
 
 SIZE = 3 * BULK_MIN + 12345
 DATA = bytes(range(256)) * (SIZE // 256) + bytes(SIZE % 256)
@@ -34,17 +34,28 @@ async def _released(server: FaultServer) -> None:
 
 
 async def test_a_big_range_arrives_exact_in_buffers_of_its_own() -> None:
+    async with FaultServer() as server:
+        server.put("/blob", DATA)
+        async with make_client(HttpOptions()) as client:
+            chunks = await _get(client, server.url("/blob"), 100, SIZE - 7)
+            assert b"".join(chunks) == DATA[100 : SIZE - 7]
+            assert all(isinstance(chunk, memoryview) for chunk in chunks)  # the bulk path, no copies
+            kept = bytes(chunks[0])
+            assert b"".join(await _get(client, server.url("/blob"), 0, SIZE)) == DATA
+            assert bytes(chunks[0]) == kept  # a later body never reuses an earlier one's buffers
+            assert [record.connection for record in server.log] == [1, 1]  # read to its end: kept
+            small = await _get(client, server.url("/blob"), 0, 1000)  # below BULK_MIN: aiohttp's path
+            assert b"".join(small) == DATA[:1000] and not isinstance(small[0], memoryview)
+        await _released(server)  # closing the client closes the pooled connections
+
+
+async def test_a_pooled_connection_the_server_dropped_is_replaced() -> None:
     async with FaultServer() as server, make_client(HttpOptions()) as client:
         server.put("/blob", DATA)
-        chunks = await _get(client, server.url("/blob"), 100, SIZE - 7)
-        assert b"".join(chunks) == DATA[100 : SIZE - 7]
-        assert all(isinstance(chunk, memoryview) for chunk in chunks)  # the bulk path, no copies
-        kept = bytes(chunks[0])
-        await _get(client, server.url("/blob"), 0, SIZE)  # later reads do not reuse those buffers
-        assert bytes(chunks[0]) == kept
-        await _released(server)  # each bulk body had a connection of its own, closed at its end
-        small = await _get(client, server.url("/blob"), 0, 1000)  # below BULK_MIN: aiohttp's path
-        assert b"".join(small) == DATA[:1000] and not isinstance(small[0], memoryview)
+        await _get(client, server.url("/blob"), 0, SIZE)
+        server.faults.append(ResetConnection(times=1))  # the kept connection dies at the next request
+        assert b"".join(await _get(client, server.url("/blob"), 5, SIZE)) == DATA[5:]
+        assert [(r.connection, r.fault) for r in server.log] == [(1, None), (1, "ResetConnection"), (2, None)]
 
 
 async def test_a_consumer_that_stops_early_releases_the_connection() -> None:

@@ -11,9 +11,13 @@ writes the request and parses the response head; then an asyncio `BufferedProtoc
 body into 1 MiB buffers, and each socket read is handed on as a memoryview of the buffer it
 filled. Nothing is copied in Python, and a buffer is never reused (a consumer may keep a chunk, and
 a transport may hold one it has not finished writing). A body without a Content-Length (chunked,
-or read until close) is parsed by h11. The connection is closed after the response: bulk bodies
-are big enough that a connect per body costs nothing measurable, and no pool can hand out a
-connection with a body half read.
+or read until close) is parsed by h11 and its connection is closed afterwards.
+
+`Pool` keeps a connection whose Content-Length body was read to its end, exactly, for the next
+big range to the same origin (a new TLS connection per body would cost round trips over a
+WAN); any other ending (cut, cancelled, extra bytes, `Connection: close`) closes it, so a
+pooled connection never has a byte of an earlier response left in it. A pooled connection the
+server closed meanwhile is replaced by a new one before any byte of the response is taken.
 
 Errors are httpx's types, as in transport.py.
 """
@@ -24,7 +28,7 @@ import asyncio
 import collections
 import re
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import h11
 import httpx
@@ -47,45 +51,105 @@ def wants(request: httpx.Request) -> bool:
     return asked is not None and int(asked[2]) - int(asked[1]) + 1 >= BULK_MIN
 
 
-async def send(request: httpx.Request, verify: ssl.SSLContext) -> httpx.Response:
-    """Send `request` over a new connection; the response's body streams from `BodyProtocol`."""
-    timeout = request.extensions.get("timeout", {})
+Origin = tuple[str, str, int, str]
+
+
+class _Stale(Exception):
+    """A pooled connection closed before any byte of the response came back."""
+
+
+class Pool:
+    """Connections for bulk bodies, by origin: idle ones are reused, at most `max_idle` each."""
+
+    def __init__(self, verify: ssl.SSLContext, max_idle: int = 8) -> None:
+        self.verify = verify
+        self.max_idle = max_idle
+        self.idle: dict[Origin, list[BodyProtocol]] = {}
+
+    async def send(self, request: httpx.Request) -> httpx.Response:
+        """Send `request`; the response's body streams from the connection's `BodyProtocol`."""
+        origin = _origin(request)
+        idle = self.idle.get(origin, [])
+        while idle:
+            protocol = idle.pop()
+            if not protocol.usable:
+                protocol.close()
+                continue
+            try:
+                return await self._exchange(protocol, request, origin, reused=True)
+            except _Stale:
+                continue
+        protocol = await self._connect(request, origin)
+        return await self._exchange(protocol, request, origin, reused=False)
+
+    async def _connect(self, request: httpx.Request, origin: Origin) -> BodyProtocol:
+        scheme, host, port, sni = origin
+        loop = asyncio.get_running_loop()
+        protocol = BodyProtocol(loop)
+        https = scheme == "https"
+        connect = loop.create_connection(
+            lambda: protocol,
+            host,
+            port,
+            ssl=self.verify if https else None,
+            server_hostname=sni if https else None,
+        )
+        try:
+            await asyncio.wait_for(connect, request.extensions.get("timeout", {}).get("connect"))
+        except TimeoutError as exc:
+            raise httpx.ConnectTimeout(f"connecting to {host}:{port} timed out") from exc
+        except (OSError, ssl.SSLError) as exc:
+            raise httpx.ConnectError(f"{type(exc).__name__}: {exc}") from exc
+        return protocol
+
+    async def _exchange(
+        self, protocol: BodyProtocol, request: httpx.Request, origin: Origin, *, reused: bool
+    ) -> httpx.Response:
+        read_timeout = request.extensions.get("timeout", {}).get("read")
+        try:
+            protocol.send_request(request)
+            head = await protocol.wait_head(read_timeout)
+        except h11.LocalProtocolError as exc:  # a request h11 will not write
+            protocol.close()
+            raise httpx.LocalProtocolError(str(exc)) from exc
+        except httpx.RemoteProtocolError:
+            protocol.close()
+            if reused and not protocol.answered:
+                raise _Stale() from None
+            raise
+        except BaseException:
+            protocol.close()
+            raise
+        return httpx.Response(
+            status_code=head.status_code,
+            headers=list(head.headers.raw_items()),
+            stream=BodyStream(protocol, read_timeout, lambda: self._release(origin, protocol)),
+            request=request,
+            extensions={"http_version": b"HTTP/1.1", "reason_phrase": head.reason},
+        )
+
+    def _release(self, origin: Origin, protocol: BodyProtocol) -> None:
+        """A body read to its end: keep its connection if it can carry another exchange."""
+        idle = self.idle.setdefault(origin, [])
+        if protocol.reusable and len(idle) < self.max_idle:
+            protocol.idle()
+            idle.append(protocol)
+        else:
+            protocol.close()
+
+    def close(self) -> None:
+        for idle in self.idle.values():
+            for protocol in idle:
+                protocol.close()
+        self.idle.clear()
+
+
+def _origin(request: httpx.Request) -> Origin:
     url = request.url
     https = url.scheme == "https"
-    port = url.port or (443 if https else 80)
     sni = request.extensions.get("sni_hostname")
     server_hostname = (sni.decode() if isinstance(sni, bytes) else sni) or url.host
-    loop = asyncio.get_running_loop()
-    protocol = BodyProtocol(loop)
-    connect = loop.create_connection(
-        lambda: protocol,
-        url.host,
-        port,
-        ssl=verify if https else None,
-        server_hostname=server_hostname if https else None,
-    )
-    try:
-        await asyncio.wait_for(connect, timeout.get("connect"))
-    except TimeoutError as exc:
-        raise httpx.ConnectTimeout(f"connecting to {url.host}:{port} timed out") from exc
-    except (OSError, ssl.SSLError) as exc:
-        raise httpx.ConnectError(f"{type(exc).__name__}: {exc}") from exc
-    try:
-        protocol.send_request(request)
-        head = await protocol.wait_head(timeout.get("read"))
-    except h11.LocalProtocolError as exc:  # a request h11 will not write
-        protocol.close()
-        raise httpx.LocalProtocolError(str(exc)) from exc
-    except BaseException:
-        protocol.close()
-        raise
-    return httpx.Response(
-        status_code=head.status_code,
-        headers=list(head.headers.raw_items()),
-        stream=BodyStream(protocol, timeout.get("read")),
-        request=request,
-        extensions={"http_version": b"HTTP/1.1", "reason_phrase": head.reason},
-    )
+    return url.scheme, url.host, url.port or (443 if https else 80), server_hostname
 
 
 class BodyProtocol(asyncio.BufferedProtocol):
@@ -94,22 +158,39 @@ class BodyProtocol(asyncio.BufferedProtocol):
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.transport: asyncio.Transport | None = None
-        self.h11 = h11.Connection(h11.CLIENT)
+        self.closed = False  # the connection is gone
+        self.head_buffer = memoryview(bytearray(HEAD_BUFFER))  # the head's buffer, reused
+        self.waiter: asyncio.Future[None] | None = None
+        self.paused = False
+        self.idle()
+
+    def idle(self) -> None:
+        """Between exchanges: no response expected; any byte from the server ends the connection."""
+        self.h11: h11.Connection | None = None
         self.head: h11.Response | None = None
+        self.answered = False  # a byte of the response arrived
         self.remaining: int | None = None  # body bytes still to come, when the length is known
         self.chunks: collections.deque[memoryview | bytes] = collections.deque()
         self.held = 0  # bytes in `chunks`
-        self.paused = False
         self.done = False  # the whole body arrived
+        self.reusable = False  # ... exactly, and the server keeps the connection open
         self.error: Exception | None = None
-        self.waiter: asyncio.Future[None] | None = None
-        self.buffer = memoryview(bytearray(HEAD_BUFFER))  # the head's buffer, reused
-        self.filled = 0  # bytes of `buffer` already handed on
+        self.buffer, self.filled = self.head_buffer, 0  # `filled`: bytes of `buffer` handed on
+        if self.paused and self.transport is not None:
+            self.paused = False
+            self.transport.resume_reading()
+
+    @property
+    def usable(self) -> bool:
+        """Idle, open, and nothing went wrong while it waited."""
+        transport = self.transport
+        return not self.closed and self.error is None and transport is not None and not transport.is_closing()
 
     # -- the request and the head --------------------------------------------------------------
 
     def send_request(self, request: httpx.Request) -> None:
         assert self.transport is not None
+        self.h11 = h11.Connection(h11.CLIENT)  # one per exchange: its body bypasses h11
         target = request.url.raw_path  # as httpx built it (and SigV4 signed it)
         event = h11.Request(method=request.method, target=target, headers=list(request.headers.raw))
         self.transport.write(self.h11.send(event) + self.h11.send(h11.EndOfMessage()))
@@ -132,7 +213,11 @@ class BodyProtocol(asyncio.BufferedProtocol):
         return self.buffer[self.filled :]
 
     def buffer_updated(self, nbytes: int) -> None:
-        if self.head is None or self.remaining is None:
+        self.answered = True
+        if self.h11 is None:  # idle: a server speaking out of turn
+            self.error = httpx.RemoteProtocolError("server sent bytes between responses")
+            self._stop()
+        elif self.head is None or self.remaining is None:
             self._parse(bytes(self.buffer[:nbytes]))
         else:
             chunk = self.buffer[self.filled : self.filled + nbytes]
@@ -145,6 +230,8 @@ class BodyProtocol(asyncio.BufferedProtocol):
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.reusable = False
         if not self.done and self.error is None:
             if self.remaining is None and self.head is not None:
                 self._parse(b"")  # a body read until close ends here
@@ -157,6 +244,7 @@ class BodyProtocol(asyncio.BufferedProtocol):
 
     def _parse(self, data: bytes) -> None:
         """Feed h11 (the head; or a body without a Content-Length, to its end)."""
+        assert self.h11 is not None
         try:
             self.h11.receive_data(data)
             while True:
@@ -175,6 +263,7 @@ class BodyProtocol(asyncio.BufferedProtocol):
                     self._queue(event.data)
                 elif isinstance(event, h11.EndOfMessage):
                     self.done = True
+                    self._stop()  # not kept: only Content-Length bodies are
                     return
                 elif isinstance(event, h11.ConnectionClosed):
                     return
@@ -189,16 +278,19 @@ class BodyProtocol(asyncio.BufferedProtocol):
         if length is None or b"transfer-encoding" in headers or not length.isdigit():
             return False
         self.remaining = int(length)
+        connection = headers.get(b"connection", b"").lower()
+        self.reusable = head.http_version == b"1.1" and b"close" not in connection
         if self.remaining == 0:
             self.done = True
         return True
 
     def _body(self, chunk: memoryview) -> None:
         assert self.remaining is not None
-        if len(chunk) >= self.remaining:  # the end (a server sending more is cut off here)
-            chunk = chunk[: self.remaining]
+        if len(chunk) >= self.remaining:  # the end
+            if len(chunk) > self.remaining:  # a server sending more: cut off, connection dropped
+                chunk = chunk[: self.remaining]
+                self._stop()
             self.done = True
-            self._stop()
         self.remaining -= len(chunk)
         if chunk:
             self._queue(chunk)
@@ -240,12 +332,14 @@ class BodyProtocol(asyncio.BufferedProtocol):
             self.waiter.set_result(None)
 
     def _stop(self) -> None:
-        """No more reads: the response is complete (or broken); the connection is not reused."""
+        """No more reads: the connection is not reused."""
+        self.reusable = False
         if self.transport is not None:
             self.transport.close()
 
     def close(self) -> None:
-        """The consumer is done: an unfinished body is dropped with the connection."""
+        """Drop the connection (an unfinished body with it)."""
+        self.reusable = False
         if self.transport is None:
             return
         if self.done:
@@ -260,11 +354,13 @@ def _fresh() -> memoryview:
 
 
 class BodyStream(httpx.AsyncByteStream):
-    """The body as `BodyProtocol` received it: memoryviews of what each socket read filled."""
+    """The body as `BodyProtocol` received it: memoryviews of what each socket read filled.
+    Read to its end, the connection goes back to the pool (`release`); else it is dropped."""
 
-    def __init__(self, protocol: BodyProtocol, timeout: float | None) -> None:
+    def __init__(self, protocol: BodyProtocol, timeout: float | None, release: Callable[[], None]) -> None:
         self.protocol = protocol
         self.timeout = timeout
+        self.release: Callable[[], None] | None = release
 
     async def __aiter__(self) -> AsyncIterator[bytes]:  # memoryviews, in fact: bytes-like
         protocol = self.protocol
@@ -273,9 +369,21 @@ class BodyStream(httpx.AsyncByteStream):
             if chunk is not None:
                 yield chunk
             elif protocol.done:
+                self._finish()
                 return
             else:
                 await protocol.wait(self.timeout)
 
+    def _finish(self) -> None:
+        if self.release is not None:
+            release, self.release = self.release, None
+            release()
+
     async def aclose(self) -> None:
-        self.protocol.close()
+        if self.release is None:  # back in the pool already (or dropped)
+            return
+        if self.protocol.done and not self.protocol.chunks:
+            self._finish()
+        else:
+            self.release = None
+            self.protocol.close()

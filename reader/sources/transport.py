@@ -97,6 +97,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         self._verify = verify
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
+        self._bulk = bulk.Pool(verify)
 
     def _get_session(self) -> aiohttp.ClientSession:
         if self._session is None:  # made on first use, inside the running loop
@@ -111,7 +112,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         if bulk.wants(request):  # a big range: straight into the buffers handed on (bulk.py)
-            return await bulk.send(request, self._verify)
+            return await self._bulk.send(request)
         timeout = request.extensions.get("timeout", {})
         body = request.content or None  # our requests carry no streamed bodies
         url = request.url
@@ -138,6 +139,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         )
 
     async def aclose(self) -> None:
+        self._bulk.close()
         if self._session is not None:
             session, self._session = self._session, None
             await session.close()
