@@ -170,7 +170,9 @@ class BodyProtocol(asyncio.BufferedProtocol):
         self.head: h11.Response | None = None
         self.answered = False  # a byte of the response arrived
         self.remaining: int | None = None  # body bytes still to come, when the length is known
-        self.chunks: collections.deque[memoryview | bytes] = collections.deque()
+        # received, not yet taken: bytes (a head's tail, an h11-parsed body) or [buffer, start, end]
+        # runs, a run growing while the consumer lags (fewer, bigger chunks when it is behind)
+        self.chunks: collections.deque[bytes | bytearray | list] = collections.deque()
         self.held = 0  # bytes in `chunks`
         self.done = False  # the whole body arrived
         self.reusable = False  # ... exactly, and the server keeps the connection open
@@ -220,9 +222,8 @@ class BodyProtocol(asyncio.BufferedProtocol):
         elif self.head is None or self.remaining is None:
             self._parse(bytes(self.buffer[:nbytes]))
         else:
-            chunk = self.buffer[self.filled : self.filled + nbytes]
-            self.filled += nbytes
-            self._body(chunk)
+            start, self.filled = self.filled, self.filled + nbytes
+            self._body(self.buffer, start, self.filled)
         self._wake()
 
     def eof_received(self) -> bool:
@@ -256,7 +257,7 @@ class BodyProtocol(asyncio.BufferedProtocol):
                     if self._raw_body(event):  # from here on, the body bypasses h11
                         trailing, _ = self.h11.trailing_data
                         if trailing:
-                            self._body(memoryview(trailing))
+                            self._body(memoryview(trailing), 0, len(trailing))
                         self.buffer, self.filled = _fresh(), 0
                         return
                 elif isinstance(event, h11.Data):
@@ -284,20 +285,30 @@ class BodyProtocol(asyncio.BufferedProtocol):
             self.done = True
         return True
 
-    def _body(self, chunk: memoryview) -> None:
+    def _body(self, buffer: memoryview, start: int, end: int) -> None:
+        """Body bytes `buffer[start:end]` arrived (a Content-Length body)."""
         assert self.remaining is not None
-        if len(chunk) >= self.remaining:  # the end
-            if len(chunk) > self.remaining:  # a server sending more: cut off, connection dropped
-                chunk = chunk[: self.remaining]
+        if end - start >= self.remaining:  # the end
+            if end - start > self.remaining:  # a server sending more: cut off, connection dropped
+                end = start + self.remaining
                 self._stop()
             self.done = True
-        self.remaining -= len(chunk)
-        if chunk:
-            self._queue(chunk)
+        self.remaining -= end - start
+        if end == start:
+            return
+        last = self.chunks[-1] if self.chunks else None
+        if isinstance(last, list) and last[0] is buffer and last[2] == start:
+            last[2] = end  # right after the run not yet taken: one chunk
+        else:
+            self.chunks.append([buffer, start, end])
+        self._held(end - start)
 
-    def _queue(self, chunk: memoryview | bytes) -> None:
+    def _queue(self, chunk: bytes | bytearray) -> None:
         self.chunks.append(chunk)
-        self.held += len(chunk)
+        self._held(len(chunk))
+
+    def _held(self, added: int) -> None:
+        self.held += added
         if self.held >= READ_AHEAD and not self.paused and self.transport is not None:
             self.paused = True
             self.transport.pause_reading()
@@ -305,10 +316,11 @@ class BodyProtocol(asyncio.BufferedProtocol):
     # -- the consumer's side ----------------------------------------------------------------------
 
     def take(self) -> memoryview | bytes | None:
-        """The next chunk, or None if none is here yet."""
+        """The next chunk (all that arrived in a row in one buffer), or None if none is here yet."""
         if not self.chunks:
             return None
-        chunk = self.chunks.popleft()
+        taken = self.chunks.popleft()
+        chunk = taken[0][taken[1] : taken[2]] if isinstance(taken, list) else taken
         self.held -= len(chunk)
         if self.paused and self.held < READ_AHEAD // 2 and self.transport is not None:
             self.paused = False
