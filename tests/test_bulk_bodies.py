@@ -12,7 +12,7 @@ import pytest
 from reader.sources import HttpOptions
 from reader.sources.bulk import BULK_MIN
 from reader.sources.http import make_client
-from testing.faultserver import DropAfter, FaultServer, ResetConnection, StallAfter
+from testing.faultserver import Drip, DropAfter, FaultServer, ResetConnection, StallAfter
 
 SIZE = 3 * BULK_MIN + 12345
 DATA = bytes(range(256)) * (SIZE // 256) + bytes(SIZE % 256)
@@ -124,3 +124,16 @@ async def test_bytes_past_the_content_length_are_not_handed_on() -> None:
         assert b"".join(chunks) == body
     finally:
         server.close()
+
+
+async def test_a_consumer_that_lags_gets_fewer_bigger_chunks() -> None:
+    """Reads that land one after another in a buffer wait as one run: a consumer that comes late
+    takes at most a chunk per 1 MiB buffer, not one per socket read."""
+    async with FaultServer() as server, make_client(HttpOptions()) as client:
+        server.put("/blob", DATA)
+        server.faults.append(Drip(chunk_size=64 << 10, interval=0.0005))  # ~50 socket reads
+        async with client.stream("GET", server.url("/blob"), headers={"Range": f"bytes=0-{SIZE - 1}"}) as r:
+            await asyncio.sleep(0.5)  # everything arrives meanwhile (3 MiB: below the read-ahead)
+            chunks = [bytes(chunk) async for chunk in r.aiter_raw()]
+        assert b"".join(chunks) == DATA
+        assert len(chunks) <= SIZE // (BULK_MIN - (64 << 10)) + 2
