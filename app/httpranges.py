@@ -6,6 +6,7 @@ the decision into status, headers and bytes.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 # More ranges than this in one request are ignored (answered with the whole body,
@@ -45,8 +46,17 @@ def decide(
     return Decision(206, tuple(ranges))
 
 
+_ONE_RANGE = re.compile(r"bytes=([0-9]{1,19})-([0-9]{1,19})")  # the form clients send most
+
+
 def parse_ranges(header: str, length: int) -> list[tuple[int, int]] | None:
     """Satisfiable [start, end) ranges of a `bytes=` header; None when the header is invalid."""
+    one = _ONE_RANGE.fullmatch(header)
+    if one is not None:  # the general rules below, for one `first-last` range
+        first, last = int(one[1]), int(one[2])
+        if last < first:
+            return None
+        return [(first, min(last + 1, length))] if first < length else []
     unit, _, spec = header.partition("=")
     if unit.strip().lower() != "bytes" or not spec.strip():
         return None

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from app.httpranges import MAX_RANGES, UNSATISFIABLE, Decision, decide, parse_ranges, plan_body
 
@@ -80,3 +82,13 @@ def test_multipart_plan_length_equals_its_bytes() -> None:
     assert len(body) == plan.length
     assert plan.parts[1].head.endswith(b"content-range: bytes 50-59/100\r\n\r\n")
     assert plan.closing == b"\r\n--BOUNDARY--\r\n"
+
+
+@given(st.integers(0, 10**6), st.integers(0, 10**6), st.integers(0, 10**6))
+def test_one_range_means_the_same_on_the_fast_path_and_the_general_one(
+    first: int, last: int, length: int
+) -> None:
+    """`bytes=a-b` takes a fast path; with a space after `=` the general parser answers."""
+    expected = None if last < first else ([(first, min(last + 1, length))] if first < length else [])
+    assert parse_ranges(f"bytes={first}-{last}", length) == expected
+    assert parse_ranges(f"bytes= {first}-{last}", length) == expected
