@@ -328,16 +328,19 @@ class BodyProtocol(asyncio.BufferedProtocol):
         return chunk
 
     async def wait(self, timeout: float | None) -> None:
-        """Until more arrives (or the body ends, or fails: then raise its error)."""
+        """Until more arrives (or the body ends, or fails: then raise its error). One timer per
+        wait, not `asyncio.wait_for` (a wait per socket read: its extra future and callbacks were
+        the largest Python cost of a stream, profiled)."""
         if self.error is not None:
             raise self.error
-        self.waiter = self.loop.create_future()
+        waiter = self.waiter = self.loop.create_future()
+        timer = None if timeout is None else self.loop.call_later(timeout, _time_out, waiter)
         try:
-            await asyncio.wait_for(self.waiter, timeout)
-        except TimeoutError:
-            raise httpx.ReadTimeout("timed out waiting for the server") from None
+            await waiter
         finally:
             self.waiter = None
+            if timer is not None:
+                timer.cancel()
 
     def _wake(self) -> None:
         if self.waiter is not None and not self.waiter.done():
@@ -358,6 +361,11 @@ class BodyProtocol(asyncio.BufferedProtocol):
             self.transport.close()
         else:
             self.transport.abort()
+
+
+def _time_out(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_exception(httpx.ReadTimeout("timed out waiting for the server"))
 
 
 def _fresh() -> memoryview:
