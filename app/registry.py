@@ -54,7 +54,7 @@ PREPARED_MAX = 8192  # answers kept per archive version (about 1 KiB each)
 @dataclass
 class Opened:
     """One version of an archive, open: the archive object, its version, its digests, and what
-    the hot routes computed for it that no request can change (`prepare`)."""
+    the hot routes computed for it that no request can change (`prepared`)."""
 
     archive: reader.Archive
     version: str
@@ -205,13 +205,11 @@ class Registry:
 
         A version nobody here knows may be one another replica already serves: the source
         is revalidated (at most once a second) before the answer is no."""
-        slot = self.slots.get(archive_id or self.default_id)  # the usual case first: the current version
-        opened = slot.current if slot is not None and not slot.retired else None
-        if slot is not None and opened is not None and version in (None, opened.version):
-            return Served(slot.spec.id, opened, pinned=version is not None)
-        await self.get(archive_id)
         slot = self.slot(archive_id)
-        await self._retire_expired(slot)
+        if slot.current is None:  # not open yet (or failed): open it, or say why not
+            await self.get(archive_id)
+        if slot.retired:
+            await self._retire_expired(slot)
         found = self._find(slot, version)
         if found is None and version not in slot.gone:
             now = time.monotonic()

@@ -37,7 +37,9 @@ import numpy as np
 BULK_MIN = 1 << 20  # ranged GETs of at least this many bytes take this path
 BUFFER_SIZE = 1 << 20  # receive buffer; a read fills at most what is left of one
 BUFFER_MIN_LEFT = 64 << 10  # below this much room, the next read gets a fresh buffer
-READ_AHEAD = 4 << 20  # received but not yet consumed, before the socket stops being read
+# received but not yet consumed, per connection, before the socket stops being read (here and,
+# as aiohttp's read_bufsize, in transport.py; aiohttp's own default of 64 KiB throttles bulk reads)
+READ_AHEAD = 4 << 20
 HEAD_BUFFER = 64 << 10
 # A waiting consumer is woken once WAKE_AT bytes wait for it, or WAKE_DELAY seconds after the first
 # of fewer arrived: a server that sends ~120 KiB per socket read (SeaweedFS) would otherwise wake
@@ -152,9 +154,13 @@ class Pool:
 def _origin(request: httpx.Request) -> Origin:
     url = request.url
     https = url.scheme == "https"
-    sni = request.extensions.get("sni_hostname")
-    server_hostname = (sni.decode() if isinstance(sni, bytes) else sni) or url.host
-    return url.scheme, url.host, url.port or (443 if https else 80), server_hostname
+    return url.scheme, url.host, url.port or (443 if https else 80), sni_hostname(request) or url.host
+
+
+def sni_hostname(request: httpx.Request) -> str | None:
+    """The TLS server name httpx was asked to use instead of the URL's host, if any."""
+    value = request.extensions.get("sni_hostname")
+    return value.decode() if isinstance(value, bytes) else value
 
 
 class BodyProtocol(asyncio.BufferedProtocol):

@@ -12,7 +12,7 @@ per chunk: 0.29x curl as shipped, 0.81x patched to 1 MiB), it maps every connect
 reserved characters). This module is the ~100 lines that matter, with none of those.
 
 A GET of one explicit range of at least 1 MiB goes to bulk.py instead: its body is received
-straight into the buffers that are handed on, over a connection of its own.
+straight into the buffers that are handed on, over connections of its own (kept alive in a pool).
 
 Errors keep httpx's types (`httpx.ConnectError`, `ReadError`, `ReadTimeout`, ...), so the
 retry logic above does not know which transport ran.
@@ -30,10 +30,6 @@ import httpx
 from yarl import URL
 
 from . import bulk
-
-# How far aiohttp may read ahead of the consumer per connection before it stops reading the
-# socket (its flow-control high-water mark; aiohttp's default is 64 KiB, which throttles bulk reads).
-READ_AHEAD = 4 << 20
 
 
 @contextlib.contextmanager
@@ -104,7 +100,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             connector = aiohttp.TCPConnector(limit=self._max_connections, ssl=self._verify)
             self._session = aiohttp.ClientSession(
                 connector=connector,
-                read_bufsize=READ_AHEAD,
+                read_bufsize=bulk.READ_AHEAD,  # aiohttp's flow-control high-water mark
                 auto_decompress=False,
                 skip_auto_headers=("User-Agent", "Accept-Encoding", "Accept"),
             )
@@ -128,7 +124,7 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
                 timeout=aiohttp.ClientTimeout(
                     total=None, sock_connect=timeout.get("connect"), sock_read=timeout.get("read")
                 ),
-                server_hostname=_sni(request),
+                server_hostname=bulk.sni_hostname(request),
             )
         return httpx.Response(
             status_code=response.status,
@@ -144,8 +140,3 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             session, self._session = self._session, None
             await session.close()
             await asyncio.sleep(0)  # let aiohttp's connection-lost callbacks run
-
-
-def _sni(request: httpx.Request) -> str | None:
-    value = request.extensions.get("sni_hostname")
-    return value.decode() if isinstance(value, bytes) else value
