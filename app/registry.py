@@ -18,7 +18,7 @@ import time
 from collections import deque
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import reader
 from reader.digests import Digests
@@ -78,10 +78,9 @@ class Opened:
         await self.archive.close()
 
 
-@dataclass(frozen=True)
-class Served:
+class Served(NamedTuple):
     """The archive version a request is served from. `pinned`: the URL named the version
-    (so the answer may be cached for good)."""
+    (so the answer may be cached for good). Made for every request: a named tuple."""
 
     id: str
     opened: Opened

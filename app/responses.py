@@ -68,15 +68,17 @@ class BodyResponse(Response):
         self.chunk_size = chunk_size
         self.limiter = limiter
         self.head = request.method == "HEAD"
-        fields = {"etag": etag, "accept-ranges": "bytes", **(headers or {}), **self.plan.headers}
-        if self.plan.status != 304:
-            fields["content-length"] = str(self.plan.length)
         self.status_code = self.plan.status
         self.background = background
         self.body = b""
-        # what Starlette's init_headers makes of `fields` (both length and type are in them)
-        self.raw_headers = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in fields.items()]
-        self.raw_headers += encoded
+        # what Starlette's init_headers would make of these fields, built directly (every request)
+        fields = {**(headers or {}), **self.plan.headers}
+        raw = [(b"etag", etag.encode("latin-1")), (b"accept-ranges", b"bytes")]
+        raw += [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in fields.items()]
+        if self.plan.status != 304:
+            raw.append((b"content-length", str(self.plan.length).encode("latin-1")))
+        raw += encoded
+        self.raw_headers = raw
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         plan = self.plan

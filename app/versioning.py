@@ -16,6 +16,7 @@ import hashlib
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 import orjson
 from starlette.requests import Request
@@ -28,6 +29,7 @@ from .registry import Served
 
 IMMUTABLE = "public, max-age=31536000, immutable"
 REVALIDATE = "no-cache"
+PINNED_HEADERS: Mapping[str, str] = MappingProxyType({"cache-control": IMMUTABLE})
 REDIRECT_SWITCH = "redirect"  # ?redirect=1 on an unversioned URL: 307 to the versioned one
 
 
@@ -61,16 +63,30 @@ def _quoted(text: str) -> str:
     return urllib.parse.quote(text, safe="")
 
 
-def caching_headers(request: Request, served: Served) -> dict[str, str]:
+def caching_headers(request: Request, served: Served) -> Mapping[str, str]:
     """Cache-Control for a response from `served`, and where an unversioned response's
-    versioned twin lives. Raises PinRedirect when the request asks to be sent there."""
+    versioned twin lives. Raises PinRedirect when the request asks to be sent there.
+
+    Read-only: the fields for a path without a query are made once per archive version (the
+    common unversioned request; queries are not, so no client can fill the memo with them)."""
     if served.pinned:
-        return {"cache-control": IMMUTABLE}
+        return PINNED_HEADERS
+    scope = request.scope
+    if not scope["query_string"]:
+        key = ("caching", scope["path"])
+        known = served.opened.prepared.get(key)
+        if known is None:
+            known = served.opened.remember(key, _unpinned(pinned_url(request, served.id, served.version)))
+        return known
     pinned = pinned_url(request, served.id, served.version)
-    asked = REDIRECT_SWITCH.encode() in request.scope["query_string"]
+    asked = REDIRECT_SWITCH.encode() in scope["query_string"]
     if asked and request.query_params.get(REDIRECT_SWITCH, "").lower() in ("1", "true", "yes"):
         raise PinRedirect(pinned)
-    return {"cache-control": REVALIDATE, "content-location": pinned}
+    return _unpinned(pinned)
+
+
+def _unpinned(pinned: str) -> Mapping[str, str]:
+    return MappingProxyType({"cache-control": REVALIDATE, "content-location": pinned})
 
 
 def data_url(archive_id: str, version: str, info: reader.TensorInfo) -> str:

@@ -8,6 +8,7 @@ import re
 
 import numpy as np
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 import reader
 from reader.formats.npy import npy_descr
@@ -297,6 +298,31 @@ async def test_metrics(client) -> None:
     assert re.search(r"pt2serve_open_archives 5\.0", text)
     assert re.search(r'pt2serve_upstream_requests_total\{archive="layouts",purpose="open"\}', text)
     assert "pt2serve_response_bytes_total" in text
+
+
+async def test_metrics_count_what_was_sent() -> None:
+    """Bytes are the bodies' own, latency buckets are cumulative with `le` bounds, counts match."""
+    app = make_app()
+    async with in_process(app) as client:
+        bodies = [await client.get(path) for path in ("/tensors/scalar/data", "/tensors/scalar/layout")]
+        bodies.append(await client.get("/tensors/scalar/data", headers={"Range": "bytes=0-1"}))
+        app.state.metrics.observe("/probe", 0.001)  # on a bound: counted in that bucket
+        app.state.metrics.observe("/probe", 11.0)  # past the last bound: +Inf only
+        families = {f.name: f for f in text_string_to_metric_families((await client.get("/metrics")).text)}
+    sent = families["pt2serve_response_bytes"].samples[0].value
+    assert sent == sum(len(response.content) for response in bodies)
+    latency = families["pt2serve_request_seconds"].samples
+    data = [s for s in latency if s.labels["route"] == "/tensors/{name:path}/data"]
+    buckets = [s.value for s in data if s.name.endswith("_bucket")]
+    assert buckets == sorted(buckets) and buckets[-1] == 2.0
+    assert next(s.value for s in data if s.name.endswith("_count")) == 2.0
+    probe = {s.name[len("pt2serve_request_seconds") :] + s.labels.get("le", ""): s.value
+             for s in latency if s.labels["route"] == "/probe"}  # fmt: skip
+    assert (probe["_bucket0.0005"], probe["_bucket0.001"], probe["_bucket10.0"]) == (0, 1, 1)
+    assert (probe["_bucket+Inf"], probe["_count"], probe["_sum"]) == (2, 2, 11.001)
+    statuses = {s.labels["status"]: s.value for s in families["pt2serve_requests"].samples
+                if s.labels["route"] == "/tensors/{name:path}/data"}  # fmt: skip
+    assert statuses == {"200": 1.0, "206": 1.0}
 
 
 async def test_stream_cap_answers_503_with_retry_after() -> None:

@@ -43,9 +43,10 @@ class HotRoute:
 
     def __init__(self, route: APIRoute, prefix: str) -> None:
         self.path = prefix + route.path  # the template the metrics label requests with
+        self.ending = route.path.rsplit("}", 1)[1]  # "/layout", "/data"
         self.methods = frozenset(route.methods or ())
         self.endpoint = route.endpoint
-        self.named = "{archive_id}" in prefix
+        self.named = "{archive_id}" in prefix  # its paths start with /archives/, no other's do
         head = r"/archives/(?P<archive_id>[^/]+)" if self.named else ""
         tail = re.escape(route.path.split("{name:path}", 1)[1])
         self.regex = re.compile(f"{head}/tensors/(?P<name>.+){tail}")
@@ -120,21 +121,28 @@ class HotLane:
 
     def __init__(self, app: ASGIApp, service: FastAPI, routes: list[HotRoute]) -> None:
         self.app = app
-        self.routes = routes
-        self.endings = tuple({route.path.rsplit("}", 1)[1] for route in routes})  # "/layout", "/data"
+        self.endings = tuple({route.ending for route in routes})  # "/layout", "/data"
+        # the one route that could match a request, by method, path ending and archive prefix
+        self.table = {
+            (method, route.ending, route.named): route for route in routes for method in route.methods
+        }
         # the handlers Starlette gives the ExceptionMiddleware it builds (500 and Exception are the
         # ServerErrorMiddleware's, outside every user middleware): the same answers to the same errors
         handlers = {key: h for key, h in service.exception_handlers.items() if key not in (500, Exception)}
         self.answer = ExceptionMiddleware(_answer, handlers=handlers, debug=service.debug)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"].endswith(self.endings):
-            for route in self.routes:
-                matched = route.match(scope)
-                if matched is not None:
-                    scope.update(matched)
-                    await self.answer(scope, receive, send)
-                    return
+        if scope["type"] == "http":
+            path = scope["path"]
+            for ending in self.endings:
+                if path.endswith(ending):
+                    route = self.table.get((scope["method"], ending, path.startswith("/archives/")))
+                    matched = route.match(scope) if route is not None else None
+                    if matched is not None:
+                        scope.update(matched)
+                        await self.answer(scope, receive, send)
+                        return
+                    break
         await self.app(scope, receive, send)
 
 
@@ -146,5 +154,4 @@ def install(service: FastAPI, routers: list[tuple[APIRouter, str]]) -> None:
     """Add the hot lane for the hot routes of `routers` (each tensor router and its prefix); call it
     before adding any other middleware, so that it is the innermost."""
     routes = [route for router, prefix in routers for route in hot_routes(router, prefix)]
-    routes.sort(key=lambda route: not route.named)  # no path matches both: the more used first
     service.add_middleware(HotLane, service=service, routes=routes)

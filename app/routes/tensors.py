@@ -93,6 +93,7 @@ def build(resolve: Callable[..., Awaitable[Served]], where: str) -> APIRouter:
             if answer.final:
                 served.opened.remember(key, answer)
         check_accept(request, answer.media_type)
+        state = request.app.state
         return BodyResponse(
             request,
             answer.body,
@@ -100,8 +101,8 @@ def build(resolve: Callable[..., Awaitable[Served]], where: str) -> APIRouter:
             media_type=answer.media_type,
             headers=caching_headers(request, served),
             encoded=answer.encoded,
-            chunk_size=request.app.state.settings.chunk_size,
-            limiter=request.app.state.limiter,
+            chunk_size=state.settings.chunk_size,
+            limiter=state.limiter,
         )
 
     return router
@@ -172,10 +173,18 @@ async def representation_digest(
 
 
 def check_accept(request: Request, media_type: str) -> None:
-    accept = request.headers.get("accept")
+    accept = _first(request.scope["headers"], b"accept")  # no Headers object: every data request
     if not accept:
         return
     family = media_type.split("/")[0] + "/*"
     offered = {part.split(";")[0].strip() for part in accept.split(",")}
     if not offered & {media_type, family, "*/*"}:
         raise ApiError(406, "not_acceptable", f"this resource is {media_type}; Accept was {accept!r}")
+
+
+def _first(fields: list[tuple[bytes, bytes]], name: bytes) -> str | None:
+    """The first value of a header field (as Starlette's Headers gives it)."""
+    for key, value in fields:
+        if key == name:
+            return value.decode("latin-1")
+    return None
