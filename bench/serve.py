@@ -47,6 +47,7 @@ import threading
 import time
 import urllib.request
 import zipfile
+from collections.abc import Sequence
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -100,9 +101,12 @@ def warm(path: pathlib.Path) -> None:
 class Pt2serve:
     """`python3 -m app serve --port P id=PATH ...` as a child process, stopped by its PID."""
 
-    def __init__(self, archives: dict[str, pathlib.Path], chunk_size: int | None = None) -> None:
+    def __init__(
+        self, archives: dict[str, pathlib.Path], chunk_size: int | None = None, prefix: Sequence[str] = ()
+    ) -> None:
         self.archives = archives
         self.chunk_size = chunk_size
+        self.prefix = list(prefix)  # a command the server runs under (bench/instructions.py: valgrind)
         self.process: subprocess.Popen | None = None
         self.port = 0
 
@@ -113,10 +117,11 @@ class Pt2serve:
         if self.chunk_size:
             env["PT2SERVE_CHUNK_SIZE"] = str(self.chunk_size)
         specs = [f"{archive_id}={path}" for archive_id, path in self.archives.items()]
-        command = [sys.executable, "-m", "app", "serve", "--port", str(self.port), "--log-level", "warning"]
-        self.process = subprocess.Popen([*command, *specs], cwd=ROOT, env=env, stdin=subprocess.DEVNULL)
+        command = [*self.prefix, sys.executable, "-m", "app", "serve", "--port", str(self.port)]
+        command += ["--log-level", "warning", *specs]
+        self.process = subprocess.Popen(command, cwd=ROOT, env=env, stdin=subprocess.DEVNULL)
         try:
-            wait_listening(self.port, self.process, "pt2serve", 60.0)
+            wait_listening(self.port, self.process, "pt2serve", 300.0 if self.prefix else 60.0)
             deadline = time.monotonic() + 60.0
             while True:
                 health = json.loads(fetch(self.url("/healthz")))

@@ -32,6 +32,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -63,7 +64,7 @@ app = Starlette(routes=[Route("/layout", layout), Route("/data", data)])
 class BareStarlette:
     """The small-request baseline: uvicorn + httptools + uvloop, no access log, one handler per route."""
 
-    def __init__(self, layout: bytes, data: bytes) -> None:
+    def __init__(self, layout: bytes, data: bytes, prefix: Sequence[str] = ()) -> None:
         self._tmp = tempfile.mkdtemp(prefix="pt2serve-bare-")
         folder = pathlib.Path(self._tmp)
         (folder / "bare_app.py").write_text(BARE_APP)
@@ -75,11 +76,11 @@ class BareStarlette:
             "BARE_LAYOUT": str(folder / "layout.json"),
             "BARE_DATA": str(folder / "data.bin"),
         }
-        command = [sys.executable, "-m", "uvicorn", "bare_app:app", "--port", str(self.port),
+        command = [*prefix, sys.executable, "-m", "uvicorn", "bare_app:app", "--port", str(self.port),
                    "--host", HOST, "--http", "httptools", "--loop", "uvloop", "--no-access-log",
                    "--log-level", "warning"]  # fmt: skip
         self.process = subprocess.Popen(command, cwd=folder, env=env, stdin=subprocess.DEVNULL)
-        wait_listening(self.port, self.process, "bare starlette", 30.0)
+        wait_listening(self.port, self.process, "bare starlette", 300.0 if prefix else 30.0)
 
     def url(self, path: str) -> str:
         return f"http://{HOST}:{self.port}{path}"
