@@ -49,6 +49,7 @@ class Counted:
     def __init__(self, folder: pathlib.Path, label: str) -> None:
         self.out = folder / f"callgrind.{label}"
         self.prefix = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={self.out}.%p"]
+        self.prefix.append(f"--log-file={folder}/{label}.log")  # not the benchmark's output
 
     def dump(self, pid: int) -> tuple[int, int]:
         """(instructions, of which copying) since the last dump."""
