@@ -5,7 +5,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Iterator
 
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -26,8 +26,8 @@ class Metrics:
 
     def __init__(self, archives: Registry, streams: StreamLimiter) -> None:
         self.registry = CollectorRegistry()
-        self.requests: dict[tuple[str, str, str], int] = {}  # (route, method, status) -> count
-        self.errors: dict[str, int] = {}  # status >= 400 -> count
+        self.requests: dict[tuple[str, str, int], int] = {}  # (route, method, status) -> count
+        self.errors: dict[int, int] = {}  # status >= 400 -> count
         self.latency: dict[str, list[float]] = {}  # route -> counts per bucket (+Inf last), then sum
         self.bytes_sent = 0
         self.active_streams = Gauge(
@@ -45,10 +45,10 @@ class Metrics:
         counts[-1] += seconds
 
     def count(self, route: str, method: str, status: int) -> None:
-        key = (route, method, str(status))
+        key = (route, method, status)
         self.requests[key] = self.requests.get(key, 0) + 1
         if status >= 400:
-            self.errors[key[2]] = self.errors.get(key[2], 0) + 1
+            self.errors[status] = self.errors.get(status, 0) + 1
 
 
 class _ResponseCollector:
@@ -62,13 +62,13 @@ class _ResponseCollector:
         requests = CounterMetricFamily(
             "pt2serve_requests", "HTTP requests", labels=["route", "method", "status"]
         )
-        for labels, count in metrics.requests.items():
-            requests.add_metric(list(labels), count)
+        for (route, method, status), count in metrics.requests.items():
+            requests.add_metric([route, method, str(status)], count)
         sent = CounterMetricFamily("pt2serve_response_bytes", "Response body bytes sent")
         sent.add_metric([], metrics.bytes_sent)
         errors = CounterMetricFamily("pt2serve_errors", "Responses with status >= 400", labels=["status"])
         for status, count in metrics.errors.items():
-            errors.add_metric([status], count)
+            errors.add_metric([str(status)], count)
         latency = HistogramMetricFamily(
             "pt2serve_request_seconds", "Time to the response's first byte", labels=["route"]
         )
@@ -118,19 +118,23 @@ class MetricsMiddleware:
             return
         started = time.perf_counter()
         status = 500
+        route = None
 
-        async def counting_send(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
+        def counting_send(message: Message) -> Awaitable[None]:
+            # a plain function handing on the next layer's awaitable: no coroutine of its own
+            nonlocal status, route
+            kind = message["type"]
+            if kind == "http.response.body":
+                self.metrics.bytes_sent += len(message.get("body", b""))
+            elif kind == "http.response.start":
                 status = message["status"]
                 route = getattr(scope.get("route"), "path", "unmatched")
                 self.metrics.observe(route, time.perf_counter() - started)
-            elif message["type"] == "http.response.body":
-                self.metrics.bytes_sent += len(message.get("body", b""))
-            await send(message)
+            return send(message)
 
         try:
             await self.app(scope, receive, counting_send)
         finally:
-            route = getattr(scope.get("route"), "path", "unmatched")
+            if route is None:  # no response started
+                route = getattr(scope.get("route"), "path", "unmatched")
             self.metrics.count(route, scope["method"], status)
