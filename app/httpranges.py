@@ -95,8 +95,8 @@ def _number(text: str) -> int | None:
     return int(text)
 
 
-def content_range(start: int, end: int, length: int) -> str:
-    return f"bytes {start}-{end - 1}/{length}"
+def content_range(start: int, end: int, length: int) -> bytes:
+    return b"bytes %d-%d/%d" % (start, end - 1, length)
 
 
 def _matches_weakly(header: str, etag: str) -> bool:
@@ -116,10 +116,11 @@ class Part(NamedTuple):
 
 
 class BodyPlan(NamedTuple):
-    """What goes on the wire for a decision: status, the headers it adds, the parts and their total."""
+    """What goes on the wire for a decision: status, the header fields it adds (as sent: lower-case
+    names, Latin-1 bytes), the parts and their total."""
 
     status: int
-    headers: dict[str, str]
+    headers: tuple[tuple[bytes, bytes], ...]
     parts: tuple[Part, ...]
     closing: bytes
     length: int  # Content-Length
@@ -131,28 +132,28 @@ UNSATISFIABLE = b'{"error":{"code":"range_not_satisfiable","message":"no request
 def plan_body(decision: Decision, length: int, media_type: str, boundary: str) -> BodyPlan:
     """Headers and parts of the response to `decision` for a body of `length` bytes of `media_type`."""
     if decision.status == 304:
-        return BodyPlan(304, {}, (), b"", 0)
+        return BodyPlan(304, (), (), b"", 0)
     if decision.status == 416:
-        headers = {"content-range": f"bytes */{length}", "content-type": "application/json"}
+        headers = ((b"content-range", b"bytes */%d" % length), (b"content-type", b"application/json"))
         return BodyPlan(416, headers, (), b"", len(UNSATISFIABLE))
+    kind = media_type.encode("latin-1")
     if decision.status == 206 and len(decision.ranges) == 1:
         start, end = decision.ranges[0]
-        headers = {"content-range": content_range(start, end, length), "content-type": media_type}
+        headers = ((b"content-range", content_range(start, end, length)), (b"content-type", kind))
         return BodyPlan(206, headers, (Part(b"", start, end),), b"", end - start)
     if decision.status == 206:
+        separator = boundary.encode("latin-1")
         parts = tuple(
             Part(
-                (
-                    f"\r\n--{boundary}\r\ncontent-type: {media_type}\r\n"
-                    f"content-range: {content_range(start, end, length)}\r\n\r\n"
-                ).encode(),
+                b"\r\n--%s\r\ncontent-type: %s\r\ncontent-range: %s\r\n\r\n"
+                % (separator, kind, content_range(start, end, length)),
                 start,
                 end,
             )
             for start, end in decision.ranges
         )
-        closing = f"\r\n--{boundary}--\r\n".encode()
+        closing = b"\r\n--%s--\r\n" % separator
         total = sum(len(part.head) + part.end - part.start for part in parts) + len(closing)
-        headers = {"content-type": f"multipart/byteranges; boundary={boundary}"}
+        headers = ((b"content-type", b"multipart/byteranges; boundary=" + separator),)
         return BodyPlan(206, headers, parts, closing, total)
-    return BodyPlan(decision.status, {"content-type": media_type}, (Part(b"", 0, length),), b"", length)
+    return BodyPlan(decision.status, ((b"content-type", kind),), (Part(b"", 0, length),), b"", length)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping
 from contextlib import aclosing
 
 import anyio
@@ -24,6 +24,7 @@ from reader.formats.body import Body, Chunk, read_body
 from reader.tensor import TensorBytes
 
 from .errors import error_response
+from .fields import Fields, encoded
 from .httpranges import UNSATISFIABLE, BodyPlan, decide, plan_body
 from .limits import StreamLimiter
 
@@ -44,12 +45,13 @@ class BodyResponse(Response):
         media_type: str,
         chunk_size: int,
         headers: Mapping[str, str] | None = None,
-        encoded: Sequence[tuple[bytes, bytes]] = (),
+        described: Fields | None = None,
         limiter: StreamLimiter | None = None,
         background: BackgroundTask | None = None,
     ) -> None:
-        """`headers` go out as given, and `encoded` too (lower-case names, Latin-1: made once
-        by a caller that sends the same fields often)."""
+        """`headers` (the caller's) and `described` (the representation's) go out as given; they
+        must not name the fields the answer sets itself (ETag, Content-Type, Content-Range,
+        Content-Length, Accept-Ranges). Pass `Fields` for fields sent often: encoded once."""
         asked: dict[bytes, bytes] = {}
         for name, value in request.scope["headers"]:  # one pass; the first of repeated fields
             if name in CONDITIONS:
@@ -72,12 +74,14 @@ class BodyResponse(Response):
         self.background = background
         self.body = b""
         # what Starlette's init_headers would make of these fields, built directly (every request)
-        fields = {**(headers or {}), **self.plan.headers}
-        raw = [(b"etag", etag.encode("latin-1")), (b"accept-ranges", b"bytes")]
-        raw += [(name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in fields.items()]
+        raw = encoded(headers) if headers else []
+        raw += self.plan.headers
+        raw.append((b"etag", etag.encode("latin-1")))
+        raw.append((b"accept-ranges", b"bytes"))
         if self.plan.status != 304:
-            raw.append((b"content-length", str(self.plan.length).encode("latin-1")))
-        raw += encoded
+            raw.append((b"content-length", b"%d" % self.plan.length))
+        if described is not None:
+            raw += described.raw
         self.raw_headers = raw
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -16,7 +16,6 @@ import hashlib
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
 
 import orjson
 from starlette.requests import Request
@@ -25,11 +24,13 @@ from starlette.responses import Response
 import reader
 from reader.tensor import TensorBytes
 
+from .fields import Fields
 from .registry import Served
 
 IMMUTABLE = "public, max-age=31536000, immutable"
 REVALIDATE = "no-cache"
-PINNED_HEADERS: Mapping[str, str] = MappingProxyType({"cache-control": IMMUTABLE})
+PINNED_HEADERS = Fields({"cache-control": IMMUTABLE})
+PATH_SAFE = "/:@!$&'()*+,;=-._~"  # RFC 3986 pchar and "/": what a path needs no encoding for
 REDIRECT_SWITCH = "redirect"  # ?redirect=1 on an unversioned URL: 307 to the versioned one
 
 
@@ -44,7 +45,8 @@ class PinRedirect(Exception):
 def pinned_url(request: Request, archive_id: str, version: str) -> str:
     """This request's path and query with the archive pinned to `version` (the redirect switch
     left out): `/tensors/x/data` → `/archives/{id}@{version}/tensors/x/data`."""
-    path = request.scope["path"]
+    # percent-encoded (a URI reference, RFC 9110 §8.7): the decoded path may hold any character
+    path = urllib.parse.quote(request.scope["path"], safe=PATH_SAFE)
     pinned = f"/archives/{_quoted(archive_id)}@{version}"
     if path.startswith("/archives/"):
         rest = path[len("/archives/") :].split("/", 1)
@@ -67,8 +69,8 @@ def caching_headers(request: Request, served: Served) -> Mapping[str, str]:
     """Cache-Control for a response from `served`, and where an unversioned response's
     versioned twin lives. Raises PinRedirect when the request asks to be sent there.
 
-    Read-only: the fields for a path without a query are made once per archive version (the
-    common unversioned request; queries are not, so no client can fill the memo with them)."""
+    Read-only `Fields`: those of a path without a query are made (and encoded) once per archive
+    version (the common unversioned request; queries are not, so no client can fill the memo)."""
     if served.pinned:
         return PINNED_HEADERS
     scope = request.scope
@@ -85,8 +87,8 @@ def caching_headers(request: Request, served: Served) -> Mapping[str, str]:
     return _unpinned(pinned)
 
 
-def _unpinned(pinned: str) -> Mapping[str, str]:
-    return MappingProxyType({"cache-control": REVALIDATE, "content-location": pinned})
+def _unpinned(pinned: str) -> Fields:
+    return Fields({"cache-control": REVALIDATE, "content-location": pinned})
 
 
 def data_url(archive_id: str, version: str, info: reader.TensorInfo) -> str:

@@ -213,12 +213,14 @@ def small_requests(server: Pt2serve, args: argparse.Namespace) -> list[bool]:
             rates = alternate({
                 "pt2serve": lambda o=ours, h=headers: wrk(o, args.duration, h),
                 "bare": lambda t=theirs, h=headers: wrk(t, args.duration, h),
-            }, max(1, args.repeat // 2 + 1))  # fmt: skip
+            }, args.repeat)  # fmt: skip
             med = {label: statistics.median(values) for label, values in rates.items()}
             ratio = med["pt2serve"] / med["bare"]
             results.append(ratio >= SMALL_MIN)
             print(f"   pt2serve {med['pt2serve']:8.0f} req/s   bare Starlette {med['bare']:8.0f} req/s   "
                   f"{ratio:.2f}x  target >= {SMALL_MIN}x  {verdict(results[-1])}")  # fmt: skip
+            print(f"   runs: pt2serve {', '.join(f'{r:.0f}' for r in rates['pt2serve'])}; "
+                  f"bare {', '.join(f'{r:.0f}' for r in rates['bare'])}")  # fmt: skip
     return results
 
 

@@ -314,3 +314,19 @@ async def test_remote_archive_etags_and_an_update_under_an_unversioned_request(w
             assert replaced.headers["content-location"] != pinned_url
             gone = await client.get(pinned_url)  # the old object is gone from the origin
             assert gone.status_code == 410 and gone.json()["error"]["code"] == "version_gone"
+
+
+def test_versioned_twin_urls_are_percent_encoded() -> None:
+    """Content-Location and redirects name the request's own path, which may hold any character
+    once decoded: they go out percent-encoded (a header value never carries CR, LF or non-Latin-1)."""
+    from starlette.requests import Request
+
+    from app.versioning import pinned_url
+
+    path = "/archives/demo/tensors/wëight x\r\nSet-Cookie: a=1/data"
+    scope = {"type": "http", "path": path, "query_string": b"", "headers": []}
+    url = pinned_url(Request(scope), "demo", "v1")
+    assert url == "/archives/demo@v1/tensors/w%C3%ABight%20x%0D%0ASet-Cookie:%20a=1/data"
+    assert urllib.parse.unquote(url) == path.replace("/demo/", "/demo@v1/")
+    scope["path"] = "/tensors/plain.weight/layout"
+    assert pinned_url(Request(scope), "de mo", "v2") == "/archives/de%20mo@v2/tensors/plain.weight/layout"

@@ -4,7 +4,6 @@
 default archive (`/tensors/...`) and per archive (`/archives/{archive_id}/tensors/...`).
 """
 
-import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated
@@ -19,6 +18,7 @@ from reader.formats.npy import npy_body
 from reader.tensor import TensorBytes
 
 from ..errors import ApiError
+from ..fields import Fields
 from ..registry import Served
 from ..responses import BodyResponse
 from ..versioning import TaggedJson, caching_headers, data_url, json_etag_response, tensor_etag, version_etag
@@ -100,7 +100,7 @@ def build(resolve: Callable[..., Awaitable[Served]], where: str) -> APIRouter:
             etag=answer.etag,
             media_type=answer.media_type,
             headers=caching_headers(request, served),
-            encoded=answer.encoded,
+            described=answer.headers,
             chunk_size=state.settings.chunk_size,
             limiter=state.limiter,
         )
@@ -117,13 +117,8 @@ class Representation:
     body: Body
     media_type: str
     etag: str
-    headers: dict[str, str]
+    headers: Fields
     final: bool
-
-    @functools.cached_property
-    def encoded(self) -> list[tuple[bytes, bytes]]:
-        """`headers` as they go on the wire (sent with every answer, so encoded once)."""
-        return [(name.encode("latin-1"), value.encode("latin-1")) for name, value in self.headers.items()]
 
 
 async def representation(
@@ -148,7 +143,7 @@ async def representation(
         etag = tensor_etag(digest, tensor, fmt)
     else:  # bytes fixed by the archive version: a strong ETag too, only not shared across versions
         etag = version_etag(served, info.model, info.name, tensor.order, fmt)
-    return Representation(body, media_type, etag, headers, final=digest is not None)
+    return Representation(body, media_type, etag, Fields(headers), final=digest is not None)
 
 
 async def representation_digest(
