@@ -7,6 +7,7 @@ import inspect
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
+from starlette.datastructures import State
 from starlette.staticfiles import StaticFiles
 
 from .errors import install_error_handlers
@@ -42,6 +43,26 @@ TELEMETRY_OFF = (
 )
 
 
+class AppState(State):
+    """`app.state` whose values are also plain instance attributes: every request reads a few
+    (registry, settings, limiter), and Starlette's State finds each through a Python-level
+    `__getattr__` (profiled on small requests). Every way of setting or deleting keeps both."""
+
+    def __setattr__(self, key: str, value: object) -> None:
+        super().__setattr__(key, value)
+        object.__setattr__(self, key, value)
+
+    def __delattr__(self, key: str) -> None:
+        super().__delattr__(key)
+        object.__delattr__(self, key)
+
+    def __setitem__(self, key: str, value: object) -> None:
+        setattr(self, key, value)
+
+    def __delitem__(self, key: str) -> None:
+        delattr(self, key)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings.from_environment()
     quiet_url_logging()
@@ -62,6 +83,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
         **TELEMETRY_OFF,
     )
+    state = app.state
+    app.state = AppState()
+    for key, value in state._state.items():  # whatever FastAPI keeps there (nothing, today)
+        app.state[key] = value
     app.state.settings = settings
     app.state.registry = registry
     app.state.signer = _signer(settings)

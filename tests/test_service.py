@@ -351,3 +351,18 @@ async def test_archive_locations_never_show_secrets() -> None:
     assert redact_location("https://user:pw@host/a/b.pt2?X-Amz-Signature=abc") == "https://host/a/b.pt2"
     assert redact_location("s3://bucket/key.pt2") == "s3://bucket/key.pt2"
     assert redact_location("/data/x.pt2") == "/data/x.pt2"
+
+
+def test_app_state_attributes_follow_every_change() -> None:
+    """app.state keeps its values as plain attributes too (read on every request): setting and
+    deleting them by attribute or by key keeps both views the same."""
+    state = make_app().state
+    assert state.settings is state["settings"] and state.registry is state._state["registry"]
+    state.extra = 1
+    state["extra"] = 2
+    assert (state.extra, state["extra"]) == (2, 2)
+    del state["extra"]
+    assert not hasattr(state, "extra") and "extra" not in state._state
+    state["other"] = 3
+    del state.other
+    assert not hasattr(state, "other") and "other" not in state._state
