@@ -74,7 +74,7 @@ class BodyResponse(Response):
         self.background = background
         self.body = b""
         # what Starlette's init_headers would make of these fields, built directly (every request)
-        raw = encoded(headers) if headers else []
+        raw = encoded(headers) if headers is not None else []
         raw += self.plan.headers
         raw.append((b"etag", etag.encode("latin-1")))
         raw.append((b"accept-ranges", b"bytes"))
