@@ -96,6 +96,19 @@ async def test_a_stalled_body_times_out() -> None:
             await _get(client, server.url("/blob"), 0, SIZE)
 
 
+async def test_a_slow_body_is_handed_on_as_it_comes() -> None:
+    """Reads of a body wait for a MiB of it to be queued (SO_RCVLOWAT), but a body slower than that
+    is read as it comes: here 1 MiB at 16 KiB per 20 ms (1.3 s), with a 0.4 s read timeout, which
+    waiting for the whole MiB would overrun."""
+    options = HttpOptions(read_timeout=0.4)
+    async with FaultServer() as server, make_client(options) as client:
+        server.put("/blob", DATA)
+        server.faults.append(Drip(chunk_size=16 << 10, interval=0.02))
+        chunks = await _get(client, server.url("/blob"), 0, BULK_MIN)
+        assert b"".join(chunks) == DATA[:BULK_MIN]
+        assert len(chunks) >= 10  # in pieces as they came, not all at the end
+
+
 async def test_a_refused_connection_is_a_connect_error() -> None:
     async with FaultServer() as server:
         url = server.url("/blob")
