@@ -370,11 +370,20 @@ class BodyProtocol(asyncio.BufferedProtocol):
         self._mark(1)
 
     def _mark(self, size: int) -> None:
-        """Set the socket's low-water mark: a read happens once `size` bytes are queued."""
+        """Set the socket's low-water mark: a read happens once `size` bytes are queued.
+
+        Raised to at most a quarter of the receive buffer: a mark the buffer cannot hold twice
+        over makes Linux grow the buffer and clamp the TCP window to the mark, and a window no
+        larger than what the reader waits for stops the sender at every read (measured: 0.80x
+        curl). The buffer grows as TCP tunes it, and the mark with it."""
         if size == self.lowat or self.transport is None or self.closed:
             return
         sock = self.transport.get_extra_info("socket")
         try:
+            if size > self.lowat:
+                size = max(1, min(size, sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) // 4))
+                if size == self.lowat:
+                    return
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, size)
         except (OSError, AttributeError):  # not here (or no socket): read as bytes come
             self.gather = 0
