@@ -188,6 +188,7 @@ class BodyProtocol(asyncio.BufferedProtocol):
         self.paused = False
         self.gather = GATHER  # 0 where the socket option is refused
         self.lowat = 1  # the socket's SO_RCVLOWAT
+        self.ceiling = 1  # the highest mark the receive buffer allows (_measure)
         self.gather_timer: asyncio.TimerHandle | None = None
         self.read_lately = False  # a body read since the last check
         self.idle()
@@ -346,21 +347,24 @@ class BodyProtocol(asyncio.BufferedProtocol):
 
     def _gather(self) -> None:
         """The next read of the body waits for GATHER bytes, or all that is still to come."""
+        if self.gather_timer is None and not self.done:  # a body starts: how far may it gather?
+            self._measure()
+            self.gather_timer = self.loop.call_later(GATHER_WAIT, self._check_gathering)
         if self.done or not self.gather or self.remaining is None:
             self._stop_gathering()
             return
-        self._mark(min(self.gather, self.remaining))
-        if self.gather_timer is None:
-            self.gather_timer = self.loop.call_later(GATHER_WAIT, self._check_gathering)
+        self._mark(min(self.gather, self.ceiling, self.remaining))
 
     def _check_gathering(self) -> None:
-        """Every GATHER_WAIT while a body arrives: if nothing was read meanwhile, read what is queued."""
+        """Every GATHER_WAIT while a body arrives: if nothing was read meanwhile, read what is
+        queued; and follow the receive buffer as TCP tunes it (one getsockopt per check, none per read)."""
         self.gather_timer = None
         if self.done or self.closed:
             return
         if not self.read_lately:
             self._mark(1)
         self.read_lately = False
+        self._measure()
         self.gather_timer = self.loop.call_later(GATHER_WAIT, self._check_gathering)
 
     def _stop_gathering(self) -> None:
@@ -369,21 +373,23 @@ class BodyProtocol(asyncio.BufferedProtocol):
             self.gather_timer = None
         self._mark(1)
 
-    def _mark(self, size: int) -> None:
-        """Set the socket's low-water mark: a read happens once `size` bytes are queued.
+    def _measure(self) -> None:
+        """The mark's ceiling: a quarter of the socket's receive buffer. A mark the buffer cannot
+        hold twice over makes Linux grow the buffer and clamp the TCP window to the mark, and a
+        window no larger than what the reader waits for stops the sender at every read
+        (measured: 0.80x curl)."""
+        try:
+            sock = self.transport.get_extra_info("socket")  # type: ignore[union-attr]
+            self.ceiling = max(1, sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) // 4)
+        except (OSError, AttributeError):  # not here (or no socket): read as bytes come
+            self.gather = 0
 
-        Raised to at most a quarter of the receive buffer: a mark the buffer cannot hold twice
-        over makes Linux grow the buffer and clamp the TCP window to the mark, and a window no
-        larger than what the reader waits for stops the sender at every read (measured: 0.80x
-        curl). The buffer grows as TCP tunes it, and the mark with it."""
+    def _mark(self, size: int) -> None:
+        """Set the socket's low-water mark: a read happens once `size` bytes are queued."""
         if size == self.lowat or self.transport is None or self.closed:
             return
-        sock = self.transport.get_extra_info("socket")
         try:
-            if size > self.lowat:
-                size = max(1, min(size, sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) // 4))
-                if size == self.lowat:
-                    return
+            sock = self.transport.get_extra_info("socket")
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, size)
         except (OSError, AttributeError):  # not here (or no socket): read as bytes come
             self.gather = 0
