@@ -14,6 +14,9 @@ Medians in GB/s (1e9 B/s), CPU seconds of the client (pt2serve: process_time; cu
 and of the server process. A cProfile of one pt2serve stream (top 15 by tottime) shows where time goes.
 With aiohttp installed, a third, informational contender streams the same range through an
 aiohttp.ClientSession (a new one per run, CRC-32 as pt2serve does): data for choosing a bulk-body client.
+Another informational contender, the asyncio floor (bench/asyncio_floor.py), is the least an asyncio
+client can do to hand the same range to an `async for` (a bare BufferedProtocol, CRC-32 in the
+consumer); pt2serve's multiple of it is what its own layers cost.
 
 More rows (issue 12), each against its baseline in the same run, runs alternating:
 - parallel: uncapped loopback nginx, ar.stream with the default HttpOptions (parallel above 16 MiB,
@@ -53,6 +56,7 @@ import reader  # noqa: E402, I001
 from reader.sources import HttpOptions, S3Settings  # noqa: E402
 from reader.sources.base import DEFAULT_CHUNK_SIZE  # noqa: E402
 from testing.servers import FaultServerProcess, NginxProcess, nginx_binary  # noqa: E402
+from asyncio_floor import run_floor  # noqa: E402
 from stream_local import ELEMENTS, TENSOR_NAME, ensure_archive, human, parse_size  # noqa: E402
 
 RATIO_MIN = 0.9  # issue 12: single stream >= 0.9x curl on loopback nginx
@@ -102,7 +106,7 @@ def run_curl(url: str, span: tuple[int, int]) -> dict:
 async def alternate(ar: reader.Archive, server, url: str, span: tuple[int, int], chunk_size: int,
                     repeat: int) -> dict:  # fmt: skip
     nbytes = span[1] - span[0]
-    runs: dict[str, list[dict]] = {"pt2serve": [], "curl": []}
+    runs: dict[str, list[dict]] = {"pt2serve": [], "curl": [], "floor": []}
     if HAVE_AIOHTTP:
         runs["aiohttp"] = []
         await run_aiohttp(url, span, chunk_size)
@@ -116,6 +120,8 @@ async def alternate(ar: reader.Archive, server, url: str, span: tuple[int, int],
                 result = await run_pt2serve(ar, chunk_size)
             elif label == "aiohttp":
                 result = await run_aiohttp(url, span, chunk_size)
+            elif label == "floor":
+                result = await run_floor(url, span)
             else:
                 result = await asyncio.to_thread(run_curl, url, span)
             result["server_cpu"] = server.cpu_seconds() - server_cpu
@@ -164,6 +170,10 @@ async def bench_server(server, url: str, chunk_sizes: list[int], repeat: int, pr
                   f"{row['curl']:5.2f} GB/s ({row['curl_s'] * 1e3:6.0f} ms, cpu {row['curl_cpu']:.2f} s, "
                   f"server cpu {row['curl_server_cpu']:.2f} s)   ratio {row['ratio']:.2f}",
                   flush=True)  # fmt: skip
+            floor = result["floor"]
+            print(f"  {'':>8}  informational: asyncio floor {gbps(nbytes, floor['seconds']):5.2f} GB/s "
+                  f"(cpu {floor['cpu']:.2f} s), {curl['seconds'] / floor['seconds']:.2f}x curl; "
+                  f"pt2serve {floor['seconds'] / pt2['seconds']:.2f}x the floor", flush=True)  # fmt: skip
             if "aiohttp" in result:
                 other = result["aiohttp"]
                 print(f"  {'':>8}  informational: aiohttp {gbps(nbytes, other['seconds']):5.2f} GB/s "
