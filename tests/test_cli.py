@@ -355,10 +355,13 @@ async def _interrupt_then_resume(tmp_path: pathlib.Path, big_archive: pathlib.Pa
         while not (out.exists() and out.stat().st_size >= 512 << 10):
             assert proc.returncode is None and time.monotonic() < deadline, "download did not start"
             await asyncio.sleep(0.01)
+        seen = out.stat().st_size
         proc.send_signal(sig)  # by PID: only the process this test started
         _, err = await asyncio.wait_for(proc.communicate(), 30)
         partial = out.stat().st_size
-        assert 0 < partial < len(expected), partial
+        # the whole state in the message: this failed once in CI (the whole tensor written) and did not
+        # come back in about 100 runs here, quiet or under load
+        assert 0 < partial < len(expected), (seen, partial, proc.returncode, err.decode()[-2000:], server.log)
         server.faults.clear()
         code, _, err2 = await acli("get", server.url("/big.pt2"), "big.weight", "-o", out)
         assert code == 0, err2
