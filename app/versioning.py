@@ -65,7 +65,7 @@ def _quoted(text: str) -> str:
     return urllib.parse.quote(text, safe="")
 
 
-def caching_headers(request: Request, served: Served) -> Mapping[str, str]:
+def caching_headers(request: Request, served: Served) -> Fields:
     """Cache-Control for a response from `served`, and where an unversioned response's
     versioned twin lives. Raises PinRedirect when the request asks to be sent there.
 

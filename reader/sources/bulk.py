@@ -181,6 +181,7 @@ class BodyProtocol(asyncio.BufferedProtocol):
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.transport: asyncio.Transport | None = None
+        self.socket: socket.socket | None = None  # for the read mark's options (None: not offered)
         self.closed = False  # the connection is gone
         self.head_buffer = memoryview(bytearray(HEAD_BUFFER))  # the head's buffer, reused
         self.waiter: asyncio.Future[None] | None = None
@@ -236,6 +237,7 @@ class BodyProtocol(asyncio.BufferedProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        self.socket = transport.get_extra_info("socket")
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self.head is None or self.remaining is None:
@@ -379,19 +381,17 @@ class BodyProtocol(asyncio.BufferedProtocol):
         window no larger than what the reader waits for stops the sender at every read
         (measured: 0.80x curl)."""
         try:
-            sock = self.transport.get_extra_info("socket")  # type: ignore[union-attr]
-            self.ceiling = max(1, sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) // 4)
-        except (OSError, AttributeError):  # not here (or no socket): read as bytes come
+            self.ceiling = max(1, self.socket.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) // 4)  # type: ignore[union-attr]
+        except (OSError, AttributeError):  # refused (or no socket): read as bytes come
             self.gather = 0
 
     def _mark(self, size: int) -> None:
         """Set the socket's low-water mark: a read happens once `size` bytes are queued."""
-        if size == self.lowat or self.transport is None or self.closed:
+        if size == self.lowat or self.closed:
             return
         try:
-            sock = self.transport.get_extra_info("socket")
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, size)
-        except (OSError, AttributeError):  # not here (or no socket): read as bytes come
+            self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, size)  # type: ignore[union-attr]
+        except (OSError, AttributeError):  # refused (or no socket): read as bytes come
             self.gather = 0
             return
         self.lowat = size
