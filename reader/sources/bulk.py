@@ -349,9 +349,10 @@ class BodyProtocol(asyncio.BufferedProtocol):
 
     def _gather(self) -> None:
         """The next read of the body waits for GATHER bytes, or all that is still to come."""
-        if self.gather_timer is None and not self.done:  # a body starts: how far may it gather?
+        if self.gather and self.gather_timer is None and not self.done:  # a body starts: how far?
             self._measure()
-            self.gather_timer = self.loop.call_later(GATHER_WAIT, self._check_gathering)
+            if self.gather:  # the buffer's size was readable
+                self.gather_timer = self.loop.call_later(GATHER_WAIT, self._check_gathering)
         if self.done or not self.gather or self.remaining is None:
             self._stop_gathering()
             return
