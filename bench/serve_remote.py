@@ -38,6 +38,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from bench._host import cpu_times, steal_note  # noqa: E402
 from bench.serve import Pt2serve, curl, data_offset, fetch, read_status  # noqa: E402
 from bench.stream_local import TENSOR_NAME, ensure_archive  # noqa: E402
 from testing.servers import HOST, NginxProcess, free_port, stop_process, wait_listening  # noqa: E402
@@ -167,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
             span = (start, start + nbytes - 1)
             data_url = server.data_url("remote", TENSOR_NAME)
             print(f"\n1. /data of a {nbytes >> 20} MiB tensor from remote storage", flush=True)
+            since = cpu_times()
             for url, rng in ((data_url, None), (proxy.url(path.name), span), (remote, span)):
                 curl(url, rng)  # warm-up
             times = alternate({
@@ -183,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"   pt2serve / nginx proxy_pass: {ratio:.2f}x  target >= {PROXY_MIN}x  "
                   f"{verdict(passed[-1])}   (/ curl straight from upstream: "
                   f"{med['upstream'] / med['pt2serve']:.2f}x)")  # fmt: skip
+            print(f"   {steal_note(since)}")
 
             print("\n2. RSS growth while streaming 2 GiB (4 x 512 MiB) from the remote archive", flush=True)
             growth = rss_while(server.pid, lambda: [_checked(curl(data_url), nbytes) for _ in range(4)])
@@ -210,6 +213,7 @@ def small_requests(server: Pt2serve, args: argparse.Namespace) -> list[bool]:
         ):
             print(f"\n3. {what}: wrk -t2 -c32 -d{args.duration:g}s", flush=True)
             wrk(ours, 1.0, headers), wrk(theirs, 1.0, headers)  # warm-up
+            since = cpu_times()
             rates = alternate({
                 "pt2serve": lambda o=ours, h=headers: wrk(o, args.duration, h),
                 "bare": lambda t=theirs, h=headers: wrk(t, args.duration, h),
@@ -221,6 +225,7 @@ def small_requests(server: Pt2serve, args: argparse.Namespace) -> list[bool]:
                   f"{ratio:.2f}x  target >= {SMALL_MIN}x  {verdict(results[-1])}")  # fmt: skip
             print(f"   runs: pt2serve {', '.join(f'{r:.0f}' for r in rates['pt2serve'])}; "
                   f"bare {', '.join(f'{r:.0f}' for r in rates['bare'])}")  # fmt: skip
+            print(f"   {steal_note(since)}")
     return results
 
 

@@ -57,6 +57,7 @@ from reader.sources import HttpOptions, S3Settings  # noqa: E402
 from reader.sources.base import DEFAULT_CHUNK_SIZE  # noqa: E402
 from testing.servers import FaultServerProcess, NginxProcess, nginx_binary  # noqa: E402
 from asyncio_floor import run_floor  # noqa: E402
+from _host import cpu_times, steal_note  # noqa: E402
 from stream_local import ELEMENTS, TENSOR_NAME, ensure_archive, human, parse_size  # noqa: E402
 
 RATIO_MIN = 0.9  # issue 12: single stream >= 0.9x curl on loopback nginx
@@ -314,9 +315,9 @@ def bench_s3(path: pathlib.Path, repeat: int) -> bool | None:
             runs["curl"].append(float(seconds))
     med = medians(runs)
     ok = row("s3:// single stream", nbytes, med["single"], "curl --aws-sigv4", med["curl"], S3_MIN)
-    ok_parallel = row("s3:// defaults (parallel above 16 MiB)", nbytes, med["parallel"], "curl --aws-sigv4",
-                      med["curl"], S3_MIN)  # fmt: skip
-    return ok or ok_parallel
+    row("s3:// defaults (parallel above 16 MiB), informational", nbytes, med["parallel"], "curl --aws-sigv4",
+        med["curl"], None)  # fmt: skip
+    return ok  # the target is the single stream's (issue 12)
 
 
 async def _s3_start(location: str, settings: S3Settings) -> int:
@@ -361,13 +362,18 @@ def main(argv: list[str] | None = None) -> int:
             url = server.url(path.name)
         with server:
             print(f"  serving {url} (pid {server.pid})", flush=True)
+            since = cpu_times()
             rows += asyncio.run(bench_server(server, url, chunk_sizes, args.repeat, not args.no_profile))
-    if "parallel" in servers:
-        verdicts["parallel vs single, loopback"] = bench_parallel_loopback(path, args.repeat)
-    if "capped" in servers:
-        verdicts["capped vs aria2c"] = bench_capped(path, args.repeat, args.limit_rate)
-    if "s3" in servers:
-        verdicts["s3 vs curl --aws-sigv4"] = bench_s3(path, args.repeat)
+            print(f"  {steal_note(since)}")
+    for name, label, bench in (
+        ("parallel", "parallel vs single, loopback", lambda: bench_parallel_loopback(path, args.repeat)),
+        ("capped", "capped vs aria2c", lambda: bench_capped(path, args.repeat, args.limit_rate)),
+        ("s3", "s3 vs curl --aws-sigv4", lambda: bench_s3(path, args.repeat)),
+    ):
+        if name in servers:
+            since = cpu_times()
+            verdicts[label] = bench()
+            print(f"  {steal_note(since)}")
 
     if rows:
         print(f"\n{'server':<13}{'chunk':>8}{'pt2serve GB/s':>15}{'curl GB/s':>11}{'ratio':>7}"
