@@ -168,9 +168,9 @@ def main(argv: list[str] | None = None) -> int:
             span = (start, start + nbytes - 1)
             data_url = server.data_url("remote", TENSOR_NAME)
             print(f"\n1. /data of a {nbytes >> 20} MiB tensor from remote storage", flush=True)
-            since = cpu_times()
             for url, rng in ((data_url, None), (proxy.url(path.name), span), (remote, span)):
                 curl(url, rng)  # warm-up
+            since = cpu_times()
             times = alternate({
                 "pt2serve": lambda: _checked(curl(data_url), nbytes),
                 "proxy": lambda: _checked(curl(proxy.url(path.name), span), nbytes),
