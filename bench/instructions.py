@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         with Pt2serve({"local": path}, prefix=ours.prefix) as server:
             layout_url = server.url(f"/archives/local/tensors/{TENSOR_NAME}/layout")
             data_url = server.url(f"/archives/local/tensors/{TENSOR_NAME}/data")
-            layout, data = fetch(layout_url), _range(data_url, SMALL_RANGE)
+            layout, data = fetch(layout_url), _range(data_url, SMALL_RANGE)[0]
             kinds = {"layout": (layout_url, {}, len(layout)), "64 KiB Range": (data_url, rng, len(data))}
             counts = {}
             for kind, (url, headers, length) in kinds.items():
