@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from app.cli import build_parser
+from app.errors import ApiError
 from app.routes.hot import HotLane, HotRoute
 from app.settings import Settings
 from tests.service_helpers import in_process, make_app
@@ -62,6 +63,43 @@ async def test_hot_routes_serve_ranges_and_head_and_count_in_metrics(client) -> 
     assert head.headers["content-length"] == str(len(whole.content))
     metrics = (await client.get("/metrics")).text
     assert 'route="/tensors/{name:path}/data"' in metrics
+
+
+class _Failing:
+    """A hot route whose answer fails with the app's own ApiError, before or after its start."""
+
+    def __init__(self, after_start: bool) -> None:
+        self.after_start = after_start
+
+    async def handle(self, scope, receive, send) -> None:
+        if self.after_start:
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+        raise ApiError(404, "not_found", "gone")
+
+
+@pytest.mark.parametrize("after_start", [False, True])
+async def test_hot_lane_errors_get_the_app_handlers_only_before_the_response_started(after_start) -> None:
+    """Before: the app's handler answers (JSON 404). After: the error propagates, so the server aborts
+    the connection; a second response start on the same request would be a protocol error."""
+    app = make_app()
+    lane = HotLane(app.router, service=app, routes=_hot(app))
+    sent: list[dict] = []
+
+    async def send(message) -> None:
+        sent.append(message)
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    scope = {"type": "http", "method": "GET", "path": "/x", "headers": [], "query_string": b""}
+    if after_start:
+        with pytest.raises(ApiError):
+            await lane.answer(_Failing(True), scope, receive, send)
+        assert [m["type"] for m in sent] == ["http.response.start"]
+    else:
+        await lane.answer(_Failing(False), scope, receive, send)
+        assert sent[0]["status"] == 404 and b'"not_found"' in sent[1]["body"]
+    assert "hot_error" not in scope
 
 
 def test_parallel_settings_from_the_environment() -> None:
