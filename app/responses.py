@@ -21,6 +21,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from reader.formats.body import Body, Chunk, read_body
+from reader.sources.base import fresh_buffer
 from reader.tensor import TensorBytes
 
 from .errors import error_response
@@ -116,8 +117,10 @@ class BodyResponse(Response):
     async def _send_whole(self, send: Send) -> None:
         """A small body read in one piece before the headers go out, then sent as one message."""
         part = self.plan.parts[0]
-        if isinstance(self.source, TensorBytes):  # one read, no chunk generators
-            body = await self.source.read_range(part.start, part.end)
+        body: bytes | memoryview
+        if isinstance(self.source, TensorBytes):  # one read into the buffer sent: no chunk generators
+            body = fresh_buffer(part.end - part.start)  # of its own: the transport may keep it
+            await self.source.read_into(body, part.start)
         else:
             body = await read_body(self.source, part.start, part.end, max(1, part.end - part.start))
         if len(body) != self.plan.length:

@@ -26,7 +26,7 @@ from .sources import (
     open_source,
     tail_size_for,
 )
-from .tensor import TensorBytes, read_all
+from .tensor import TensorBytes, WritableBuffer, read_all
 from .zipfmt import ZipEntry
 
 DEFAULT_MODEL = "model"
@@ -93,6 +93,18 @@ class Archive:
     async def read(self, name: str, model: str | None = None, order: str = "default") -> bytes:
         """The tensor's bytes: memory order ("default") or row-major ("contiguous")."""
         return await self.tensor(name, model, order).read()
+
+    async def read_into(
+        self, name: str, buffer: WritableBuffer, model: str | None = None, order: str = "default"
+    ) -> None:
+        """The tensor's bytes, as `read` gives them, into `buffer`: a writable contiguous buffer of
+        exactly its size (a NumPy array, a bytearray, pinned memory). From a local archive a dense
+        tensor is read straight into it: no bytes object, no second copy."""
+        tensor = self.tensor(name, model, order)
+        size = memoryview(buffer).nbytes
+        if size != tensor.length:
+            raise ValueError(f"{name!r} is {tensor.length} bytes; the buffer holds {size}")
+        await tensor.read_into(buffer)
 
     async def read_many(
         self, names: Iterable[str], model: str | None = None, order: str = "default"

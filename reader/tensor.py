@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Generator
 
+import numpy as np
+
 from . import zipfmt
 from .errors import UnsupportedPayload
 from .pt2 import strided
@@ -24,10 +26,13 @@ ORDERS = ("default", "contiguous")
 # larger than the payload bytes behind it (a zero-byte payload, a stride-0 view), its
 # size is only a claim, so it is capped; zero payloads can still be streamed.
 MAX_UNBACKED_OUTPUT = 1 << 30
+# what read_into fills: any writable C-contiguous buffer; these are the usual ones
+WritableBuffer = bytearray | memoryview | np.ndarray
 
 
 class TensorBytes:
-    """What `Archive.tensor(name, model, order)` returns: `length`, `read()`, `chunks()`."""
+    """What `Archive.tensor(name, model, order)` returns: `length`, `read()`, `read_range()`,
+    `read_into()`, `chunks()`."""
 
     def __init__(self, info: TensorInfo, entry: ZipEntry, fetcher: EntryFetcher, order: str) -> None:
         if order not in ORDERS:
@@ -81,6 +86,22 @@ class TensorBytes:
             return await self._fetcher.read(self.entry, first + start, first + end)
         chunks = self._built(start, end, max(1, end - start))
         return b"".join([bytes(chunk) async for chunk in chunks])
+
+    async def read_into(self, buffer: WritableBuffer, start: int = 0) -> None:
+        """Bytes [start, start + its size) of the output into `buffer`, any writable contiguous
+        buffer (a bytearray, a NumPy array): a direct tensor is read straight into it, with no
+        bytes object in between; other views are gathered as `read_range` does, then copied."""
+        view = memoryview(buffer).cast("B")
+        if view.readonly:
+            raise TypeError(f"{type(buffer).__name__} is read-only: read_into needs a writable buffer")
+        end = start + len(view)
+        if not 0 <= start <= end <= self.length:
+            raise ValueError(f"range [{start}, {end}) is outside {self.info.name!r} ({self.length} bytes)")
+        if self.direct and self.needs_payload and start < end:
+            first = self.span[0]
+            await self._fetcher.read_into(self.entry, first + start, view)
+            return
+        view[:] = await self.read_range(start, end)
 
     def check_materializable(self) -> None:
         backed = 0 if self.zeros else self.span[1] - self.span[0]
@@ -144,4 +165,4 @@ async def read_all(tensors: list[TensorBytes], fetcher: EntryFetcher) -> list[by
     return [tensor.finish(found.get(id(tensor), b"")) for tensor in tensors]
 
 
-__all__ = ["ORDERS", "TensorBytes", "read_all"]
+__all__ = ["ORDERS", "TensorBytes", "WritableBuffer", "read_all"]

@@ -72,6 +72,21 @@ class EntryFetcher:
             _verify_crc(entry, zipfmt.crc32(data))
         return data
 
+    async def read_into(self, entry: ZipEntry, start: int, buffer: memoryview) -> None:
+        """Content bytes [start, start + len(buffer)) of the entry into `buffer`, checked as `read`
+        checks them: one read straight into it once the entry's data offset is known (a stored
+        entry), else through `read` (which finds the offset, or inflates) and a copy."""
+        end = start + len(buffer)
+        _check(entry, start, end)
+        offset = self._data_offsets.get(entry.name)
+        if offset is None or entry.method != zipfmt.structs.METHOD_STORED or start == end:
+            buffer[:] = await self.read(entry, start, end)
+            return
+        zipfmt.check_decodable(entry)
+        await self.source.read_into(offset + start, buffer)
+        if start == 0 and end == entry.size:
+            _verify_crc(entry, zipfmt.crc32(buffer))
+
     async def read_many(self, ranges: Sequence[tuple[ZipEntry, int, int]]) -> list[bytes]:
         """Content bytes of several (entry, start, end) ranges at once.
 

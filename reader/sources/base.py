@@ -10,6 +10,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
+import numpy as np
+
 # bench/stream_local.py's sweep: 4 MiB streams fastest against a pread loop of the same size
 # (1 MiB within noise, 256 KiB clearly slower); the service sets its own (PT2SERVE_CHUNK_SIZE).
 DEFAULT_CHUNK_SIZE = 4 << 20
@@ -65,6 +67,11 @@ class ByteSource(Protocol):
         """Bytes [start, end), exactly, or raise SourceError / SourceChanged."""
         ...
 
+    async def read_into(self, start: int, buffer: memoryview, *, purpose: str = "data") -> None:
+        """Bytes [start, start + len(buffer)) into `buffer` (writable, format "B"), exactly, or
+        raise as `read` does. Local files read straight into it: no bytes object in between."""
+        ...
+
     def stream(
         self, start: int, end: int, *, chunk_size: int = DEFAULT_CHUNK_SIZE, purpose: str = "data"
     ) -> AsyncIterator[bytes]:
@@ -87,6 +94,12 @@ def redact_location(location: str) -> str:
     rest = rest.split("#", 1)[0].split("?", 1)[0]
     host, slash, path = rest.partition("/")
     return f"{scheme}://{host.rsplit('@', 1)[-1]}{slash}{path}"
+
+
+def fresh_buffer(length: int) -> memoryview:
+    """A writable buffer of its own, uninitialised (what reads it is handed to fill it): unlike
+    bytearray(length), no pages are zeroed first."""
+    return memoryview(np.empty(length, dtype=np.uint8)).cast("B")
 
 
 def check_range(source: ByteSource, start: int, end: int) -> None:

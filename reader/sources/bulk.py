@@ -38,7 +38,8 @@ from collections.abc import AsyncIterator, Callable
 
 import h11
 import httpx
-import numpy as np
+
+from .base import fresh_buffer
 
 BULK_MIN = 1 << 20  # ranged GETs of at least this many bytes take this path
 BUFFER_SIZE = 1 << 20  # receive buffer; a read fills at most what is left of one
@@ -467,7 +468,7 @@ def _time_out(waiter: asyncio.Future[None]) -> None:
 
 def _fresh() -> memoryview:
     """A receive buffer of its own, uninitialised (the socket read fills what is handed on)."""
-    return memoryview(np.empty(BUFFER_SIZE, dtype=np.uint8)).cast("B")
+    return fresh_buffer(BUFFER_SIZE)
 
 
 class BodyStream(httpx.AsyncByteStream):

@@ -174,6 +174,9 @@ class HttpSource:
             return self._held.data[offset : offset + end - start]
         return await self._fetch(start, end, purpose)
 
+    async def read_into(self, start: int, buffer: memoryview, *, purpose: str = "data") -> None:
+        buffer[:] = await self.read(start, start + len(buffer), purpose=purpose)
+
     async def stream(
         self, start: int, end: int, *, chunk_size: int = DEFAULT_CHUNK_SIZE, purpose: str = "data"
     ) -> AsyncIterator[bytes]:

@@ -18,10 +18,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
 import aiofiles.os
-import numpy as np
 
 from ..errors import SourceChanged, SourceError
-from .base import DEFAULT_CHUNK_SIZE, SourceStats, check_range
+from .base import DEFAULT_CHUNK_SIZE, SourceStats, check_range, fresh_buffer
 
 T = TypeVar("T")
 
@@ -105,6 +104,12 @@ class LocalFileSource:
         self.stats.record(purpose, len(data))
         return data
 
+    async def read_into(self, start: int, buffer: memoryview, *, purpose: str = "data") -> None:
+        check_range(self, start, start + len(buffer))
+        self._check_open()
+        await self._fill(buffer, start)
+        self.stats.record(purpose, len(buffer))
+
     async def stream(
         self, start: int, end: int, *, chunk_size: int = DEFAULT_CHUNK_SIZE, purpose: str = "data"
     ) -> AsyncIterator[memoryview]:
@@ -119,8 +124,13 @@ class LocalFileSource:
 
     async def _read_into(self, start: int, length: int) -> memoryview:
         """Exactly `length` bytes at `start` in a buffer of their own (streams hand it out)."""
-        buffer = np.empty(length, dtype=np.uint8)  # uninitialised: the read fills it
-        view = memoryview(buffer).cast("B")
+        view = fresh_buffer(length)
+        await self._fill(view, start)
+        return view
+
+    async def _fill(self, view: memoryview, start: int) -> None:
+        """All of `view` from `start`: from the page cache inline, the rest in the executor."""
+        length = len(view)
         done = self._preadv_nowait(view, start) if length else 0
         try:
             while done < length:
@@ -130,7 +140,6 @@ class LocalFileSource:
                 done += got
         except OSError as exc:
             raise SourceError(f"reading {self.location} at {start}: {exc.strerror or exc}") from None
-        return view
 
     def _read_cached(self, start: int, length: int) -> bytes:
         """As many of the bytes as the page cache holds (maybe none), without blocking."""

@@ -23,6 +23,12 @@ class BytesSource:
         self.stats.record(purpose, end - start)
         return self._data[start:end]
 
+    async def read_into(self, start: int, buffer: memoryview, *, purpose: str = "data") -> None:
+        end = start + len(buffer)
+        check_range(self, start, end)
+        buffer[:] = memoryview(self._data)[start:end]
+        self.stats.record(purpose, end - start)
+
     async def stream(
         self, start: int, end: int, *, chunk_size: int = DEFAULT_CHUNK_SIZE, purpose: str = "data"
     ) -> AsyncIterator[bytes]:
