@@ -98,8 +98,8 @@ class Archive:
         self, name: str, buffer: WritableBuffer, model: str | None = None, order: str = "default"
     ) -> None:
         """The tensor's bytes, as `read` gives them, into `buffer`: a writable contiguous buffer of
-        exactly its size (a NumPy array, a bytearray, pinned memory). From a local archive a dense
-        tensor is read straight into it: no bytes object, no second copy."""
+        exactly its size (a NumPy array, a bytearray). From a local archive a tensor stored in
+        that order is read straight into it: no bytes object, no second copy."""
         tensor = self.tensor(name, model, order)
         size = memoryview(buffer).nbytes
         if size != tensor.length:

@@ -12,6 +12,7 @@ import pytest
 
 import reader
 from reader.sources import BytesSource, LocalFileSource
+from reader.sources.local import INLINE_READ_LIMIT
 from tests.conftest import ARCHIVES, HERE
 
 
@@ -33,6 +34,28 @@ async def test_reads_and_streams_exact_ranges(tmp_path) -> None:
         early = source.stream(0, len(content), chunk_size=1000)
         assert await anext(early) == content[:1000]
         await early.aclose()  # abandoning a stream early leaves nothing running
+    finally:
+        await source.close()
+
+
+async def test_read_into_fills_small_buffers_inline_and_big_ones_in_the_executor(tmp_path) -> None:
+    """A big copy inline would hold the event loop for its whole length, as `read` avoids too."""
+    path = tmp_path / "blob"
+    content = os.urandom(3 << 20)
+    path.write_bytes(content)
+    source = await LocalFileSource.open(path)
+    try:
+        small = bytearray(4096)
+        await source.read_into(10, memoryview(small))
+        assert small == content[10:4106]
+        big = bytearray(INLINE_READ_LIMIT + 1)
+        filling = asyncio.create_task(source.read_into(5, memoryview(big)))
+        await asyncio.sleep(0)
+        assert source._in_executor == 1  # the read waits on the executor, not on the loop
+        await filling
+        assert big == content[5 : 5 + len(big)]
+        with pytest.raises(ValueError):
+            await source.read_into(len(content) - 1, memoryview(bytearray(2)))
     finally:
         await source.close()
 

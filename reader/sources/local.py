@@ -107,7 +107,7 @@ class LocalFileSource:
     async def read_into(self, start: int, buffer: memoryview, *, purpose: str = "data") -> None:
         check_range(self, start, start + len(buffer))
         self._check_open()
-        await self._fill(buffer, start)
+        await self._fill(buffer, start, inline=len(buffer) <= INLINE_READ_LIMIT)
         self.stats.record(purpose, len(buffer))
 
     async def stream(
@@ -128,10 +128,11 @@ class LocalFileSource:
         await self._fill(view, start)
         return view
 
-    async def _fill(self, view: memoryview, start: int) -> None:
-        """All of `view` from `start`: from the page cache inline, the rest in the executor."""
+    async def _fill(self, view: memoryview, start: int, *, inline: bool = True) -> None:
+        """All of `view` from `start`: from the page cache inline (unless told not to: a big copy
+        would hold the event loop), the rest in the executor."""
         length = len(view)
-        done = self._preadv_nowait(view, start) if length else 0
+        done = self._preadv_nowait(view, start) if inline and length else 0
         try:
             while done < length:
                 got = await self._executor(_preadv, [view[done:]], start + done)
