@@ -79,8 +79,7 @@ class TensorBytes:
     async def read_range(self, start: int, end: int) -> bytes:
         """Bytes [start, end) of the output in one read when the tensor is direct (one request
         remotely, one pread locally); gathered views and zeros go through `chunks`."""
-        if not 0 <= start <= end <= self.length:
-            raise ValueError(f"range [{start}, {end}) is outside {self.info.name!r} ({self.length} bytes)")
+        self._check_range(start, end)
         if self.direct and self.needs_payload and start < end:
             first = self.span[0]
             return await self._fetcher.read(self.entry, first + start, first + end)
@@ -95,13 +94,16 @@ class TensorBytes:
         if view.readonly:
             raise TypeError(f"{type(buffer).__name__} is read-only: read_into needs a writable buffer")
         end = start + len(view)
-        if not 0 <= start <= end <= self.length:
-            raise ValueError(f"range [{start}, {end}) is outside {self.info.name!r} ({self.length} bytes)")
+        self._check_range(start, end)
         if self.direct and self.needs_payload and start < end:
             first = self.span[0]
             await self._fetcher.read_into(self.entry, first + start, view)
             return
         view[:] = await self.read_range(start, end)
+
+    def _check_range(self, start: int, end: int) -> None:
+        if not 0 <= start <= end <= self.length:
+            raise ValueError(f"range [{start}, {end}) is outside {self.info.name!r} ({self.length} bytes)")
 
     def check_materializable(self) -> None:
         backed = 0 if self.zeros else self.span[1] - self.span[0]
@@ -125,8 +127,7 @@ class TensorBytes:
     ) -> AsyncIterator[bytes | memoryview]:
         """Bytes [start, end) of the output, without holding the whole tensor when it is direct."""
         end = self.length if end is None else end
-        if not 0 <= start <= end <= self.length:
-            raise ValueError(f"range [{start}, {end}) is outside {self.info.name!r} ({self.length} bytes)")
+        self._check_range(start, end)
         chunk_size = chunk_size or self._fetcher.chunk_size
         if self.direct and self.needs_payload and start < end:
             first = self.span[0]
