@@ -175,6 +175,8 @@ class HttpSource:
         return await self._fetch(start, end, purpose)
 
     async def read_into(self, start: int, buffer: memoryview, *, purpose: str = "data") -> None:
+        """Through `read`: the copy into `buffer` costs microseconds where the request costs a round
+        trip, and every check and retry of `read` stays the one path remote bytes take."""
         buffer[:] = await self.read(start, start + len(buffer), purpose=purpose)
 
     async def stream(
