@@ -99,7 +99,8 @@ class Archive:
     ) -> None:
         """The tensor's bytes, as `read` gives them, into `buffer`: a writable contiguous buffer of
         exactly its size (a NumPy array, a bytearray). From a local archive a tensor stored in
-        that order is read straight into it: no bytes object, no second copy."""
+        that order is read straight into it: no bytes object, no second copy. If it raises, the
+        buffer's contents are undefined (the bytes may be in it before their CRC-32 fails)."""
         tensor = self.tensor(name, model, order)
         size = memoryview(buffer).nbytes
         if size != tensor.length:
