@@ -105,8 +105,7 @@ def test_dockerfile_installs_like_the_readme():
     readme = (REPO / "README.md").read_text()
     # the README's shell lines that start the service (prose and comments mention it too)
     serve = [line.strip() for line in readme.splitlines() if re.search(r"&&\s*pt2serve serve", line)]
-    if not serve:
-        pytest.skip("README has no service command (expected a line like `pip install . && pt2serve serve`)")
+    assert serve, "the README lost its service command (a line like `pip install -e . && pt2serve serve`)"
     assert all(line.startswith("pip install ") for line in serve), serve
 
 
