@@ -134,6 +134,8 @@ async def alternate(ar: reader.Archive, server, url: str, span: tuple[int, int],
     out = {label: {key: statistics.median(r[key] for r in values) for key in ("seconds", "cpu", "server_cpu")}
            for label, values in runs.items()}  # fmt: skip
     out["requests_per_run"] = requests / (len(runs) * repeat)
+    seconds = {label: [r["seconds"] for r in values] for label, values in runs.items()}
+    out["rounds"] = rounds(seconds, "pt2serve", "curl")
     return out
 
 
@@ -171,6 +173,7 @@ async def bench_server(server, url: str, chunk_sizes: list[int], repeat: int, pr
                   f"{row['curl']:5.2f} GB/s ({row['curl_s'] * 1e3:6.0f} ms, cpu {row['curl_cpu']:.2f} s, "
                   f"server cpu {row['curl_server_cpu']:.2f} s)   ratio {row['ratio']:.2f}",
                   flush=True)  # fmt: skip
+            print(f"  {'':>8}  {result['rounds']}")
             floor = result["floor"]
             print(f"  {'':>8}  informational: asyncio floor {gbps(nbytes, floor['seconds']):5.2f} GB/s "
                   f"(cpu {floor['cpu']:.2f} s), {curl['seconds'] / floor['seconds']:.2f}x curl; "
@@ -211,6 +214,13 @@ def medians(runs: dict[str, list[float]]) -> dict[str, float]:
     return {label: statistics.median(values) for label, values in runs.items()}
 
 
+def rounds(seconds: dict[str, list[float]], ours: str, base: str) -> str:
+    """Each round's ratio (the contenders alternate, so a round's pair shared the host's state),
+    sorted: how far the median's verdict stands from the host's noise."""
+    ratios = sorted(theirs / mine for mine, theirs in zip(seconds[ours], seconds[base]))
+    return f"rounds, {ours} / {base}: {' '.join(f'{r:.2f}' for r in ratios)}"
+
+
 def row(label: str, nbytes: int, ours: float, base_label: str, base: float, target: float | None) -> bool:
     ratio = base / ours
     verdict = "" if target is None else ("PASS" if ratio >= target else "FAIL") + f" (target >= {target}x)"
@@ -232,6 +242,7 @@ def bench_parallel_loopback(path: pathlib.Path, repeat: int) -> bool:
     med = medians(runs)
     nbytes = ELEMENTS_BYTES
     ok = row("parallel (defaults)", nbytes, med["parallel"], "single stream", med["single"], PARALLEL_MIN)
+    print(f"  {rounds(runs, 'parallel', 'single')}")
     row("informational: 8 x 8 MiB without the probe", nbytes, med["always parallel"], "single stream",
         med["single"], None)  # fmt: skip
     return ok
@@ -275,6 +286,7 @@ def bench_capped(path: pathlib.Path, repeat: int, rate: str) -> bool | None:
     med = medians(runs)
     ok = row("ar.stream (8 x 8 MiB parts)", CAPPED_BYTES, med["pt2serve"], "aria2c -x8 -s8", med["aria2c"],
              ARIA_MIN)  # fmt: skip
+    print(f"  {rounds(runs, 'pt2serve', 'aria2c')}")
     row("ar.stream", CAPPED_BYTES, med["pt2serve"], "curl (one connection)", med["curl"], None)
     return ok
 
@@ -315,6 +327,7 @@ def bench_s3(path: pathlib.Path, repeat: int) -> bool | None:
             runs["curl"].append(float(seconds))
     med = medians(runs)
     ok = row("s3:// single stream", nbytes, med["single"], "curl --aws-sigv4", med["curl"], S3_MIN)
+    print(f"  {rounds(runs, 'single', 'curl')}")
     row("s3:// defaults (parallel above 16 MiB), informational", nbytes, med["parallel"], "curl --aws-sigv4",
         med["curl"], None)  # fmt: skip
     return ok  # the target is the single stream's (issue 12)
