@@ -118,15 +118,10 @@ class LocalFileSource:
             raise ValueError("chunk_size must be positive")
         for position in range(start, end, chunk_size):
             self._check_open()
-            chunk = await self._read_into(position, min(chunk_size, end - position))
+            chunk = fresh_buffer(min(chunk_size, end - position))  # of its own: the consumer keeps it
+            await self._fill(chunk, position)
             self.stats.record(purpose, len(chunk))
             yield chunk
-
-    async def _read_into(self, start: int, length: int) -> memoryview:
-        """Exactly `length` bytes at `start` in a buffer of their own (streams hand it out)."""
-        view = fresh_buffer(length)
-        await self._fill(view, start)
-        return view
 
     async def _fill(self, view: memoryview, start: int, *, inline: bool = True) -> None:
         """All of `view` from `start`: from the page cache inline (unless told not to: a big copy
