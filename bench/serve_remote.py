@@ -11,7 +11,9 @@ requests, a bare Starlette app under uvicorn + httptools that returns the same b
 
 Rows, each with its baseline measured in the same run (runs alternate; medians):
 1. `/data` of the remote archive (curl → pt2serve → nginx) vs curl through the nginx proxy, same
-   range from the same upstream. Target >= 0.8x. Informational: curl straight from the upstream.
+   range from the same upstream. Target >= 0.8x. Informational: curl straight from the upstream, and
+   the proxy against itself (the control: how far apart two runs of one contender land on this host).
+   Each round's ratio is printed with the median's 95% interval (bench/_rounds.py).
 2. RSS of pt2serve while streaming 2 GiB from the remote archive (four 512 MiB downloads back to
    back; baseline: RSS before). Target: growth <= 64 MiB.
 3. `wrk -c32` on `.../layout` and on a 64 KiB Range of `/data` (local archive, page cache) vs the bare
@@ -45,6 +47,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench._host import cpu_times, steal_note  # noqa: E402
+from bench._rounds import describe  # noqa: E402
 from bench.serve import Pt2serve, curl, data_offset, fetch, read_status  # noqa: E402
 from bench.stream_local import TENSOR_NAME, ensure_archive  # noqa: E402
 from testing.servers import HOST, NginxProcess, free_port, stop_process, wait_listening  # noqa: E402
@@ -138,12 +141,19 @@ def wrk(url: str, duration: float, headers: dict[str, str] | None = None) -> flo
 
 
 def alternate(contenders: dict[str, object], repeat: int) -> dict[str, list[float]]:
-    """Run each contender (a no-argument callable returning a number) in turn, `repeat` rounds."""
+    """Run each contender (a no-argument callable returning a number) in turn, `repeat` rounds;
+    each round starts one later, so no contender always runs first."""
     results: dict[str, list[float]] = {label: [] for label in contenders}
-    for _ in range(repeat):
-        for label, run in contenders.items():
-            results[label].append(run())  # type: ignore[operator]
+    labels = list(contenders)
+    for turn in range(repeat):
+        for label in labels[turn % len(labels) :] + labels[: turn % len(labels)]:
+            results[label].append(contenders[label]())  # type: ignore[operator]
     return results
+
+
+def per_round(times: dict[str, list[float]], ours: str, base: str, target: float) -> str:
+    """Each round's ratio of two contenders' seconds and the median's interval (bench/_rounds.py)."""
+    return f"{ours} / {base}: {describe([b / a for a, b in zip(times[ours], times[base])], target)}"
 
 
 def rss_while(pid: int, work) -> int:
@@ -206,17 +216,20 @@ def main(argv: list[str] | None = None) -> int:
             times = alternate({
                 "pt2serve": lambda: _checked(curl(data_url), nbytes),
                 "proxy": lambda: _checked(curl(proxy.url(path.name), span), nbytes),
+                "proxy again": lambda: _checked(curl(proxy.url(path.name), span), nbytes),  # the control
                 "upstream": lambda: _checked(curl(remote, span), nbytes),
             }, args.repeat)  # fmt: skip
             med = {label: statistics.median(values) for label, values in times.items()}
             ratio = med["proxy"] / med["pt2serve"]
             passed.append(ratio >= PROXY_MIN)
             for label in med:
-                print(f"   {label:<9} {nbytes / med[label] / 1e9:5.2f} GB/s  (runs: "
+                print(f"   {label:<11} {nbytes / med[label] / 1e9:5.2f} GB/s  (runs: "
                       f"{', '.join(f'{nbytes / t / 1e9:.2f}' for t in times[label])})")  # fmt: skip
             print(f"   pt2serve / nginx proxy_pass: {ratio:.2f}x  target >= {PROXY_MIN}x  "
                   f"{verdict(passed[-1])}   (/ curl straight from upstream: "
                   f"{med['upstream'] / med['pt2serve']:.2f}x)")  # fmt: skip
+            print(f"   {per_round(times, 'pt2serve', 'proxy', PROXY_MIN)}")
+            print(f"   control, {per_round(times, 'proxy again', 'proxy', 1.0)}")
             print(f"   {steal_note(since)}")
 
             print("\n2. RSS growth while streaming 2 GiB (4 x 512 MiB) from the remote archive", flush=True)

@@ -25,7 +25,12 @@ More rows (issue 12), each against its baseline in the same run, runs alternatin
   `aria2c -x8 -s8` of a file holding those bytes on the same nginx (aria2c cannot fetch a range),
   and curl (one connection). Target >= 0.8x aria2c.
 - s3: SeaweedFS (testing/seaweed.py) over s3:// with SigV4 vs `curl --aws-sigv4`, same range,
-  single stream and defaults. Target >= 1.0x.
+  single stream and defaults. Target >= 1.0x. Each round starts with the next contender; a control,
+  curl against itself, shows how far apart two runs of one contender land; and SeaweedFS's CPU per
+  run says whose CPU the row measures.
+
+Every targeted row prints each round's ratio and the median's 95% interval (bench/_rounds.py): a target
+inside it is one the run cannot tell from the host's noise.
 
 Target of the nginx row: pt2serve / curl >= 0.9 at the default chunk size (1 MiB).
 """
@@ -55,9 +60,10 @@ if str(ROOT) not in sys.path:
 import reader  # noqa: E402, I001
 from reader.sources import HttpOptions, S3Settings  # noqa: E402
 from reader.sources.base import DEFAULT_CHUNK_SIZE  # noqa: E402
-from testing.servers import FaultServerProcess, NginxProcess, nginx_binary  # noqa: E402
+from testing.servers import FaultServerProcess, NginxProcess, cpu_seconds, nginx_binary  # noqa: E402
 from asyncio_floor import run_floor  # noqa: E402
 from _host import cpu_times, steal_note  # noqa: E402
+from _rounds import describe  # noqa: E402
 from stream_local import ELEMENTS, TENSOR_NAME, ensure_archive, human, parse_size  # noqa: E402
 
 RATIO_MIN = 0.9  # issue 12: single stream >= 0.9x curl on loopback nginx
@@ -135,7 +141,7 @@ async def alternate(ar: reader.Archive, server, url: str, span: tuple[int, int],
            for label, values in runs.items()}  # fmt: skip
     out["requests_per_run"] = requests / (len(runs) * repeat)
     seconds = {label: [r["seconds"] for r in values] for label, values in runs.items()}
-    out["rounds"] = rounds(seconds, "pt2serve", "curl")
+    out["rounds"] = rounds(seconds, "pt2serve", "curl", RATIO_MIN)
     return out
 
 
@@ -214,11 +220,10 @@ def medians(runs: dict[str, list[float]]) -> dict[str, float]:
     return {label: statistics.median(values) for label, values in runs.items()}
 
 
-def rounds(seconds: dict[str, list[float]], ours: str, base: str) -> str:
-    """Each round's ratio (the contenders alternate, so a round's pair shared the host's state),
-    sorted: how far the median's verdict stands from the host's noise."""
-    ratios = sorted(theirs / mine for mine, theirs in zip(seconds[ours], seconds[base]))
-    return f"rounds, {ours} / {base}: {' '.join(f'{r:.2f}' for r in ratios)}"
+def rounds(seconds: dict[str, list[float]], ours: str, base: str, target: float | None = None) -> str:
+    """Each round's ratio, the median's interval, and whether it holds the target (bench/_rounds.py)."""
+    ratios = [theirs / mine for mine, theirs in zip(seconds[ours], seconds[base])]
+    return f"{ours} / {base}: {describe(ratios, target)}"
 
 
 def row(label: str, nbytes: int, ours: float, base_label: str, base: float, target: float | None) -> bool:
@@ -242,7 +247,7 @@ def bench_parallel_loopback(path: pathlib.Path, repeat: int) -> bool:
     med = medians(runs)
     nbytes = ELEMENTS_BYTES
     ok = row("parallel (defaults)", nbytes, med["parallel"], "single stream", med["single"], PARALLEL_MIN)
-    print(f"  {rounds(runs, 'parallel', 'single')}")
+    print(f"  {rounds(runs, 'parallel', 'single', PARALLEL_MIN)}")
     row("informational: 8 x 8 MiB without the probe", nbytes, med["always parallel"], "single stream",
         med["single"], None)  # fmt: skip
     return ok
@@ -286,7 +291,7 @@ def bench_capped(path: pathlib.Path, repeat: int, rate: str) -> bool | None:
     med = medians(runs)
     ok = row("ar.stream (8 x 8 MiB parts)", CAPPED_BYTES, med["pt2serve"], "aria2c -x8 -s8", med["aria2c"],
              ARIA_MIN)  # fmt: skip
-    print(f"  {rounds(runs, 'pt2serve', 'aria2c')}")
+    print(f"  {rounds(runs, 'pt2serve', 'aria2c', ARIA_MIN)}")
     row("ar.stream", CAPPED_BYTES, med["pt2serve"], "curl (one connection)", med["curl"], None)
     return ok
 
@@ -315,21 +320,40 @@ def bench_s3(path: pathlib.Path, repeat: int) -> bool | None:
         curl = ["curl", "-s", "-S", "-f", "-o", "/dev/null", "-w", "%{time_total} %{size_download}",
                 "--aws-sigv4", f"aws:amz:{s3.region}:s3", "--user", f"{s3.access_key}:{s3.secret_key}",
                 "-r", f"{start}-{start + nbytes - 1}", s3.url(s3.private_bucket, key)]  # fmt: skip
-        runs: dict[str, list[float]] = {"single": [], "parallel": [], "curl": []}
-        for _ in range(repeat):
-            runs["single"].append(asyncio.run(
-                timed_stream(location, HttpOptions(parallel_parts=1), s3_settings=settings)))  # fmt: skip
-            runs["parallel"].append(asyncio.run(timed_stream(location, HttpOptions(), s3_settings=settings)))
+
+        def run_curl_s3() -> float:
             done = subprocess.run(curl, capture_output=True, text=True, check=True)
             seconds, size = done.stdout.split()
             if int(size) != nbytes:
                 raise AssertionError(f"curl got {size} bytes, expected {nbytes}")
-            runs["curl"].append(float(seconds))
+            return float(seconds)
+
+        def run_ours(options: HttpOptions) -> float:
+            return asyncio.run(timed_stream(location, options, s3_settings=settings))
+
+        contenders = {
+            "single": lambda: run_ours(HttpOptions(parallel_parts=1)),
+            "parallel": lambda: run_ours(HttpOptions()),
+            "curl": run_curl_s3,
+            "curl again": run_curl_s3,  # the control: curl against itself
+        }
+        runs: dict[str, list[float]] = {label: [] for label in contenders}
+        server_cpu: dict[str, list[float]] = {label: [] for label in contenders}
+        labels = list(contenders)
+        for turn in range(repeat):  # each round starts one later: no contender always runs first
+            for label in labels[turn % len(labels) :] + labels[: turn % len(labels)]:
+                before = cpu_seconds(s3.proc.pid)
+                runs[label].append(contenders[label]())
+                server_cpu[label].append(cpu_seconds(s3.proc.pid) - before)
     med = medians(runs)
     ok = row("s3:// single stream", nbytes, med["single"], "curl --aws-sigv4", med["curl"], S3_MIN)
-    print(f"  {rounds(runs, 'single', 'curl')}")
+    print(f"  {rounds(runs, 'single', 'curl', S3_MIN)}")
     row("s3:// defaults (parallel above 16 MiB), informational", nbytes, med["parallel"], "curl --aws-sigv4",
         med["curl"], None)  # fmt: skip
+    row("control: curl --aws-sigv4 again", nbytes, med["curl again"], "curl --aws-sigv4", med["curl"], None)
+    print(f"  {rounds(runs, 'curl again', 'curl', S3_MIN)}")
+    print("  SeaweedFS CPU per run, medians: " + ", ".join(
+        f"{label} {statistics.median(values):.2f} s" for label, values in server_cpu.items()))  # fmt: skip
     return ok  # the target is the single stream's (issue 12)
 
 
