@@ -4,7 +4,8 @@ The contenders of a row alternate, so each round's pair of runs shared the host'
 round gives one ratio. The median of those ratios has a distribution-free confidence interval
 between two order statistics (the sign test's: no assumption about the noise's shape). A target
 inside that interval is one this run cannot tell from the contenders' noise: a verdict on either
-side of it says more about the host than about the code.
+side of it says more about the host than about the code. (The rows' verdicts stay the ratio of the
+contenders' medians, as their targets were set; the rounds' own median can differ from it.)
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def interval(ratios: Sequence[float], confidence: float = CONFIDENCE) -> tuple[f
 def describe(ratios: Sequence[float], target: float | None = None) -> str:
     """The sorted ratios, their median and its interval, and whether the interval holds the target."""
     values = sorted(ratios)
-    text = f"rounds {' '.join(f'{r:.2f}' for r in values)}; median {statistics.median(values):.2f}"
+    text = f"rounds {' '.join(f'{r:.2f}' for r in values)}; their median {statistics.median(values):.2f}"
     bounds = interval(values)
     if bounds is None:
         return text + " (too few rounds for an interval)"
