@@ -9,7 +9,7 @@ uvicorn + uvloop + httptools, metrics on, access log at its default: off) with t
 (the http URL of the upstream nginx) and `local` (the same file by path); and, for the small
 requests, a bare Starlette app under uvicorn + httptools that returns the same bytes.
 
-Rows, each with its baseline measured in the same run (runs alternate; medians):
+Rows, each with its baseline measured in the same run (runs alternate in a balanced order; medians):
 1. `/data` of the remote archive (curl → pt2serve → nginx) vs curl through the nginx proxy, same
    range from the same upstream. Target >= 0.8x. Informational: curl straight from the upstream, and
    the proxy against itself (the control: how far apart two runs of one contender land on this host).
@@ -47,7 +47,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench._host import cpu_times, steal_note  # noqa: E402
-from bench._rounds import describe  # noqa: E402
+from bench._rounds import describe, order  # noqa: E402
 from bench.serve import Pt2serve, curl, data_offset, fetch, read_status  # noqa: E402
 from bench.stream_local import TENSOR_NAME, ensure_archive  # noqa: E402
 from testing.servers import HOST, NginxProcess, free_port, stop_process, wait_listening  # noqa: E402
@@ -141,12 +141,11 @@ def wrk(url: str, duration: float, headers: dict[str, str] | None = None) -> flo
 
 
 def alternate(contenders: dict[str, object], repeat: int) -> dict[str, list[float]]:
-    """Run each contender (a no-argument callable returning a number) in turn, `repeat` rounds;
-    each round starts one later, so no contender always runs first."""
+    """Run each contender (a no-argument callable returning a number) in turn, `repeat` rounds, in
+    a balanced order (bench/_rounds.py)."""
     results: dict[str, list[float]] = {label: [] for label in contenders}
-    labels = list(contenders)
     for turn in range(repeat):
-        for label in labels[turn % len(labels) :] + labels[: turn % len(labels)]:
+        for label in order(list(contenders), turn):
             results[label].append(contenders[label]())  # type: ignore[operator]
     return results
 

@@ -6,7 +6,7 @@
 The archive is the one bench/stream_local.py generates and caches (one float32 tensor "big", stored).
 It is served by a separate process: testing/faultserver.py's FaultServer (testing/servers.py) and,
 if installed, nginx (`apt-get install -y nginx-light`; run as our own process, stopped by PID).
-For each server and chunk size, runs alternate (pt2serve, curl, pt2serve, ...): pt2serve consumes every
+For each server and chunk size, runs alternate in a balanced order (bench/_rounds.py): pt2serve consumes every
 chunk of `ar.stream("big")` (HTTP/1.1, HttpOptions(http2=False); a whole-entry stream, so the CRC-32 is
 checked) on an archive opened once; curl fetches exactly the same byte range with
 `curl -s -o /dev/null -r START-END`, its time taken from `-w %{time_total}` (process start excluded).
@@ -25,9 +25,8 @@ More rows (issue 12), each against its baseline in the same run, runs alternatin
   `aria2c -x8 -s8` of a file holding those bytes on the same nginx (aria2c cannot fetch a range),
   and curl (one connection). Target >= 0.8x aria2c.
 - s3: SeaweedFS (testing/seaweed.py) over s3:// with SigV4 vs `curl --aws-sigv4`, same range,
-  single stream and defaults. Target >= 1.0x. Each round starts with the next contender; a control,
-  curl against itself, shows how far apart two runs of one contender land; and SeaweedFS's CPU per
-  run says whose CPU the row measures.
+  single stream and defaults. Target >= 1.0x. A control, curl against itself, shows how far apart
+  two runs of one contender land; SeaweedFS's CPU per run says whose CPU the row measures.
 
 Every targeted row prints each round's ratio and the median's 95% interval (bench/_rounds.py): a target
 inside it is one the run cannot tell from the host's noise.
@@ -63,7 +62,7 @@ from reader.sources.base import DEFAULT_CHUNK_SIZE  # noqa: E402
 from testing.servers import FaultServerProcess, NginxProcess, cpu_seconds, nginx_binary  # noqa: E402
 from asyncio_floor import run_floor  # noqa: E402
 from _host import cpu_times, steal_note  # noqa: E402
-from _rounds import describe  # noqa: E402
+from _rounds import describe, order  # noqa: E402
 from stream_local import ELEMENTS, TENSOR_NAME, ensure_archive, human, parse_size  # noqa: E402
 
 RATIO_MIN = 0.9  # issue 12: single stream >= 0.9x curl on loopback nginx
@@ -120,8 +119,8 @@ async def alternate(ar: reader.Archive, server, url: str, span: tuple[int, int],
     await run_pt2serve(ar, chunk_size)  # warm-up, not counted
     run_curl(url, span)
     server.take_log()
-    for _ in range(repeat):
-        for label in runs:
+    for turn in range(repeat):
+        for label in order(list(runs), turn):
             server_cpu = server.cpu_seconds()
             if label == "pt2serve":
                 result = await run_pt2serve(ar, chunk_size)
@@ -239,11 +238,15 @@ def bench_parallel_loopback(path: pathlib.Path, repeat: int) -> bool:
     print("\nloopback nginx, no cap: parallel (defaults) vs single stream", flush=True)
     with NginxProcess(path.parent) as nginx:
         url = nginx.url(path.name)
-        runs: dict[str, list[float]] = {"parallel": [], "single": [], "always parallel": []}
-        for _ in range(repeat):
-            runs["parallel"].append(asyncio.run(timed_stream(url, HttpOptions())))
-            runs["single"].append(asyncio.run(timed_stream(url, HttpOptions(parallel_parts=1))))
-            runs["always parallel"].append(asyncio.run(timed_stream(url, HttpOptions(fast_connection=None))))
+        options = {
+            "parallel": HttpOptions(),
+            "single": HttpOptions(parallel_parts=1),
+            "always parallel": HttpOptions(fast_connection=None),
+        }
+        runs: dict[str, list[float]] = {label: [] for label in options}
+        for turn in range(repeat):
+            for label in order(list(options), turn):
+                runs[label].append(asyncio.run(timed_stream(url, options[label])))
     med = medians(runs)
     nbytes = ELEMENTS_BYTES
     ok = row("parallel (defaults)", nbytes, med["parallel"], "single stream", med["single"], PARALLEL_MIN)
@@ -283,11 +286,15 @@ def bench_capped(path: pathlib.Path, repeat: int, rate: str) -> bool | None:
             same.write_bytes(handle.read(CAPPED_BYTES))
     with NginxProcess(path.parent, limit_rate=rate) as nginx, tempfile.TemporaryDirectory() as tmp:
         url = nginx.url(path.name)
-        runs: dict[str, list[float]] = {"pt2serve": [], "aria2c": [], "curl": []}
-        for _ in range(repeat):
-            runs["pt2serve"].append(asyncio.run(timed_stream(url, HttpOptions(), end=CAPPED_BYTES)))
-            runs["aria2c"].append(aria2c(nginx.url(same.name), pathlib.Path(tmp)))
-            runs["curl"].append(run_curl(url, (start, start + CAPPED_BYTES))["seconds"])
+        contenders = {
+            "pt2serve": lambda: asyncio.run(timed_stream(url, HttpOptions(), end=CAPPED_BYTES)),
+            "aria2c": lambda: aria2c(nginx.url(same.name), pathlib.Path(tmp)),
+            "curl": lambda: run_curl(url, (start, start + CAPPED_BYTES))["seconds"],
+        }
+        runs: dict[str, list[float]] = {label: [] for label in contenders}
+        for turn in range(repeat):
+            for label in order(list(contenders), turn):
+                runs[label].append(contenders[label]())
     med = medians(runs)
     ok = row("ar.stream (8 x 8 MiB parts)", CAPPED_BYTES, med["pt2serve"], "aria2c -x8 -s8", med["aria2c"],
              ARIA_MIN)  # fmt: skip
@@ -339,9 +346,8 @@ def bench_s3(path: pathlib.Path, repeat: int) -> bool | None:
         }
         runs: dict[str, list[float]] = {label: [] for label in contenders}
         server_cpu: dict[str, list[float]] = {label: [] for label in contenders}
-        labels = list(contenders)
-        for turn in range(repeat):  # each round starts one later: no contender always runs first
-            for label in labels[turn % len(labels) :] + labels[: turn % len(labels)]:
+        for turn in range(repeat):
+            for label in order(list(contenders), turn):
                 before = cpu_seconds(s3.proc.pid)
                 runs[label].append(contenders[label]())
                 server_cpu[label].append(cpu_seconds(s3.proc.pid) - before)
