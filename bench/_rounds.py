@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 CONFIDENCE = 0.95
 
@@ -34,6 +34,15 @@ def order(labels: Sequence[str], turn: int) -> list[str]:
     if n % 2:  # an odd count needs each row reversed as well
         rows += [row[::-1] for row in rows]
     return [labels[index] for index in rows[turn % len(rows)]]
+
+
+def alternate(contenders: dict[str, Callable[[], float]], repeat: int) -> dict[str, list[float]]:
+    """Each contender's results over `repeat` rounds, run one after another in `order`."""
+    results: dict[str, list[float]] = {label: [] for label in contenders}
+    for turn in range(repeat):
+        for label in order(list(contenders), turn):
+            results[label].append(contenders[label]())
+    return results
 
 
 def interval(ratios: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float, float] | None:

@@ -47,7 +47,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench._host import cpu_times, steal_note  # noqa: E402
-from bench._rounds import describe, order  # noqa: E402
+from bench._rounds import alternate, describe  # noqa: E402
 from bench.serve import Pt2serve, curl, data_offset, fetch, read_status  # noqa: E402
 from bench.stream_local import TENSOR_NAME, ensure_archive  # noqa: E402
 from testing.servers import HOST, NginxProcess, free_port, stop_process, wait_listening  # noqa: E402
@@ -138,16 +138,6 @@ def wrk(url: str, duration: float, headers: dict[str, str] | None = None) -> flo
     if "Non-2xx" in out:
         raise AssertionError(f"wrk {url}: non-2xx answers\n{out}")
     return float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
-
-
-def alternate(contenders: dict[str, object], repeat: int) -> dict[str, list[float]]:
-    """Run each contender (a no-argument callable returning a number) in turn, `repeat` rounds, in
-    a balanced order (bench/_rounds.py)."""
-    results: dict[str, list[float]] = {label: [] for label in contenders}
-    for turn in range(repeat):
-        for label in order(list(contenders), turn):
-            results[label].append(contenders[label]())  # type: ignore[operator]
-    return results
 
 
 def per_round(times: dict[str, list[float]], ours: str, base: str, target: float) -> str:

@@ -51,6 +51,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -62,7 +63,7 @@ from reader.sources.base import DEFAULT_CHUNK_SIZE  # noqa: E402
 from testing.servers import FaultServerProcess, NginxProcess, cpu_seconds, nginx_binary  # noqa: E402
 from asyncio_floor import run_floor  # noqa: E402
 from _host import cpu_times, steal_note  # noqa: E402
-from _rounds import describe, order  # noqa: E402
+from _rounds import alternate, describe, order  # noqa: E402
 from stream_local import ELEMENTS, TENSOR_NAME, ensure_archive, human, parse_size  # noqa: E402
 
 RATIO_MIN = 0.9  # issue 12: single stream >= 0.9x curl on loopback nginx
@@ -109,7 +110,7 @@ def run_curl(url: str, span: tuple[int, int]) -> dict:
     return {"seconds": float(seconds), "cpu": cpu, "bytes": int(size)}
 
 
-async def alternate(ar: reader.Archive, server, url: str, span: tuple[int, int], chunk_size: int,
+async def against_curl(ar: reader.Archive, server, url: str, span: tuple[int, int], chunk_size: int,
                     repeat: int) -> dict:  # fmt: skip
     nbytes = span[1] - span[0]
     runs: dict[str, list[dict]] = {"pt2serve": [], "curl": [], "floor": []}
@@ -165,7 +166,7 @@ async def bench_server(server, url: str, chunk_sizes: list[int], repeat: int, pr
         nbytes = span[1] - span[0]
         print(f"  tensor {TENSOR_NAME!r}: {nbytes / 2**20:.0f} MiB at [{span[0]}, {span[1]})", flush=True)
         for size in chunk_sizes:
-            result = await alternate(ar, server, url, span, size, repeat)
+            result = await against_curl(ar, server, url, span, size, repeat)
             pt2, curl = result["pt2serve"], result["curl"]
             row = {"server": server.name, "chunk": size, "pt2serve": gbps(nbytes, pt2["seconds"]),
                    "curl": gbps(nbytes, curl["seconds"]), "ratio": curl["seconds"] / pt2["seconds"],
@@ -238,15 +239,11 @@ def bench_parallel_loopback(path: pathlib.Path, repeat: int) -> bool:
     print("\nloopback nginx, no cap: parallel (defaults) vs single stream", flush=True)
     with NginxProcess(path.parent) as nginx:
         url = nginx.url(path.name)
-        options = {
-            "parallel": HttpOptions(),
-            "single": HttpOptions(parallel_parts=1),
-            "always parallel": HttpOptions(fast_connection=None),
-        }
-        runs: dict[str, list[float]] = {label: [] for label in options}
-        for turn in range(repeat):
-            for label in order(list(options), turn):
-                runs[label].append(asyncio.run(timed_stream(url, options[label])))
+        runs = alternate({
+            "parallel": lambda: asyncio.run(timed_stream(url, HttpOptions())),
+            "single": lambda: asyncio.run(timed_stream(url, HttpOptions(parallel_parts=1))),
+            "always parallel": lambda: asyncio.run(timed_stream(url, HttpOptions(fast_connection=None))),
+        }, repeat)  # fmt: skip
     med = medians(runs)
     nbytes = ELEMENTS_BYTES
     ok = row("parallel (defaults)", nbytes, med["parallel"], "single stream", med["single"], PARALLEL_MIN)
@@ -286,15 +283,11 @@ def bench_capped(path: pathlib.Path, repeat: int, rate: str) -> bool | None:
             same.write_bytes(handle.read(CAPPED_BYTES))
     with NginxProcess(path.parent, limit_rate=rate) as nginx, tempfile.TemporaryDirectory() as tmp:
         url = nginx.url(path.name)
-        contenders = {
+        runs = alternate({
             "pt2serve": lambda: asyncio.run(timed_stream(url, HttpOptions(), end=CAPPED_BYTES)),
             "aria2c": lambda: aria2c(nginx.url(same.name), pathlib.Path(tmp)),
             "curl": lambda: run_curl(url, (start, start + CAPPED_BYTES))["seconds"],
-        }
-        runs: dict[str, list[float]] = {label: [] for label in contenders}
-        for turn in range(repeat):
-            for label in order(list(contenders), turn):
-                runs[label].append(contenders[label]())
+        }, repeat)  # fmt: skip
     med = medians(runs)
     ok = row("ar.stream (8 x 8 MiB parts)", CAPPED_BYTES, med["pt2serve"], "aria2c -x8 -s8", med["aria2c"],
              ARIA_MIN)  # fmt: skip
@@ -328,6 +321,8 @@ def bench_s3(path: pathlib.Path, repeat: int) -> bool | None:
                 "--aws-sigv4", f"aws:amz:{s3.region}:s3", "--user", f"{s3.access_key}:{s3.secret_key}",
                 "-r", f"{start}-{start + nbytes - 1}", s3.url(s3.private_bucket, key)]  # fmt: skip
 
+        server_cpu: dict[str, list[float]] = {}
+
         def run_curl_s3() -> float:
             done = subprocess.run(curl, capture_output=True, text=True, check=True)
             seconds, size = done.stdout.split()
@@ -338,19 +333,23 @@ def bench_s3(path: pathlib.Path, repeat: int) -> bool | None:
         def run_ours(options: HttpOptions) -> float:
             return asyncio.run(timed_stream(location, options, s3_settings=settings))
 
-        contenders = {
-            "single": lambda: run_ours(HttpOptions(parallel_parts=1)),
-            "parallel": lambda: run_ours(HttpOptions()),
-            "curl": run_curl_s3,
-            "curl again": run_curl_s3,  # the control: curl against itself
-        }
-        runs: dict[str, list[float]] = {label: [] for label in contenders}
-        server_cpu: dict[str, list[float]] = {label: [] for label in contenders}
-        for turn in range(repeat):
-            for label in order(list(contenders), turn):
+        def counted(label: str, run: Callable[[], float]) -> Callable[[], float]:
+            """`run`, keeping SeaweedFS's CPU seconds meanwhile under `label`."""
+
+            def measured() -> float:
                 before = cpu_seconds(s3.proc.pid)
-                runs[label].append(contenders[label]())
-                server_cpu[label].append(cpu_seconds(s3.proc.pid) - before)
+                seconds = run()
+                server_cpu.setdefault(label, []).append(cpu_seconds(s3.proc.pid) - before)
+                return seconds
+
+            return measured
+
+        runs = alternate({
+            "single": counted("single", lambda: run_ours(HttpOptions(parallel_parts=1))),
+            "parallel": counted("parallel", lambda: run_ours(HttpOptions())),  # parallel above 16 MiB
+            "curl": counted("curl", run_curl_s3),
+            "curl again": counted("curl again", run_curl_s3),  # the control: curl against itself
+        }, repeat)  # fmt: skip
     med = medians(runs)
     ok = row("s3:// single stream", nbytes, med["single"], "curl --aws-sigv4", med["curl"], S3_MIN)
     print(f"  {rounds(runs, 'single', 'curl', S3_MIN)}")
@@ -359,7 +358,7 @@ def bench_s3(path: pathlib.Path, repeat: int) -> bool | None:
     row("control: curl --aws-sigv4 again", nbytes, med["curl again"], "curl --aws-sigv4", med["curl"], None)
     print(f"  {rounds(runs, 'curl again', 'curl', S3_MIN)}")
     print("  SeaweedFS CPU per run, medians: " + ", ".join(
-        f"{label} {statistics.median(values):.2f} s" for label, values in server_cpu.items()))  # fmt: skip
+        f"{label} {statistics.median(server_cpu[label]):.2f} s" for label in runs))  # fmt: skip
     return ok  # the target is the single stream's (issue 12)
 
 
