@@ -68,8 +68,7 @@ class EntryFetcher:
             return b"".join([bytes(chunk) async for chunk in self.chunks(entry, start, end)])
         zipfmt.check_decodable(entry)
         data = await self._read_stored(entry, start, end)
-        if start == 0 and end == entry.size:
-            _verify_crc(entry, zipfmt.crc32(data))
+        _verify_whole(entry, start, end, data)
         return data
 
     async def read_into(self, entry: ZipEntry, start: int, buffer: memoryview) -> None:
@@ -84,8 +83,7 @@ class EntryFetcher:
             return
         zipfmt.check_decodable(entry)
         await self.source.read_into(offset + start, buffer)
-        if start == 0 and end == entry.size:
-            _verify_crc(entry, zipfmt.crc32(buffer))
+        _verify_whole(entry, start, end, buffer)
 
     async def read_many(self, ranges: Sequence[tuple[ZipEntry, int, int]]) -> list[bytes]:
         """Content bytes of several (entry, start, end) ranges at once.
@@ -119,8 +117,8 @@ class EntryFetcher:
             data = self._slice_from(entry, window, low, start, end)
             if data is None:
                 data = await self.read(entry, start, end)  # checks its own CRC
-            elif start == 0 and end == entry.size:
-                _verify_crc(entry, zipfmt.crc32(data))
+            else:
+                _verify_whole(entry, start, end, data)
             results[index] = data
         return results
 
@@ -272,6 +270,13 @@ async def _nothing() -> AsyncIterator[bytes]:
 def _check(entry: ZipEntry, start: int, end: int) -> None:
     if not 0 <= start <= end <= entry.size:
         raise ValueError(f"range [{start}, {end}) is outside entry {entry.name!r} ({entry.size} bytes)")
+
+
+def _verify_whole(entry: ZipEntry, start: int, end: int, data: bytes | memoryview) -> None:
+    """Bytes [start, end) of a stored entry, checked against its CRC-32 when they are all of it
+    (the CRC covers the whole entry; a part of it cannot be checked on its own)."""
+    if start == 0 and end == entry.size:
+        _verify_crc(entry, zipfmt.crc32(data))
 
 
 def _verify_crc(entry: ZipEntry, crc: int) -> None:
