@@ -74,3 +74,9 @@ def describe(ratios: Sequence[float], target: float | None = None) -> str:
     if target is not None and low <= target <= high:
         text += f": holds the target {target}x, this run cannot tell"
     return text
+
+
+def compare(seconds: dict[str, list[float]], ours: str, base: str, target: float | None = None) -> str:
+    """`describe` of each round's ratio of two contenders' seconds (base / ours: above 1, ours is faster)."""
+    ratios = [theirs / mine for mine, theirs in zip(seconds[ours], seconds[base])]
+    return f"{ours} / {base}: {describe(ratios, target)}"

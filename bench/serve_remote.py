@@ -47,7 +47,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench._host import cpu_times, steal_note  # noqa: E402
-from bench._rounds import alternate, describe  # noqa: E402
+from bench._rounds import alternate, compare  # noqa: E402
 from bench.serve import Pt2serve, curl, data_offset, fetch, read_status  # noqa: E402
 from bench.stream_local import TENSOR_NAME, ensure_archive  # noqa: E402
 from testing.servers import HOST, NginxProcess, free_port, stop_process, wait_listening  # noqa: E402
@@ -140,11 +140,6 @@ def wrk(url: str, duration: float, headers: dict[str, str] | None = None) -> flo
     return float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
 
 
-def per_round(times: dict[str, list[float]], ours: str, base: str, target: float) -> str:
-    """Each round's ratio of two contenders' seconds and the median's interval (bench/_rounds.py)."""
-    return f"{ours} / {base}: {describe([b / a for a, b in zip(times[ours], times[base])], target)}"
-
-
 def rss_while(pid: int, work) -> int:
     """Peak VmRSS growth of `pid` (bytes) while `work()` runs, sampled every 20 ms."""
     base = read_status(pid)["VmRSS"]
@@ -217,8 +212,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"   pt2serve / nginx proxy_pass: {ratio:.2f}x  target >= {PROXY_MIN}x  "
                   f"{verdict(passed[-1])}   (/ curl straight from upstream: "
                   f"{med['upstream'] / med['pt2serve']:.2f}x)")  # fmt: skip
-            print(f"   {per_round(times, 'pt2serve', 'proxy', PROXY_MIN)}")
-            print(f"   control, {per_round(times, 'proxy again', 'proxy', 1.0)}")
+            print(f"   {compare(times, 'pt2serve', 'proxy', PROXY_MIN)}")
+            print(f"   control, {compare(times, 'proxy again', 'proxy', 1.0)}")
             print(f"   {steal_note(since)}")
 
             print("\n2. RSS growth while streaming 2 GiB (4 x 512 MiB) from the remote archive", flush=True)

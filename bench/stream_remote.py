@@ -63,7 +63,7 @@ from reader.sources.base import DEFAULT_CHUNK_SIZE  # noqa: E402
 from testing.servers import FaultServerProcess, NginxProcess, cpu_seconds, nginx_binary  # noqa: E402
 from asyncio_floor import run_floor  # noqa: E402
 from _host import cpu_times, steal_note  # noqa: E402
-from _rounds import alternate, describe, order  # noqa: E402
+from _rounds import alternate, compare, order  # noqa: E402
 from stream_local import ELEMENTS, TENSOR_NAME, ensure_archive, human, parse_size  # noqa: E402
 
 RATIO_MIN = 0.9  # issue 12: single stream >= 0.9x curl on loopback nginx
@@ -141,7 +141,7 @@ async def against_curl(ar: reader.Archive, server, url: str, span: tuple[int, in
            for label, values in runs.items()}  # fmt: skip
     out["requests_per_run"] = requests / (len(runs) * repeat)
     seconds = {label: [r["seconds"] for r in values] for label, values in runs.items()}
-    out["rounds"] = rounds(seconds, "pt2serve", "curl", RATIO_MIN)
+    out["rounds"] = compare(seconds, "pt2serve", "curl", RATIO_MIN)
     return out
 
 
@@ -220,12 +220,6 @@ def medians(runs: dict[str, list[float]]) -> dict[str, float]:
     return {label: statistics.median(values) for label, values in runs.items()}
 
 
-def rounds(seconds: dict[str, list[float]], ours: str, base: str, target: float | None = None) -> str:
-    """Each round's ratio, the median's interval, and whether it holds the target (bench/_rounds.py)."""
-    ratios = [theirs / mine for mine, theirs in zip(seconds[ours], seconds[base])]
-    return f"{ours} / {base}: {describe(ratios, target)}"
-
-
 def row(label: str, nbytes: int, ours: float, base_label: str, base: float, target: float | None) -> bool:
     ratio = base / ours
     verdict = "" if target is None else ("PASS" if ratio >= target else "FAIL") + f" (target >= {target}x)"
@@ -247,7 +241,7 @@ def bench_parallel_loopback(path: pathlib.Path, repeat: int) -> bool:
     med = medians(runs)
     nbytes = ELEMENTS_BYTES
     ok = row("parallel (defaults)", nbytes, med["parallel"], "single stream", med["single"], PARALLEL_MIN)
-    print(f"  {rounds(runs, 'parallel', 'single', PARALLEL_MIN)}")
+    print(f"  {compare(runs, 'parallel', 'single', PARALLEL_MIN)}")
     row("informational: 8 x 8 MiB without the probe", nbytes, med["always parallel"], "single stream",
         med["single"], None)  # fmt: skip
     return ok
@@ -291,7 +285,7 @@ def bench_capped(path: pathlib.Path, repeat: int, rate: str) -> bool | None:
     med = medians(runs)
     ok = row("ar.stream (8 x 8 MiB parts)", CAPPED_BYTES, med["pt2serve"], "aria2c -x8 -s8", med["aria2c"],
              ARIA_MIN)  # fmt: skip
-    print(f"  {rounds(runs, 'pt2serve', 'aria2c', ARIA_MIN)}")
+    print(f"  {compare(runs, 'pt2serve', 'aria2c', ARIA_MIN)}")
     row("ar.stream", CAPPED_BYTES, med["pt2serve"], "curl (one connection)", med["curl"], None)
     return ok
 
@@ -352,11 +346,11 @@ def bench_s3(path: pathlib.Path, repeat: int) -> bool | None:
         }, repeat)  # fmt: skip
     med = medians(runs)
     ok = row("s3:// single stream", nbytes, med["single"], "curl --aws-sigv4", med["curl"], S3_MIN)
-    print(f"  {rounds(runs, 'single', 'curl', S3_MIN)}")
+    print(f"  {compare(runs, 'single', 'curl', S3_MIN)}")
     row("s3:// defaults (parallel above 16 MiB), informational", nbytes, med["parallel"], "curl --aws-sigv4",
         med["curl"], None)  # fmt: skip
     row("control: curl --aws-sigv4 again", nbytes, med["curl again"], "curl --aws-sigv4", med["curl"], None)
-    print(f"  {rounds(runs, 'curl again', 'curl', S3_MIN)}")
+    print(f"  {compare(runs, 'curl again', 'curl', S3_MIN)}")
     print("  SeaweedFS CPU per run, medians: " + ", ".join(
         f"{label} {statistics.median(server_cpu[label]):.2f} s" for label in runs))  # fmt: skip
     return ok  # the target is the single stream's (issue 12)
