@@ -299,7 +299,7 @@ def run_command(command: Callable[[argparse.Namespace], Any], args: argparse.Nam
 
     try:
         asyncio.run(command(args))
-    except UsageError as exc:
+    except (UsageError, reader.LocationError) as exc:
         return _fail(f"pt2serve {args.command}: error: {exc}", 2)
     except reader.ReaderError as exc:
         return _fail(f"pt2serve: {type(exc).__name__}: {exc}", 1)

@@ -44,6 +44,11 @@ class SourceError(ReaderError):
     """Reading bytes from the underlying file or server failed."""
 
 
+class LocationError(SourceError, ValueError):
+    """A location that names nothing readable: an unknown scheme or a malformed gs://, az://, hf://
+    (the CLI's usage error, exit status 2)."""
+
+
 class SourceChanged(SourceError):
     """The object changed between reads; mixing versions would give wrong bytes."""
 

@@ -209,20 +209,16 @@ _ACCESS = re.compile(r'(\S+) (\d+) (\d+) "([^"]*)"')
 
 
 def nginx_binary() -> str | None:
-    return shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx",) if os.access(p, os.X_OK)), None)
+    from testing import provision  # here, not at the top: this file also runs as a script
+
+    return provision.which("nginx")
 
 
 def ensure_nginx() -> str:
     """The nginx binary, installing Debian's nginx-light first if it is missing."""
-    binary = nginx_binary()
-    if binary is None:
-        print("nginx not found: apt-get install -y nginx-light ...", flush=True)
-        subprocess.run(["apt-get", "update"], check=True, stdout=subprocess.DEVNULL)
-        subprocess.run(["apt-get", "install", "-y", "nginx-light"], check=True, stdout=subprocess.DEVNULL)
-        binary = nginx_binary()
-        if binary is None:
-            raise FileNotFoundError("nginx is still missing after installing nginx-light")
-    return binary
+    from testing import provision
+
+    return provision.ensure_nginx()
 
 
 class NginxProcess(_ServerProcess):

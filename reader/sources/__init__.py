@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from ..errors import SourceError
+from ..errors import LocationError
 from .base import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_TAIL_SIZE,
@@ -18,6 +18,19 @@ from .local import LocalFileSource
 from .memory import BytesSource
 from .s3 import S3Settings, open_s3
 
+# scheme -> what it reads; the openers of gs://, az:// and hf:// are imported only when used
+# (their cloud SDKs are extras: pt2serve[gcs], pt2serve[azure])
+SCHEMES = {
+    "http": "any HTTP(S) server with Range support",
+    "https": "any HTTP(S) server with Range support",
+    "s3": "s3://bucket/key (AWS S3 and S3-compatible storage)",
+    "gs": "gs://bucket/object (Google Cloud Storage)",
+    "az": "az://container/blob (Azure Blob Storage)",
+    "hf": "hf://[datasets/|spaces/]repo_id[@revision]/path (the Hugging Face Hub)",
+    "file": "file:///path (a local file)",
+}
+REMOTE_SCHEMES = frozenset(SCHEMES) - {"file"}
+
 
 def _scheme(location: str) -> str:
     return location.split("://", 1)[0].lower() if "://" in location else ""
@@ -26,7 +39,7 @@ def _scheme(location: str) -> str:
 def tail_size_for(location: str | os.PathLike[str] | ByteSource) -> int:
     """How much of the end an open reads first, by where the bytes live."""
     if isinstance(location, (str, os.PathLike)):
-        remote = _scheme(os.fspath(location)) in ("http", "https", "s3")
+        remote = _scheme(os.fspath(location)) in REMOTE_SCHEMES
     else:
         remote = not isinstance(location, LocalFileSource)  # memory sources stand in for remote ones
     return DEFAULT_TAIL_SIZE if remote else LOCAL_TAIL_SIZE
@@ -39,7 +52,7 @@ async def open_source(
     http_options: HttpOptions | None = None,
     s3_settings: S3Settings | None = None,
 ) -> ByteSource:
-    """Open what a location names: http(s):// URL, s3://bucket/key, file:// URL or local path.
+    """Open what a location names: a local path or a URL of one of SCHEMES.
 
     Remote sources read the last `tail_size` bytes while opening (one request), so
     the directory read that follows costs nothing more.
@@ -50,10 +63,25 @@ async def open_source(
         return await HttpSource.open(text, tail_size=tail_size, options=http_options)
     if scheme == "s3":
         return await open_s3(text, tail_size=tail_size, options=http_options, settings=s3_settings)
+    if scheme == "gs":
+        from .gcs import open_gcs
+
+        return await open_gcs(text, tail_size=tail_size, options=http_options)
+    if scheme == "az":
+        from .azure import open_azure
+
+        return await open_azure(text, tail_size=tail_size, options=http_options)
+    if scheme == "hf":
+        from .hf import open_hf
+
+        return await open_hf(text, tail_size=tail_size, options=http_options)
     if scheme == "file":
         return await LocalFileSource.open(text[len("file://") :])
     if scheme:
-        raise SourceError(f"unsupported location scheme {scheme!r} in {redact_location(text)!r}")
+        supported = ", ".join(f"{name}://" for name in SCHEMES)
+        raise LocationError(
+            f"unsupported location scheme {scheme!r} in {redact_location(text)!r}; supported: {supported}"
+        )
     return await LocalFileSource.open(text)
 
 
@@ -61,6 +89,8 @@ __all__ = [
     "DEFAULT_CHUNK_SIZE",
     "DEFAULT_TAIL_SIZE",
     "LOCAL_TAIL_SIZE",
+    "REMOTE_SCHEMES",
+    "SCHEMES",
     "ByteSource",
     "BytesSource",
     "HttpOptions",
