@@ -36,7 +36,7 @@ from .cli_output import (
     progress,
     size_of,
 )
-from .settings import Settings
+from .settings import Settings, ca_bundle_from
 
 EPILOG = """\
 LOCATION is a file path, an http(s):// URL or an s3://bucket/key URI. For S3 the
@@ -108,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="one log line per request (default: off, or PT2SERVE_ACCESS_LOG)",
     )
     _add_parallel_options(serve, default_parts=None)
+    _add_trust_option(serve)
 
     location = {"metavar": "LOCATION", "help": "archive: a path, an http(s):// URL or s3://bucket/key"}
     model_help = "model name (default: the only model, else 'model')"
@@ -123,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("location", **location)
     ls.add_argument("--model", help="only this model's tensors (default: every model)")
     ls.add_argument("--json", action="store_true", help="print {models, tensors: [layout, ...]} as JSON")
+    _add_trust_option(ls)
 
     layout = commands.add_parser(
         "layout",
@@ -135,6 +137,7 @@ def build_parser() -> argparse.ArgumentParser:
     layout.add_argument("location", **location)
     layout.add_argument("name", metavar="NAME", help="the tensor's fully qualified name")
     layout.add_argument("--model", help=model_help)
+    _add_trust_option(layout)
 
     get = commands.add_parser(
         "get",
@@ -228,6 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help=f"progress bar on stderr (default: on a terminal, for {PROGRESS_THRESHOLD >> 20} MiB and more)",
     )
+    _add_trust_option(pull)
     return parser
 
 
@@ -242,6 +246,18 @@ def _add_transfer_options(parser: argparse.ArgumentParser) -> None:
         "--chunk-size", type=_positive_int, default=None, metavar="BYTES", help="read size (default 4 MiB)"
     )
     _add_parallel_options(parser, default_parts=8)
+    _add_trust_option(parser)
+
+
+def _add_trust_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--ca-bundle",
+        metavar="PATH",
+        default=None,
+        help="https: also trust the CA certificates in PATH (a PEM file, or a directory hashed by "
+        "`openssl rehash`), besides the system's, SSL_CERT_FILE and SSL_CERT_DIR "
+        "(default: PT2SERVE_CA_BUNDLE)",
+    )
 
 
 def _add_parallel_options(parser: argparse.ArgumentParser, *, default_parts: int | None) -> None:
@@ -266,7 +282,8 @@ def _add_parallel_options(parser: argparse.ArgumentParser, *, default_parts: int
 def _http_options(args: argparse.Namespace):  # -> reader.sources.HttpOptions (imported lazily)
     from reader.sources import HttpOptions
 
-    return HttpOptions(parallel_parts=args.parallel, part_size=args.part_size)
+    transfer = {"parallel_parts": args.parallel, "part_size": args.part_size} if "parallel" in args else {}
+    return HttpOptions(ca_bundle=args.ca_bundle or ca_bundle_from(os.environ), **transfer)
 
 
 def _positive_int(text: str) -> int:
@@ -334,7 +351,7 @@ async def cmd_ls(args: argparse.Namespace) -> None:
 
     import reader
 
-    async with reader.open_archive(args.location) as ar:
+    async with reader.open_archive(args.location, http_options=_http_options(args)) as ar:
         tensors = ar.tensors(args.model)
         models, container, unreadable = ar.models, ar.container, ar.unreadable
     if args.json:
@@ -383,7 +400,7 @@ async def cmd_layout(args: argparse.Namespace) -> None:
 
     import reader
 
-    async with reader.open_archive(args.location) as ar:
+    async with reader.open_archive(args.location, http_options=_http_options(args)) as ar:
         info = ar.layout(args.name, args.model)
     _write_stdout(json.dumps(info.to_dict(), indent=1))
 
@@ -525,6 +542,7 @@ async def cmd_pull(args: argparse.Namespace) -> None:
         prefix=args.prefix,
         names=args.name,
         progress=lambda total: progress(args, total, "pull"),
+        http_options=_http_options(args),
     )
     if args.json:
         _write_stdout(json.dumps(dataclasses.asdict(report), indent=1))
@@ -559,6 +577,8 @@ def serve(args: argparse.Namespace) -> int:
         os.environ["PT2SERVE_PARALLEL_PARTS"] = str(args.parallel)
     if args.part_size is not None:
         os.environ["PT2SERVE_PART_SIZE"] = str(args.part_size)
+    if args.ca_bundle is not None:
+        os.environ["PT2SERVE_CA_BUNDLE"] = args.ca_bundle
     access_log = settings.access_log if args.access_log is None else args.access_log
     uvicorn.run(
         "app.asgi:app",

@@ -166,6 +166,7 @@ class Registry:
             parallel_parts=settings.parallel_parts,
             part_size=settings.part_size,
             parallel_above=settings.parallel_above,
+            ca_bundle=settings.ca_bundle,
         )
 
     async def start(self) -> None:

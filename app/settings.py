@@ -41,6 +41,7 @@ class Settings:
     version_grace_seconds: float = 300.0  # how long a replaced archive version is still served
     digests_ahead: str = "local"  # compute every digest after opening: local | all | off
     digest_inline_max: int = 1 << 20  # remote tensors up to this size get their digest before the headers
+    ca_bundle: str | None = None  # CA certificates trusted besides the system's (PEM file or hashed dir)
 
     @classmethod
     def from_environment(
@@ -73,7 +74,13 @@ class Settings:
             part_size=int(env.get("PT2SERVE_PART_SIZE", str(8 << 20))),
             parallel_above=int(env.get("PT2SERVE_PARALLEL_ABOVE", str(16 << 20))),
             access_log=env.get("PT2SERVE_ACCESS_LOG", "").lower() in ("1", "true", "yes"),
+            ca_bundle=ca_bundle_from(env),
         )
+
+
+def ca_bundle_from(env: Mapping[str, str]) -> str | None:
+    """PT2SERVE_CA_BUNDLE: the extra CA bundle for remote reads (the service's and the CLI's)."""
+    return env.get("PT2SERVE_CA_BUNDLE") or None
 
 
 def parse_archive_specs(specs: Sequence[str]) -> tuple[ArchiveSpec, ...]:

@@ -205,6 +205,10 @@ PROXY_LOCATION = """
             proxy_busy_buffers_size 2m;
             proxy_max_temp_file_size 0;
         }}"""
+TLS_LISTEN = """
+        listen {host}:{port} ssl http2;
+        ssl_certificate {chain};
+        ssl_certificate_key {key};"""
 _ACCESS = re.compile(r'(\S+) (\d+) (\d+) "([^"]*)"')
 
 
@@ -233,13 +237,19 @@ class NginxProcess(_ServerProcess):
         timeout: float = 10.0,
         limit_rate: str | None = None,
         proxy_to: str | None = None,
+        tls: tuple[str, str] | None = None,
     ) -> None:
         """limit_rate: nginx's per-connection rate cap (e.g. "100m"), as S3 and CDNs cap connections.
-        proxy_to: a base URL to proxy_pass every request to instead of serving `root`."""
+        proxy_to: a base URL to proxy_pass every request to instead of serving `root`.
+        tls: (certificate chain file, key file): also serve https (HTTP/2 or 1.1) at `tls_base_url`."""
         binary = ensure_nginx()
         extra = f"limit_rate {limit_rate};" if limit_rate else ""
         if proxy_to:
             extra += PROXY_LOCATION.format(upstream=proxy_to)
+        if tls:
+            tls_port = free_port()
+            extra += TLS_LISTEN.format(host=HOST, port=tls_port, chain=tls[0], key=tls[1])
+            self.tls_base_url = f"https://{HOST}:{tls_port}"
         self._tmp = tempfile.mkdtemp(prefix="pt2serve-nginx-")
         port = free_port()
         conf = pathlib.Path(self._tmp, "nginx.conf")

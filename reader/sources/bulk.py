@@ -40,6 +40,7 @@ import h11
 import httpx
 
 from .base import fresh_buffer
+from .proxies import Proxy
 
 BULK_MIN = 1 << 20  # ranged GETs of at least this many bytes take this path
 BUFFER_SIZE = 1 << 20  # receive buffer; a read fills at most what is left of one
@@ -81,8 +82,9 @@ class _Stale(Exception):
 class Pool:
     """Connections for bulk bodies, by origin: idle ones are reused, at most `max_idle` each."""
 
-    def __init__(self, verify: ssl.SSLContext, max_idle: int = 8) -> None:
+    def __init__(self, verify: ssl.SSLContext, proxy: Proxy | None = None, max_idle: int = 8) -> None:
         self.verify = verify
+        self.proxy = proxy  # every connection goes through it (proxies.py)
         self.max_idle = max_idle
         self.idle: dict[Origin, list[BodyProtocol]] = {}
 
@@ -103,31 +105,54 @@ class Pool:
         return await self._exchange(protocol, request, origin, reused=False)
 
     async def _connect(self, request: httpx.Request, origin: Origin) -> BodyProtocol:
-        scheme, host, port, sni = origin
-        loop = asyncio.get_running_loop()
-        protocol = BodyProtocol(loop)
-        https = scheme == "https"
-        connect = loop.create_connection(
-            lambda: protocol,
-            host,
-            port,
-            ssl=self.verify if https else None,
-            server_hostname=sni if https else None,
-        )
+        protocol = BodyProtocol(asyncio.get_running_loop())
+        where = f"{origin[1]}:{origin[2]}" if self.proxy is None else f"proxy {self.proxy.url}"
         try:
-            await asyncio.wait_for(connect, request.extensions.get("timeout", {}).get("connect"))
-        except TimeoutError as exc:
-            raise httpx.ConnectTimeout(f"connecting to {host}:{port} timed out") from exc
-        except (OSError, ssl.SSLError) as exc:
-            raise httpx.ConnectError(f"{type(exc).__name__}: {exc}") from exc
+            await asyncio.wait_for(
+                self._open(protocol, origin), request.extensions.get("timeout", {}).get("connect")
+            )
+        except BaseException as exc:
+            protocol.close()
+            if isinstance(exc, TimeoutError):
+                raise httpx.ConnectTimeout(f"connecting to {where} timed out") from exc
+            if isinstance(exc, (OSError, ssl.SSLError, httpx.RemoteProtocolError)):
+                raise httpx.ConnectError(f"{type(exc).__name__}: {exc}") from exc
+            raise
         return protocol
+
+    async def _open(self, protocol: BodyProtocol, origin: Origin) -> None:
+        """Connect: straight to the origin, or to the proxy (then a CONNECT tunnel for https)."""
+        scheme, host, port, sni = origin
+        loop, proxy, https = protocol.loop, self.proxy, scheme == "https"
+        if proxy is None:
+            await loop.create_connection(
+                lambda: protocol,
+                host,
+                port,
+                ssl=self.verify if https else None,
+                server_hostname=sni if https else None,
+            )
+            return
+        to_proxy_tls = proxy.scheme == "https"
+        await loop.create_connection(
+            lambda: protocol,
+            proxy.host,
+            proxy.port,
+            ssl=self.verify if to_proxy_tls else None,
+            server_hostname=proxy.host if to_proxy_tls else None,
+        )
+        if https:
+            await protocol.tunnel(host, port, proxy)
+            assert protocol.transport is not None
+            tls = await loop.start_tls(protocol.transport, protocol, self.verify, server_hostname=sni)
+            protocol.connection_made(tls)
 
     async def _exchange(
         self, protocol: BodyProtocol, request: httpx.Request, origin: Origin, *, reused: bool
     ) -> httpx.Response:
         read_timeout = request.extensions.get("timeout", {}).get("read")
         try:
-            protocol.send_request(request)
+            protocol.send_request(request, self.proxy)
             head = await protocol.wait_head(read_timeout)
         except h11.LocalProtocolError as exc:  # a request h11 will not write
             protocol.close()
@@ -222,12 +247,31 @@ class BodyProtocol(asyncio.BufferedProtocol):
 
     # -- the request and the head --------------------------------------------------------------
 
-    def send_request(self, request: httpx.Request) -> None:
+    def send_request(self, request: httpx.Request, proxy: Proxy | None = None) -> None:
+        url = request.url
+        target = url.raw_path  # as httpx built it (and SigV4 signed it)
+        headers = list(request.headers.raw)
+        if proxy is not None and url.scheme == "http":  # to the proxy itself: the absolute form
+            target = b"%s://%s%s" % (url.raw_scheme, url.netloc, target)
+            headers += [(name.encode(), value.encode()) for name, value in proxy.headers.items()]
+        self._send_head(request.method.encode(), target, headers)
+
+    def _send_head(self, method: bytes, target: bytes, headers: list[tuple[bytes, bytes]]) -> None:
         assert self.transport is not None
         self.h11 = h11.Connection(h11.CLIENT)  # one per exchange: its body bypasses h11
-        target = request.url.raw_path  # as httpx built it (and SigV4 signed it)
-        event = h11.Request(method=request.method, target=target, headers=list(request.headers.raw))
+        event = h11.Request(method=method, target=target, headers=headers)
         self.transport.write(self.h11.send(event) + self.h11.send(h11.EndOfMessage()))
+
+    async def tunnel(self, host: str, port: int, proxy: Proxy) -> None:
+        """Ask the proxy for a tunnel to host:port (CONNECT); then the connection is the origin's."""
+        authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        headers = [(b"Host", authority.encode())]
+        headers += [(name.encode(), value.encode()) for name, value in proxy.headers.items()]
+        self._send_head(b"CONNECT", authority.encode(), headers)
+        head = await self.wait_head(None)  # within the connect timeout (Pool._connect)
+        if not 200 <= head.status_code < 300:
+            raise httpx.ProxyError(f"CONNECT answered {head.status_code} {head.reason.decode('latin-1')}")
+        self.idle()
 
     async def wait_head(self, timeout: float | None) -> h11.Response:
         while self.head is None:

@@ -16,19 +16,20 @@ import asyncio
 import functools
 import random
 import re
-import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass, field
 
-import certifi
 import httpx
 
 from ..errors import SourceChanged, SourceError
 from .base import DEFAULT_CHUNK_SIZE, DEFAULT_TAIL_SIZE, SourceStats, check_range, redact_location
 from .held import HeldBytes
 from .parallel import ordered_parts
+from .proxies import Proxy, refusal
+from .proxies import mounts as proxy_mounts
+from .tls import certificate_refusal, verified_context
 from .transport import AiohttpTransport
 
 CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
@@ -50,6 +51,7 @@ class HttpOptions:
     time_budget: float | None = None  # seconds one open/read/stream may take in all (None: no limit)
     full_body_cap: int = 16 << 20  # a server that ignores Range may send us this much, no more
     http2: bool = False
+    ca_bundle: str | None = None  # PEM file or hashed directory trusted besides the system's (tls.py)
     headers: Mapping[str, str] = field(default_factory=dict)
     # Reads longer than parallel_above are fetched as part_size parts over up to parallel_parts
     # connections at once (servers cap each connection; memory: parallel_parts x part_size).
@@ -367,6 +369,9 @@ class HttpSource:
         try:
             return await self.client.send(request, stream=True)
         except httpx.TransportError as exc:
+            refused = certificate_refusal(exc, _failed_host(exc)) or refusal(exc)
+            if refused:  # another attempt would meet the same answer
+                raise SourceError(f"{self.location}: {refused}") from None
             raise _Retry(f"{type(exc).__name__}: {exc}") from None
 
     async def _retrying(self, attempt_once: Callable[[], object]) -> None:
@@ -419,21 +424,30 @@ class HttpSource:
 
 
 def make_client(options: HttpOptions, auth: httpx.Auth | None = None) -> httpx.AsyncClient:
+    """A client for remote reads: the verified TLS context (tls.py) and the environment's proxies
+    (proxies.py) on every transport it mounts."""
     timeout = httpx.Timeout(
         connect=options.connect_timeout, read=options.read_timeout, write=options.read_timeout, pool=None
     )
-    if options.http2:  # httpcore speaks HTTP/2 (negotiated by ALPN, else HTTP/1.1); aiohttp does not
-        return httpx.AsyncClient(
-            http2=True, timeout=timeout, auth=auth, follow_redirects=True, verify=_tls_context()
-        )
-    transport = AiohttpTransport(verify=_tls_context())
-    return httpx.AsyncClient(transport=transport, timeout=timeout, auth=auth, follow_redirects=True)
+    context = verified_context(options.ca_bundle)
+
+    def transport_for(proxy: Proxy | None) -> httpx.AsyncBaseTransport:
+        if options.http2:  # httpcore speaks HTTP/2 (negotiated by ALPN, else HTTP/1.1); aiohttp does not
+            through = None if proxy is None else httpx.Proxy(proxy.url, headers=proxy.headers)
+            return httpx.AsyncHTTPTransport(http2=True, verify=context, proxy=through)
+        return AiohttpTransport(verify=context, proxy=proxy)
+
+    direct, mounts = proxy_mounts(transport_for)
+    return httpx.AsyncClient(
+        transport=direct, mounts=mounts, timeout=timeout, auth=auth, follow_redirects=True
+    )
 
 
-@functools.cache
-def _tls_context() -> ssl.SSLContext:
-    """One verified TLS context per process: loading the CA bundle costs ~30 ms per client."""
-    return ssl.create_default_context(cafile=certifi.where())
+def _failed_host(error: httpx.TransportError) -> str | None:
+    try:
+        return error.request.url.host
+    except RuntimeError:  # no request attached
+        return None
 
 
 def _remaining(deadline: float | None) -> float | None:

@@ -30,6 +30,7 @@ import httpx
 from yarl import URL
 
 from . import bulk
+from .proxies import Proxy
 
 
 @contextlib.contextmanager
@@ -45,6 +46,8 @@ def _httpx_errors() -> Iterator[None]:
         raise httpx.ConnectError(str(exc)) from exc
     except aiohttp.ServerTimeoutError as exc:
         raise httpx.ReadTimeout(str(exc) or "read timed out") from exc
+    except aiohttp.ClientHttpProxyError as exc:  # the proxy refused the tunnel (407, 403, ...)
+        raise httpx.ProxyError(f"CONNECT answered {exc.status} {exc.message}") from exc
     except aiohttp.ClientResponseError as exc:  # a response aiohttp could not parse
         raise httpx.RemoteProtocolError(str(exc)) from exc
     except (aiohttp.ClientError, ConnectionError) as exc:
@@ -89,11 +92,17 @@ class _Body(httpx.AsyncByteStream):
 class AiohttpTransport(httpx.AsyncBaseTransport):
     """Sends httpx requests over one aiohttp session (HTTP/1.1, pooled keep-alive connections)."""
 
-    def __init__(self, *, verify: ssl.SSLContext, max_connections: int = 100) -> None:
+    def __init__(
+        self, *, verify: ssl.SSLContext, proxy: Proxy | None = None, max_connections: int = 100
+    ) -> None:
         self._verify = verify
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
-        self._bulk = bulk.Pool(verify)
+        self._bulk = bulk.Pool(verify, proxy)
+        # aiohttp tunnels https through `proxy` with CONNECT (sending proxy_headers), and sends
+        # http to it in absolute form, where the credentials must be among the request's headers
+        self._proxy = {} if proxy is None else {"proxy": proxy.url, "proxy_headers": proxy.headers or None}
+        self._proxy_headers = [] if proxy is None else list(proxy.headers.items())
 
     def _get_session(self) -> aiohttp.ClientSession:
         if self._session is None:  # made on first use, inside the running loop
@@ -114,17 +123,21 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         url = request.url
         if url.userinfo:  # httpx already turned it into an Authorization header
             url = url.copy_with(userinfo=b"")
+        headers = list(request.headers.multi_items())
+        if self._proxy_headers and url.scheme == "http":
+            headers += self._proxy_headers
         with _httpx_errors():
             response = await self._get_session().request(
                 request.method,
                 URL(str(url), encoded=True),  # as httpx built (and SigV4 signed) it
-                headers=list(request.headers.multi_items()),
+                headers=headers,
                 data=body,
                 allow_redirects=False,  # httpx follows them (and re-runs auth)
                 timeout=aiohttp.ClientTimeout(
                     total=None, sock_connect=timeout.get("connect"), sock_read=timeout.get("read")
                 ),
                 server_hostname=bulk.sni_hostname(request),
+                **self._proxy,
             )
         return httpx.Response(
             status_code=response.status,
