@@ -8,7 +8,7 @@ without the matching `Proxy-Authorization: Basic` is answered 407.
     async with ForwardProxy(credentials=("user", "secret")) as proxy:
         os.environ["HTTPS_PROXY"] = proxy.url_with_credentials
         ...
-        proxy.log  # [{"method", "target", "authorization", "status", "bytes"}]
+        proxy.log  # [{"method", "target", "range", "authorization", "status", "bytes"}]
 """
 
 from __future__ import annotations
@@ -69,7 +69,9 @@ class ForwardProxy:
                 (name.strip(), value.strip()) for name, value in (line.split(":", 1) for line in lines)
             ]
             authorization = next((v for k, v in headers if k.lower() == "proxy-authorization"), None)
+            asked = next((v for k, v in headers if k.lower() == "range"), None)
             entry = {
+                "range": asked,
                 "method": method,
                 "target": target,
                 "authorization": authorization,

@@ -7,8 +7,10 @@ with PrivateCA(tmp_path) as ca, ca.nginx(root) as server:
 
 from __future__ import annotations
 
+import contextlib
 import pathlib
 import subprocess
+from collections.abc import Iterator, Mapping
 
 from testing import provision
 from testing.servers import NginxProcess
@@ -41,3 +43,17 @@ class PrivateCA:
 
     def nginx(self, root: pathlib.Path) -> NginxProcess:
         return NginxProcess(root, tls=(str(self.chain_file), str(self.key_file)))
+
+
+@contextlib.contextmanager
+def https_origin(
+    workdir: pathlib.Path, files: Mapping[str, bytes]
+) -> Iterator[tuple[PrivateCA, NginxProcess]]:
+    """nginx serving `files` over http and https (a certificate of a fresh private CA)."""
+    root = workdir / "root"
+    root.mkdir()
+    for name, data in files.items():
+        (root / name).write_bytes(data)
+    ca = PrivateCA(workdir)
+    with ca.nginx(root) as server:
+        yield ca, server

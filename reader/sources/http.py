@@ -429,7 +429,7 @@ def make_client(options: HttpOptions, auth: httpx.Auth | None = None) -> httpx.A
     timeout = httpx.Timeout(
         connect=options.connect_timeout, read=options.read_timeout, write=options.read_timeout, pool=None
     )
-    context = verified_context(options.ca_bundle)
+    context = verified_context(options.ca_bundle, http2=options.http2)
 
     def transport_for(proxy: Proxy | None) -> httpx.AsyncBaseTransport:
         if options.http2:  # httpcore speaks HTTP/2 (negotiated by ALPN, else HTTP/1.1); aiohttp does not

@@ -12,7 +12,7 @@ A context trusts, together:
 - an extra bundle (`HttpOptions.ca_bundle`: a PEM file or such a directory).
 
 Building one costs ~30 ms, so one context per configuration is kept for the life of the process
-and shared by every connection (aiohttp's, bulk.py's, httpx's HTTP/2 transport).
+and shared by every connection of its protocol (aiohttp's and bulk.py's HTTP/1.1; httpx's HTTP/2).
 """
 
 from __future__ import annotations
@@ -29,16 +29,21 @@ from ..errors import SourceError
 TRUST_HINT = "trust its CA with SSL_CERT_FILE, SSL_CERT_DIR or --ca-bundle (PT2SERVE_CA_BUNDLE)"
 
 
-def verified_context(ca_bundle: str | None = None) -> ssl.SSLContext:
-    """The verified client context for this configuration (the environment read now)."""
-    return _context(
-        ca_bundle, os.environ.get("SSL_CERT_FILE") or None, os.environ.get("SSL_CERT_DIR") or None
-    )
+def verified_context(ca_bundle: str | None = None, *, http2: bool = False) -> ssl.SSLContext:
+    """The verified client context for this configuration (the environment read now).
+
+    HTTP/2 clients get a context of their own: httpcore sets the ALPN protocols of the context
+    it is given, and a shared one would then offer h2 to aiohttp's and bulk.py's HTTP/1.1."""
+    cert_file, cert_dir = os.environ.get("SSL_CERT_FILE") or None, os.environ.get("SSL_CERT_DIR") or None
+    return _context(ca_bundle, cert_file, cert_dir, ("h2", "http/1.1") if http2 else ("http/1.1",))
 
 
-@functools.lru_cache(maxsize=8)
-def _context(ca_bundle: str | None, cert_file: str | None, cert_dir: str | None) -> ssl.SSLContext:
+@functools.lru_cache(maxsize=16)
+def _context(
+    ca_bundle: str | None, cert_file: str | None, cert_dir: str | None, alpn: tuple[str, ...]
+) -> ssl.SSLContext:
     context = _system_context()
+    context.set_alpn_protocols(list(alpn))
     context.load_verify_locations(cafile=certifi.where())
     for what, path in (
         ("SSL_CERT_FILE", cert_file),
