@@ -153,7 +153,9 @@ async def test_a_proxy_gone_after_open_fails_bulk_reads_cleanly(origin, monkeypa
         await source.close()
 
 
-@pytest.mark.parametrize(("scheme", "http2"), [("http", False), ("https", False), ("http", True), ("https", True)])
+@pytest.mark.parametrize(
+    ("scheme", "http2"), [("http", False), ("https", False), ("http", True), ("https", True)]
+)
 async def test_proxy_credentials_become_proxy_authorization(origin, monkeypatch, scheme, http2):
     async with ForwardProxy(credentials=("reader", "s3:cr@t/")) as proxy:
         monkeypatch.setenv("ALL_PROXY", proxy.url_with_credentials)
