@@ -182,3 +182,17 @@ async def test_an_unsupported_proxy_scheme_is_a_source_error(origin, monkeypatch
     with pytest.raises(SourceError, match="only http:// and https:// proxies") as raised:
         await HttpSource.open(_url(origin, "https"), options=_options(origin))
     assert "pw" not in str(raised.value)
+
+
+def test_the_bulk_tunnel_under_uvloop(origin, monkeypatch):
+    """`pt2serve serve` runs on uvloop: its start_tls upgrades bulk.py's CONNECT tunnel too."""
+    import uvloop
+
+    async def through_proxy() -> list[dict]:
+        async with ForwardProxy() as proxy:
+            monkeypatch.setenv("HTTPS_PROXY", proxy.url)
+            await _read_both_paths(_url(origin, "https"), _options(origin))
+        return proxy.log
+
+    log = uvloop.run(through_proxy())
+    assert len(log) >= 2 and sum(e["bytes"] for e in log) > BULK[1] - BULK[0]

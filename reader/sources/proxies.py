@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import httpx
 from httpx._utils import get_environment_proxies  # httpx's reading of the variables, kept exact
 
+from ..errors import SourceError
 from .tls import untrusted_certificate
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -117,8 +118,6 @@ def mounts(
         try:
             proxy = Proxy.parse(url)
         except ValueError as exc:
-            from ..errors import SourceError
-
             raise SourceError(str(exc)) from None
         if url not in by_url:
             by_url[url] = ViaProxy(transport_for(proxy), proxy, direct, bypass)
