@@ -57,6 +57,9 @@ examples:
   pt2serve pull http://host:8000/archives/gpt2 weights/      mirror; run again to update
                                                    (only changed tensors move)
 
+https trusts the system's CAs, SSL_CERT_FILE, SSL_CERT_DIR and --ca-bundle (PT2SERVE_CA_BUNDLE);
+HTTP_PROXY, HTTPS_PROXY, ALL_PROXY and NO_PROXY are honoured (docs/remote-reads.md).
+
 exit status: 0 ok, 1 archive/source/output error, 2 usage error, 130 interrupted.
 """
 

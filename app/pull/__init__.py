@@ -21,6 +21,7 @@ import httpx
 
 import reader
 from reader.sources import HttpOptions
+from reader.sources.tls import verified_context
 
 from .direct import FromArchive
 from .mirror import Mirror
@@ -55,7 +56,8 @@ async def pull(
     mirror = Mirror(directory)
     with _locked(mirror):
         if is_served_url(url):
-            async with httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=10.0)) as client:
+            trust = verified_context(http_options.ca_bundle if http_options else None)
+            async with httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=10.0), verify=trust) as client:
                 server = FromServer(client, url)
                 return await update(mirror, await server.manifest(model, prefix, names), server, progress)
         async with reader.open_archive(url, http_options=http_options) as archive:
