@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import ssl
 import urllib.parse
 
 HOST = "127.0.0.1"
@@ -23,8 +24,12 @@ HOP_BY_HOP = {"proxy-authorization", "proxy-connection", "connection", "keep-ali
 
 
 class ForwardProxy:
-    def __init__(self, *, credentials: tuple[str, str] | None = None) -> None:
+    def __init__(
+        self, *, credentials: tuple[str, str] | None = None, tls: ssl.SSLContext | None = None
+    ) -> None:
+        """tls: a server context: the proxy itself is reached over TLS (an https:// proxy URL)."""
         self.credentials = credentials
+        self.tls = tls
         self.log: list[dict] = []
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task] = set()
@@ -32,16 +37,17 @@ class ForwardProxy:
 
     @property
     def url(self) -> str:
-        return f"http://{HOST}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{HOST}:{self.port}"
 
     @property
     def url_with_credentials(self) -> str:
         assert self.credentials is not None
         user, password = (urllib.parse.quote(part, safe="") for part in self.credentials)
-        return f"http://{user}:{password}@{HOST}:{self.port}"
+        scheme = "https" if self.tls else "http"
+        return f"{scheme}://{user}:{password}@{HOST}:{self.port}"
 
     async def __aenter__(self) -> ForwardProxy:
-        self._server = await asyncio.start_server(self._accept, HOST, 0)
+        self._server = await asyncio.start_server(self._accept, HOST, 0, ssl=self.tls)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import pathlib
+import ssl
 import subprocess
 from collections.abc import Iterator, Mapping
 
@@ -40,6 +41,12 @@ class PrivateCA:
             openssl = provision.ensure_apt("openssl", "openssl")
             subprocess.run([openssl, "rehash", str(directory)], check=True, capture_output=True)
         return directory
+
+    def server_context(self) -> ssl.SSLContext:
+        """A TLS server context presenting the certificate (for servers of the tests' own)."""
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(self.chain_file, self.key_file)
+        return context
 
     def nginx(self, root: pathlib.Path) -> NginxProcess:
         return NginxProcess(root, tls=(str(self.chain_file), str(self.key_file)))

@@ -196,3 +196,14 @@ def test_the_bulk_tunnel_under_uvloop(origin, monkeypatch):
 
     log = uvloop.run(through_proxy())
     assert len(log) >= 2 and sum(e["bytes"] for e in log) > BULK[1] - BULK[0]
+
+
+@pytest.mark.parametrize(("scheme", "http2"), [("http", False), ("https", False), ("https", True)])
+async def test_an_https_proxy_is_reached_over_verified_tls(origin, monkeypatch, scheme, http2):
+    ca, _ = origin
+    async with ForwardProxy(tls=ca.server_context(), credentials=("reader", "pw")) as proxy:
+        monkeypatch.setenv("ALL_PROXY", proxy.url_with_credentials)
+        await _read_both_paths(_url(origin, scheme), _options(origin, http2=http2))
+        with pytest.raises(SourceError, match="certificate"):  # the proxy's own certificate is checked
+            await HttpSource.open(_url(origin, scheme), options=dataclasses.replace(FAST, http2=http2))
+    assert proxy.log and all(e["status"] == 200 for e in proxy.log)

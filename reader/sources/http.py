@@ -433,7 +433,10 @@ def make_client(options: HttpOptions, auth: httpx.Auth | None = None) -> httpx.A
 
     def transport_for(proxy: Proxy | None) -> httpx.AsyncBaseTransport:
         if options.http2:  # httpcore speaks HTTP/2 (negotiated by ALPN, else HTTP/1.1); aiohttp does not
-            through = None if proxy is None else httpx.Proxy(proxy.url, headers=proxy.headers)
+            through = None
+            if proxy is not None:  # an https:// proxy's own certificate: verified as any server's
+                to_proxy = verified_context(options.ca_bundle) if proxy.scheme == "https" else None
+                through = httpx.Proxy(proxy.url, headers=proxy.headers, ssl_context=to_proxy)
             return httpx.AsyncHTTPTransport(http2=True, verify=context, proxy=through)
         return AiohttpTransport(verify=context, proxy=proxy)
 
