@@ -123,6 +123,7 @@ async def test_through_a_proxy_the_origin_certificate_is_still_verified(origin, 
         monkeypatch.setenv("HTTPS_PROXY", proxy.url)
         with pytest.raises(SourceError, match=r"certificate of 127\.0\.0\.1 not trusted"):
             await HttpSource.open(_blob(origin), options=FAST)
+        assert len(proxy.log) == 1  # one connection: a refused certificate is not retried
         await _read_every_path(_blob(origin), dataclasses.replace(FAST, ca_bundle=str(origin[0].ca_file)))
     assert proxy.log and all(e["method"] == "CONNECT" for e in proxy.log)
 
