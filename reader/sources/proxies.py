@@ -85,7 +85,7 @@ class ViaProxy(httpx.AsyncBaseTransport):
         if self.bypass and _in_networks(request.url.host, self.bypass):
             return await self.direct.handle_async_request(request)
         try:
-            return await self.through.handle_async_request(request)
+            response = await self.through.handle_async_request(request)
         except httpx.ProxyError as exc:
             raise ProxyRefused(f"proxy {self.proxy.url} refused: {exc}") from exc
         except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
@@ -94,6 +94,10 @@ class ViaProxy(httpx.AsyncBaseTransport):
             raise httpx.ProxyError(
                 f"connection through proxy {self.proxy.url} failed: {type(exc).__name__}: {exc}"
             ) from exc
+        if response.status_code == 407:  # only a proxy says this (to an http request it forwards)
+            await response.aclose()
+            raise ProxyRefused(f"proxy {self.proxy.url} refused: 407 Proxy Authentication Required")
+        return response
 
     async def aclose(self) -> None:
         await self.through.aclose()
