@@ -8,7 +8,8 @@ A context trusts, together:
   read pays per connection;
 - certifi's bundle (as pip adds it), so a machine without a CA store still reaches public hosts;
 - `SSL_CERT_FILE` and `SSL_CERT_DIR` (a file of PEM certificates; a directory in OpenSSL's
-  hashed layout, as `openssl rehash` writes it);
+  hashed layout, as `openssl rehash` writes it); where OpenSSL's default locations are the
+  system store, these replace them, as OpenSSL does;
 - an extra bundle (`HttpOptions.ca_bundle`: a PEM file or such a directory).
 
 Building one costs ~30 ms, so one context per configuration is kept for the life of the process
