@@ -126,6 +126,14 @@ def test_npy_with_memory_order_is_a_usage_error(tmp_path):
     one_line_error(result.stderr, "pt2serve get: error: --format npy")
 
 
+def test_unknown_scheme_is_a_usage_error_listing_the_supported_ones():
+    result = cli("ls", "ftp://example.invalid/model.pt2")
+    assert result.returncode == 2, result.stderr
+    one_line_error(result.stderr, "pt2serve ls: error: unsupported location scheme 'ftp'")
+    for scheme in ("http://", "https://", "s3://", "gs://", "az://", "hf://", "file://"):
+        assert scheme in result.stderr
+
+
 @pytest.mark.parametrize(
     "args, error",
     [
@@ -134,7 +142,6 @@ def test_npy_with_memory_order_is_a_usage_error(tmp_path):
         (("layout", ARCHIVES / "layouts.pt2", "no.such.tensor"), "pt2serve: TensorNotFound:"),
         (("ls", ARCHIVES / "layouts.pt2", "--model", "nope"), "pt2serve: ModelNotFound:"),
         (("get", ARCHIVES / "pickled.pt2", "sub", "-o", "{tmp}/sub.bin"), "pt2serve: UnsupportedPayload:"),
-        (("ls", "ftp://example.invalid/model.pt2"), "pt2serve: SourceError: unsupported location scheme"),
         (("export", ARCHIVES / "two_models.pt2", "-o", "{tmp}/x.safetensors"), "pt2serve: ModelNotFound:"),
     ],
 )
