@@ -44,19 +44,23 @@ class Azurite(_ServerProcess):
         self.scheme = "https" if tls else "http"
         self.ca_file: str | None = None
         command = [binary, "--inMemoryPersistence", "--blobHost", HOST, "--blobPort", str(self.port),
-                   "--skipApiVersionCheck", "--loose", "--disableTelemetry", "--silent",
-                   "--location", self._workspace.name]  # fmt: skip
+                   "--skipApiVersionCheck", "--loose", "--disableTelemetry", "--silent"]  # fmt: skip
         if tls:
             command += ["--cert", str(tls[0]), "--key", str(tls[1])]
         if oauth:
             command += ["--oauth", "basic"]
         self._log = open(pathlib.Path(self._workspace.name, "azurite.log"), "wb")  # noqa: SIM115
-        self.process = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT
-        )
+        self.process = subprocess.Popen(  # in memory; the workspace (cwd) only gets stray files
+            command, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT,
+            cwd=self._workspace.name,
+        )  # fmt: skip
         atexit.register(self.stop)
         try:
             wait_listening(self.port, self.process, "azurite-blob", START_TIMEOUT)
+        except RuntimeError as exc:
+            log = self.log_text().strip()
+            self.stop()
+            raise RuntimeError(f"{exc}: {log}") from None
         except BaseException:
             self.stop()
             raise
@@ -90,7 +94,7 @@ class Azurite(_ServerProcess):
         client = self.service().get_container_client(container)
         with contextlib.suppress(ResourceExistsError):
             client.create_container()
-        return client.upload_blob(blob, data, overwrite=True)["etag"]
+        return client.get_blob_client(blob).upload_blob(data, overwrite=True)["etag"]
 
     def sas(self, container: str, blob: str, *, expires_in: float = 3600.0) -> str:
         """A read-only SAS query string for one blob (negative `expires_in`: already expired)."""
