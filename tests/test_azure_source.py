@@ -4,15 +4,20 @@ and expired signatures, ETag pinning, the open's requests, faults through the Fa
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import pathlib
+import ssl
 import subprocess
 import sys
+import time
 
 import pytest
 
 import reader
-from reader.sources.azure import AzureSettings, open_azure, parse_az_location
+from reader.sources import http as http_source
+from reader.sources.azure import TOKEN_REFRESH_BEFORE, AzureSettings, open_azure, parse_az_location
 from testing.azurite import ACCOUNT, ACCOUNT_KEY, Azurite
 from testing.faultserver import DropAfter, FaultServer, Status
 from tests.conftest import ARCHIVES, SHARED_LINEAR
@@ -226,3 +231,85 @@ def test_cli_ls_and_a_usage_error(azurite: Azurite) -> None:
                          capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
     assert bad.returncode == 2 and "not an Azure container name" in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1
+
+
+# --------------------------------------------------------------------------- Entra ID
+
+
+@pytest.fixture(scope="module")
+def azurite_oauth(tmp_path_factory):
+    """Azurite over https (a trustme CA) with `--oauth basic`: bearer tokens accepted when their
+    audience, issuer and lifetime fit (it does not check their signature)."""
+    import trustme
+
+    folder = tmp_path_factory.mktemp("azurite-tls")
+    ca = trustme.CA()
+    issued = ca.issue_cert("127.0.0.1")
+    cert, key, ca_file = folder / "cert.pem", folder / "key.pem", folder / "ca.pem"
+    issued.cert_chain_pems[0].write_to_path(str(cert))
+    issued.private_key_pem.write_to_path(str(key))
+    ca.cert_pem.write_to_path(str(ca_file))
+    with Azurite(tls=(cert, key), oauth=True) as server:
+        server.ca_file = str(ca_file)
+        server.upload(CONTAINER, "archives/two_models.pt2", (ARCHIVES / "two_models.pt2").read_bytes())
+        yield server
+
+
+def _token_answer(expires_on: float, subject: str) -> Status:
+    """What an App Service managed-identity endpoint answers once: a JWT for Storage and its expiry."""
+    import jwt
+
+    now = int(time.time())
+    claims = {"aud": "https://storage.azure.com", "iss": "https://sts.windows.net/pt2serve-test-tenant/",
+              "iat": now, "nbf": now - 60, "exp": int(expires_on), "sub": subject}  # fmt: skip
+    token = jwt.encode(claims, "not checked by azurite, long enough for pyjwt", algorithm="HS256")
+    body = {"access_token": token, "expires_on": str(int(expires_on)), "token_type": "Bearer",
+            "resource": "https://storage.azure.com"}  # fmt: skip
+    return Status(200, times=1, path="/msi/token", headers={"Content-Type": "application/json"},
+                  body=json.dumps(body).encode())  # fmt: skip
+
+
+async def test_entra_id_through_default_azure_credential_with_refresh(
+    azurite_oauth: Azurite, monkeypatch
+) -> None:
+    """DefaultAzureCredential finds an App Service managed identity (IDENTITY_ENDPOINT, served here by
+    the FaultServer on this event loop: a token fetch that blocked the loop would never be answered);
+    a token about to expire is refreshed before the next request."""
+    ca_file = azurite_oauth.ca_file
+    assert ca_file is not None
+    monkeypatch.setenv("SSL_CERT_FILE", ca_file)  # how a private CA is trusted (TLS trust, issue 26)
+    monkeypatch.setattr(http_source, "_tls_context", lambda: ssl.create_default_context(cafile=ca_file))
+    async with FaultServer() as identity:
+        identity.faults += [
+            _token_answer(time.time() + TOKEN_REFRESH_BEFORE + 2, "first"),
+            _token_answer(time.time() + 3600, "second"),
+        ]
+        monkeypatch.setenv("IDENTITY_ENDPOINT", identity.url("/msi/token"))
+        monkeypatch.setenv("IDENTITY_HEADER", "pt2serve-test-identity-header")
+        monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_NAME", ACCOUNT)
+        monkeypatch.setenv("PT2SERVE_AZURE_BLOB_ENDPOINT", azurite_oauth.endpoint)
+        location = f"az://{CONTAINER}/archives/two_models.pt2"
+        async with reader.open_archive(location, tail_size=4096) as ar:
+            assert ar.models == ["decoder", "encoder"]
+            first = [(r.method, r.headers.get("x-identity-header")) for r in identity.log]
+            assert first == [("GET", "pt2serve-test-identity-header")]
+            await asyncio.sleep(2.5)  # the first token is now within TOKEN_REFRESH_BEFORE of its end
+            await _same_as_local(ar, ARCHIVES / "two_models.pt2")
+            assert len(identity.log) == 2 and [fault.applied for fault in identity.faults] == [1, 1]
+        # without a token the same blob is refused: Azurite checks for one
+        with pytest.raises(reader.SourceError, match="HTTP 40"):
+            await reader.open_archive(f"{azurite_oauth.blob_url(CONTAINER, 'archives/two_models.pt2')}")
+
+
+async def test_entra_id_failures_are_clear(monkeypatch) -> None:
+    from azure.identity import EnvironmentCredential
+
+    settings = AzureSettings(ACCOUNT, "https://127.0.0.1:9/devstoreaccount1", source="a test")
+    with pytest.raises(
+        reader.SourceError, match=r"no Azure credential found: tried .*DefaultAzureCredential"
+    ):
+        await open_azure("az://models/x.pt2", tail_size=4096, options=None, settings=settings,
+                         credential=EnvironmentCredential())  # fmt: skip
+    settings = AzureSettings(ACCOUNT, "http://127.0.0.1:9/devstoreaccount1", source="a test")
+    with pytest.raises(reader.SourceError, match="only sent over https"):
+        await open_azure("az://models/x.pt2", tail_size=4096, options=None, settings=settings)

@@ -203,12 +203,17 @@ class EntraToken:
             raise SourceError(
                 "no Azure credential found: tried AZURE_STORAGE_CONNECTION_STRING, "
                 "AZURE_STORAGE_ACCOUNT_KEY, AZURE_STORAGE_SAS_TOKEN (unset) and Entra ID via "
-                "DefaultAzureCredential (environment "
-                f"service principal, workload identity, managed identity, Azure CLI, ...): {_first_line(exc)}"
+                f"DefaultAzureCredential: {_attempts(exc)}"
             ) from None
         except AzureError as exc:
             raise SourceError(f"no Entra ID token for Azure Storage: {_first_line(exc)}") from None
         self._token, self._expires_on = token.token, float(token.expires_on)
+
+
+def _attempts(exc: Exception) -> str:
+    """azure-identity's report of a credential chain, one clause per credential tried."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.startswith("\t")]
+    return "; ".join(line.split(". ")[0] for line in lines) or _first_line(exc)
 
 
 def _first_line(exc: Exception) -> str:
