@@ -16,6 +16,7 @@ import time
 import pytest
 
 import reader
+from reader.sources import azure as azure_source
 from reader.sources import http as http_source
 from reader.sources.azure import TOKEN_REFRESH_BEFORE, AzureSettings, open_azure, parse_az_location
 from testing.azurite import ACCOUNT, ACCOUNT_KEY, Azurite
@@ -24,6 +25,7 @@ from tests.conftest import ARCHIVES, SHARED_LINEAR
 
 NAMES = ["layouts.pt2", "dtypes.pt2", "many.pt2", "many_deflate.pt2", "two_models.pt2"]
 CONTAINER = "models"
+NAME = "conv.weight"  # a tensor of layouts.pt2, for the CLI
 AZURE_ENV = (
     "AZURE_STORAGE_CONNECTION_STRING",
     "AZURE_STORAGE_ACCOUNT_NAME",
@@ -129,6 +131,31 @@ async def test_a_wrong_key_and_an_expired_sas_are_refused_without_secrets(azurit
     assert "expired" in str(sas.value) and expired.split("sig=")[1] not in str(sas.value)
 
 
+async def test_a_generated_sas_is_renewed_before_it_expires(azurite: Azurite, monkeypatch) -> None:
+    """With a 3-second SAS renewed 2 seconds ahead, a read 3.5 s after the open only works if the
+    source signed a new one (Azurite refuses an expired SAS, as the test above shows)."""
+    monkeypatch.setattr(azure_source, "SAS_LIFETIME", 3.0)
+    monkeypatch.setattr(azure_source, "SAS_RENEW_BEFORE", 2.0)
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azurite.connection_string)
+    async with reader.open_archive(f"az://{CONTAINER}/archives/many.pt2", tail_size=4096) as ar:
+        await asyncio.sleep(3.5)
+        await _same_as_local(ar, ARCHIVES / "many.pt2")
+
+
+@pytest.mark.parametrize(
+    ("module", "environment"),
+    [("azure.storage.blob", {"AZURE_STORAGE_ACCOUNT_KEY": ACCOUNT_KEY}), ("azure.identity", {})],
+)
+async def test_a_missing_extra_says_which_pip_install(module: str, environment: dict, monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, module, None)  # what `import` sees when the package is absent
+    monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_NAME", ACCOUNT)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(reader.SourceError) as missing:
+        await reader.open_archive(f"az://{CONTAINER}/x.pt2")
+    assert "pip install 'pt2serve[azure]'" in str(missing.value) and "\n" not in str(missing.value)
+
+
 async def test_missing_credentials_say_what_was_tried() -> None:
     with pytest.raises(reader.SourceError) as missing:
         await reader.open_archive(f"az://{CONTAINER}/archives/layouts.pt2")
@@ -219,7 +246,12 @@ async def test_malformed_locations_are_location_errors(location: str) -> None:
         await reader.open_archive(location)
 
 
-def test_cli_ls_and_a_usage_error(azurite: Azurite) -> None:
+async def _local_bytes(path: pathlib.Path, name: str) -> bytes:
+    async with reader.open_archive(path) as local:
+        return await local.read(name)
+
+
+def test_cli_ls_get_and_a_usage_error(azurite: Azurite) -> None:
     env = {**os.environ, "AZURE_STORAGE_CONNECTION_STRING": azurite.connection_string}
     script = pathlib.Path(sys.executable).parent / "pt2serve"
     command = [str(script)] if script.exists() else [sys.executable, "-m", "app"]
@@ -227,6 +259,10 @@ def test_cli_ls_and_a_usage_error(azurite: Azurite) -> None:
                             capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
     assert listed.returncode == 0, listed.stderr
     assert "decoder" in listed.stdout and "encoder" in listed.stdout
+    got = subprocess.run([*command, "get", f"az://{CONTAINER}/archives/layouts.pt2", NAME, "-o", "-"],
+                         capture_output=True, timeout=120, env=env)  # fmt: skip
+    assert got.returncode == 0, got.stderr
+    assert got.stdout == asyncio.run(_local_bytes(ARCHIVES / "layouts.pt2", NAME))
     bad = subprocess.run([*command, "ls", "az://Not_A_Container/x.pt2"],
                          capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
     assert bad.returncode == 2 and "not an Azure container name" in bad.stderr
