@@ -27,6 +27,7 @@ them (a SAS needs neither).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import os
 import re
@@ -99,10 +100,7 @@ class AzureSettings:
                 sas_token=None if key else env.get("AZURE_STORAGE_SAS_TOKEN") or None,
                 source=_env_source(account, key, env),
             )
-        if override:
-            settings = AzureSettings(settings.account, override, settings.account_key, settings.sas_token,
-                                     settings.source)  # fmt: skip
-        return settings
+        return dataclasses.replace(settings, endpoint=override) if override else settings
 
 
 def _env_source(account: str | None, key: str | None, env: Mapping[str, str]) -> str:
