@@ -349,3 +349,15 @@ async def test_entra_id_failures_are_clear(monkeypatch) -> None:
     settings = AzureSettings(ACCOUNT, "http://127.0.0.1:9/devstoreaccount1", source="a test")
     with pytest.raises(reader.SourceError, match="only sent over https"):
         await open_azure("az://models/x.pt2", tail_size=4096, options=None, settings=settings)
+
+
+async def test_the_service_serves_an_az_archive(azurite: Azurite, monkeypatch) -> None:
+    from tests.service_helpers import in_process, make_app
+
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azurite.connection_string)
+    async with in_process(make_app([f"layouts=az://{CONTAINER}/archives/layouts.pt2"])) as client:
+        listed = (await client.get("/archives")).json()["archives"][0]
+        assert listed["location"] == f"az://{CONTAINER}/archives/layouts.pt2" and listed["status"] == "open"
+        data = await client.get(f"/archives/layouts/tensors/{NAME}/data")
+        assert data.status_code == 200
+        assert data.content == await _local_bytes(ARCHIVES / "layouts.pt2", NAME)
