@@ -19,6 +19,7 @@ import reader
 from reader.sources import azure as azure_source
 from reader.sources import http as http_source
 from reader.sources.azure import TOKEN_REFRESH_BEFORE, AzureSettings, open_azure, parse_az_location
+from reader.sources.blob import is_blob_url
 from testing.azurite import ACCOUNT, ACCOUNT_KEY, Azurite
 from testing.faultserver import DropAfter, FaultServer, Status
 from tests.conftest import ARCHIVES, SHARED_LINEAR
@@ -197,6 +198,28 @@ async def test_plain_blob_urls_with_a_sas(azurite: Azurite) -> None:
         await _same_as_local(ar, ARCHIVES / "many_deflate.pt2")
     with pytest.raises(reader.SourceError, match=r"HTTP 403 .*refused the SAS in the URL"):
         await reader.open_archive(f"{azurite.blob_url(CONTAINER, blob)}?{sas.replace('sp=r', 'sp=rw')}")
+
+
+@pytest.mark.parametrize(
+    ("url", "blob"),
+    [
+        ("https://acct.blob.core.windows.net/models/x.pt2", True),
+        ("https://acct.z12.blob.storage.azure.net/models/x.pt2?sv=2023-11-03&sig=abc", True),
+        ("http://127.0.0.1:10000/devstoreaccount1/models/x.pt2?sv=2023-11-03&sr=b&sig=abc", True),
+        ("https://example.com/models/x.pt2", False),
+        ("https://bucket.s3.amazonaws.com/x.pt2?X-Amz-Signature=abc", False),
+    ],
+)
+def test_which_plain_urls_take_the_blob_path(url: str, blob: bool) -> None:
+    assert is_blob_url(url) is blob
+
+
+async def test_a_missing_blob_names_the_service_error(azurite: Azurite, monkeypatch) -> None:
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azurite.connection_string)
+    with pytest.raises(reader.SourceError, match=r"HTTP 404 \(BlobNotFound\): no such blob or container"):
+        await reader.open_archive(f"az://{CONTAINER}/archives/absent.pt2")
+    with pytest.raises(reader.SourceError, match=r"HTTP 404 \(ContainerNotFound\)"):
+        await reader.open_archive("az://absent-container/archives/layouts.pt2")
 
 
 async def test_retries_and_resume_through_the_fault_server(monkeypatch) -> None:

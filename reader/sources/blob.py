@@ -70,12 +70,15 @@ class BlobSource(HttpSource):
         await self._open_with_head(tail_size)
 
     def _check_status(self, response: httpx.Response, allow: tuple[int, ...]) -> None:
-        if response.status_code in (401, 403) and response.status_code not in allow:
+        status = response.status_code
+        code = response.headers.get("x-ms-error-code", "no error code")
+        if status == 404 and not self.size:  # at open; later, a 404 is a blob gone (SourceChanged)
+            raise SourceError(f"{self.location}: HTTP 404 ({code}): no such blob or container")
+        if status in (401, 403) and status not in allow:
             auth = self.client.auth
             what = auth.description if isinstance(auth, BlobAuth) else "the request's credential"
-            code = response.headers.get("x-ms-error-code", "no error code")
             raise SourceError(
-                f"{self.location}: HTTP {response.status_code} ({code}): Azure refused {what}: "
+                f"{self.location}: HTTP {status} ({code}): Azure refused {what}: "
                 "a wrong account key, an expired or revoked signature or token, or no read permission "
                 "on this blob"
             )
