@@ -384,3 +384,17 @@ async def test_the_service_serves_an_az_archive(azurite: Azurite, monkeypatch) -
         data = await client.get(f"/archives/layouts/tensors/{NAME}/data")
         assert data.status_code == 200
         assert data.content == await _local_bytes(ARCHIVES / "layouts.pt2", NAME)
+
+
+def test_cli_without_a_credential_is_one_line_naming_what_was_tried() -> None:
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("AZURE_", "IDENTITY_"))}
+    env |= {"AZURE_STORAGE_ACCOUNT_NAME": ACCOUNT, "PT2SERVE_AZURE_BLOB_ENDPOINT": "https://127.0.0.1:9/x"}
+    script = pathlib.Path(sys.executable).parent / "pt2serve"
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "app"]
+    done = subprocess.run([*command, "ls", f"az://{CONTAINER}/x.pt2"],
+                          capture_output=True, text=True, timeout=120, env=env)  # fmt: skip
+    assert done.returncode == 1
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr  # azure-identity's own warning does not reach stderr
+    assert "no Azure credential found" in lines[0] and "EnvironmentCredential" in lines[0]
+    assert "ManagedIdentityCredential" in lines[0] and "AZURE_STORAGE_ACCOUNT_KEY" in lines[0]

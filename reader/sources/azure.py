@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime
+import logging
 import os
 import re
 import time
@@ -47,6 +48,7 @@ TOKEN_REFRESH_BEFORE = 300.0  # an Entra ID token is refreshed this long before 
 DEVELOPMENT_ACCOUNT = "devstoreaccount1"
 DEVELOPMENT_KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 INSTALL_HINT = "pip install 'pt2serve[azure]'"
+_identity_log = logging.getLogger("azure.identity")
 
 # Azure's container naming rules (plus the two special containers)
 _CONTAINER = re.compile(r"\$root|\$web|(?!.*--)[a-z0-9][a-z0-9-]{1,61}[a-z0-9]")
@@ -210,8 +212,13 @@ class EntraToken:
 
 def _attempts(exc: Exception) -> str:
     """azure-identity's report of a credential chain, one clause per credential tried."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.startswith("\t")]
-    return "; ".join(line.split(". ")[0] for line in lines) or _first_line(exc)
+    clauses = []
+    for line in str(exc).splitlines():
+        if line.startswith("\t"):
+            name, _, reason = line.strip().partition(": ")
+            reason = reason.removeprefix(name).strip().split(". ")[0].rstrip(".")
+            clauses.append(f"{name} ({reason})")
+    return "; ".join(clauses) or _first_line(exc)
 
 
 def _first_line(exc: Exception) -> str:
@@ -226,6 +233,10 @@ def default_azure_credential() -> object:
         raise SourceError(
             f"az:// with Entra ID (no account key or SAS set) needs azure-identity: {INSTALL_HINT}"
         ) from None
+    # The chain's failure is our SourceError, one line; its own warning goes to the logging the
+    # application set up, and not (through logging's last-resort handler) to a CLI's stderr.
+    if not _identity_log.handlers:
+        _identity_log.addHandler(logging.NullHandler())
     return DefaultAzureCredential()
 
 
