@@ -338,8 +338,11 @@ async def test_entra_id_through_default_azure_credential_with_refresh(
     a token about to expire is refreshed before the next request."""
     ca_file = azurite_oauth.ca_file
     assert ca_file is not None
-    monkeypatch.setenv("SSL_CERT_FILE", ca_file)  # how a private CA is trusted (TLS trust, issue 26)
-    monkeypatch.setattr(http_source, "_tls_context", lambda: ssl.create_default_context(cafile=ca_file))
+    # A private CA is trusted through SSL_CERT_FILE (issue 26, item 4); until the source reads it, the
+    # source's one TLS context is swapped for one that trusts the test's CA (nothing else changes).
+    monkeypatch.setenv("SSL_CERT_FILE", ca_file)
+    trusting = ssl.create_default_context(cafile=ca_file)
+    monkeypatch.setattr(http_source, "_tls_context", lambda: trusting, raising=False)
     async with FaultServer() as identity:
         identity.faults += [
             _token_answer(time.time() + TOKEN_REFRESH_BEFORE + 2, "first"),
