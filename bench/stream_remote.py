@@ -27,6 +27,9 @@ More rows (issue 12), each against its baseline in the same run, runs alternatin
 - s3: SeaweedFS (testing/seaweed.py) over s3:// with SigV4 vs `curl --aws-sigv4`, same range,
   single stream and defaults. Target >= 1.0x. A control, curl against itself, shows how far apart
   two runs of one contender land; SeaweedFS's CPU per run says whose CPU the row measures.
+- az (not in the default set; `--servers az`): Azurite (testing/azurite.py, from npm) over az:// with
+  the account key (a read SAS signed by azure-storage-blob) vs curl of the same range with a SAS and
+  the same x-ms-version, single stream, and a curl-vs-curl control. Target >= 0.9x.
 
 Every targeted row prints each round's ratio and the median's 95% interval (bench/_rounds.py): a target
 inside it is one the run cannot tell from the host's noise.
@@ -200,6 +203,7 @@ async def bench_server(server, url: str, chunk_sizes: list[int], repeat: int, pr
 
 
 PARALLEL_MIN, S3_MIN, ARIA_MIN, CAPPED_RATE, CAPPED_BYTES = 0.9, 1.0, 0.8, "100m", 256 << 20
+AZURE_MIN = 0.9  # issue 26: az:// single stream >= 0.9x curl
 
 
 async def timed_stream(url: str, options: HttpOptions, end: int | None = None, **open_args) -> float:
@@ -361,13 +365,59 @@ async def _s3_start(location: str, settings: S3Settings) -> int:
         return (await tensor_span(ar))[0]
 
 
+def bench_azure(path: pathlib.Path, repeat: int) -> bool | None:
+    """Azurite over az:// (account key: a read SAS signed by azure-storage-blob) vs curl of the same
+    range with the same kind of SAS and x-ms-version, single stream."""
+    print("\nAzurite (az://, shared key as a read SAS)", flush=True)
+    from reader.sources.blob import API_VERSION
+    from testing.azurite import Azurite
+    from testing.provision import ProvisionError
+
+    try:
+        azurite = Azurite()
+    except (ProvisionError, OSError, RuntimeError) as exc:
+        print(f"  Azurite cannot run here ({exc}): skipped")
+        return None
+    with azurite:
+        container, blob = "bench", path.name
+        with open(path, "rb") as handle:
+            azurite.service().get_container_client(container).create_container()
+            azurite.service().get_blob_client(container, blob).upload_blob(handle, max_concurrency=4)
+        os.environ["AZURE_STORAGE_CONNECTION_STRING"] = azurite.connection_string
+        location = f"az://{container}/{blob}"
+        start = asyncio.run(_data_start(location))
+        nbytes = ELEMENTS_BYTES
+        url = f"{azurite.blob_url(container, blob)}?{azurite.sas(container, blob)}"
+        curl = ["curl", "-s", "-S", "-f", "-o", "/dev/null", "-w", "%{time_total} %{size_download}",
+                "-H", f"x-ms-version: {API_VERSION}", "-r", f"{start}-{start + nbytes - 1}", url]  # fmt: skip
+
+        def run_curl_azure() -> float:
+            done = subprocess.run(curl, capture_output=True, text=True, check=True)
+            seconds, size = done.stdout.split()
+            if int(size) != nbytes:
+                raise AssertionError(f"curl got {size} bytes, expected {nbytes}")
+            return float(seconds)
+
+        runs = alternate({
+            "single": lambda: asyncio.run(timed_stream(location, HttpOptions(parallel_parts=1))),
+            "curl": run_curl_azure,
+            "curl again": run_curl_azure,  # the control: curl against itself
+        }, repeat)  # fmt: skip
+    med = medians(runs)
+    ok = row("az:// single stream", nbytes, med["single"], "curl with a SAS", med["curl"], AZURE_MIN)
+    print(f"  {compare(runs, 'single', 'curl', AZURE_MIN)}")
+    row("control: curl again", nbytes, med["curl again"], "curl with a SAS", med["curl"], None)
+    print(f"  {compare(runs, 'curl again', 'curl', AZURE_MIN)}")
+    return ok
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cache-dir", type=pathlib.Path, default=pathlib.Path("/tmp/pt2serve-bench"))
     parser.add_argument("--repeat", type=int, default=5, help="runs per contender and setting (default 5)")
     parser.add_argument("--servers", default="nginx,parallel,capped,s3",
-                        help="rows: fault, nginx, parallel (vs single), capped (limit_rate vs aria2c), s3 "
-                             "(default nginx,parallel,capped,s3)")  # fmt: skip
+                        help="rows: fault, nginx, parallel (vs single), capped (limit_rate vs aria2c), s3, "
+                             "az (Azurite) (default nginx,parallel,capped,s3)")  # fmt: skip
     parser.add_argument("--limit-rate", default=CAPPED_RATE, help="nginx limit_rate of the capped row")
     parser.add_argument("--chunk-sizes", default="1M,4M", help="pt2serve chunk sizes, first is the target")
     parser.add_argument("--no-profile", action="store_true", help="skip the cProfile run")
@@ -405,6 +455,7 @@ def main(argv: list[str] | None = None) -> int:
         ("parallel", "parallel vs single, loopback", lambda: bench_parallel_loopback(path, args.repeat)),
         ("capped", "capped vs aria2c", lambda: bench_capped(path, args.repeat, args.limit_rate)),
         ("s3", "s3 vs curl --aws-sigv4", lambda: bench_s3(path, args.repeat)),
+        ("az", "az vs curl with a SAS", lambda: bench_azure(path, args.repeat)),
     ):
         if name in servers:
             since = cpu_times()

@@ -13,6 +13,7 @@ from .base import (
     SourceStats,
     redact_location,
 )
+from .blob import is_blob_url, open_blob_url
 from .http import HttpOptions, HttpSource
 from .local import LocalFileSource
 from .memory import BytesSource
@@ -60,6 +61,8 @@ async def open_source(
     text = os.fspath(location)
     scheme = _scheme(text)
     if scheme in ("http", "https"):
+        if is_blob_url(text):  # Azure Blob has its own dialect of range reads (blob.py)
+            return await open_blob_url(text, tail_size=tail_size, options=http_options)
         return await HttpSource.open(text, tail_size=tail_size, options=http_options)
     if scheme == "s3":
         return await open_s3(text, tail_size=tail_size, options=http_options, settings=s3_settings)

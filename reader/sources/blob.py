@@ -1,0 +1,92 @@
+"""Azure Blob Storage's dialect of HTTP range reads, over HttpSource (no Azure SDK needed here).
+
+- The Blob service has no suffix ranges (`Range: bytes=-N` is not one of its two range forms:
+  Azure answers the whole blob, Azurite a broken response), so an open is a HEAD (size and ETag)
+  and then the tail as an explicit range, pinned with `If-Match` like every later read.
+- Every request carries `x-ms-version` (bearer tokens need 2017-11-09 or later, open-ended ranges
+  2011-08-18), and a credential from `BlobAuth`: a SAS in the query, or an Entra ID bearer token.
+- 401/403 say which credential was refused and the service's error code, never a secret.
+
+`is_blob_url` picks out plain https URLs of blobs (`https://<account>.blob.core.windows.net/...`
+with or without a SAS, or any URL carrying a SAS), so they take this path too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+
+from ..errors import SourceError
+from .http import HttpOptions, HttpSource
+
+API_VERSION = "2023-11-03"
+BLOB_HOST_SUFFIXES = (
+    ".blob.core.windows.net",
+    ".blob.core.chinacloudapi.cn",
+    ".blob.core.usgovcloudapi.net",
+    ".blob.storage.azure.net",  # Azure DNS zone endpoints: <account>.zNN.blob.storage.azure.net
+)
+
+
+def is_blob_url(url: str) -> bool:
+    """An Azure blob by its host, or by the SAS in its query (`sv` and `sig`: Azurite, custom domains)."""
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
+    if host.endswith(BLOB_HOST_SUFFIXES):
+        return True
+    query = parse_qs(parts.query)
+    return "sv" in query and "sig" in query
+
+
+class BlobAuth(httpx.Auth):
+    """`x-ms-version` on every request, plus what `credential` adds: it is called per request (a
+    shared-key SAS is renewed, a token refreshed, before they expire) and returns query parameters
+    to set and headers to add. `description` names the credential in errors (never its secret)."""
+
+    def __init__(
+        self,
+        description: str,
+        credential: Callable[[], Awaitable[tuple[str, dict[str, str]]]] | None = None,
+    ) -> None:
+        self.description = description
+        self._credential = credential
+
+    async def async_auth_flow(self, request: httpx.Request) -> AsyncGenerator[httpx.Request, httpx.Response]:
+        request.headers["x-ms-version"] = API_VERSION
+        if self._credential is not None:
+            query, headers = await self._credential()
+            if query:
+                request.url = request.url.copy_with(query=query.encode("ascii"))
+            request.headers.update(headers)
+        yield request
+
+
+class BlobSource(HttpSource):
+    """HttpSource for the Blob service: HEAD + tail open, errors that name the credential."""
+
+    async def _open_with_tail(self, tail_size: int) -> None:
+        await self._open_with_head(tail_size)
+
+    def _check_status(self, response: httpx.Response, allow: tuple[int, ...]) -> None:
+        status = response.status_code
+        code = response.headers.get("x-ms-error-code", "no error code")
+        if status == 404 and not self.size:  # at open; later, a 404 is a blob gone (SourceChanged)
+            raise SourceError(f"{self.location}: HTTP 404 ({code}): no such blob or container")
+        if status in (401, 403) and status not in allow:
+            auth = self.client.auth
+            what = auth.description if isinstance(auth, BlobAuth) else "the request's credential"
+            raise SourceError(
+                f"{self.location}: HTTP {status} ({code}): Azure refused {what}: "
+                "a wrong account key, an expired or revoked signature or token, or no read permission "
+                "on this blob"
+            )
+        super()._check_status(response, allow)
+
+
+async def open_blob_url(url: str, *, tail_size: int, options: HttpOptions | None) -> HttpSource:
+    """A plain https URL of a blob (its SAS, if any, stays in the query; the location shown omits it)."""
+    has_sas = "sig" in parse_qs(urlsplit(url).query)
+    description = "the SAS in the URL" if has_sas else "an anonymous request (no SAS in the URL)"
+    return await BlobSource.open(url, tail_size=tail_size, options=options, auth=BlobAuth(description))
