@@ -8,7 +8,6 @@ import asyncio
 import json
 import os
 import pathlib
-import ssl
 import subprocess
 import sys
 import time
@@ -18,7 +17,6 @@ import pytest
 import reader
 from reader.sources import HttpOptions
 from reader.sources import azure as azure_source
-from reader.sources import http as http_source
 from reader.sources.azure import TOKEN_REFRESH_BEFORE, AzureSettings, open_azure, parse_az_location
 from reader.sources.blob import is_blob_url
 from testing.azurite import ACCOUNT, ACCOUNT_KEY, Azurite
@@ -338,11 +336,7 @@ async def test_entra_id_through_default_azure_credential_with_refresh(
     a token about to expire is refreshed before the next request."""
     ca_file = azurite_oauth.ca_file
     assert ca_file is not None
-    # A private CA is trusted through SSL_CERT_FILE (issue 26, item 4); until the source reads it, the
-    # source's one TLS context is swapped for one that trusts the test's CA (nothing else changes).
-    monkeypatch.setenv("SSL_CERT_FILE", ca_file)
-    trusting = ssl.create_default_context(cafile=ca_file)
-    monkeypatch.setattr(http_source, "_tls_context", lambda: trusting, raising=False)
+    monkeypatch.setenv("SSL_CERT_FILE", ca_file)  # Azurite's private CA, trusted as users trust one
     async with FaultServer() as identity:
         identity.faults += [
             _token_answer(time.time() + TOKEN_REFRESH_BEFORE + 2, "first"),
