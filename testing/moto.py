@@ -110,7 +110,7 @@ class MotoServer:
     def stop(self) -> None:
         proc, self.proc = self.proc, None
         if proc is not None:
-            stop_process(proc, grace=3.0)
+            stop_process(proc, grace=0.5)  # no state worth a graceful stop
 
     # -- clients and identities ----------------------------------------------------------------
 
@@ -129,11 +129,13 @@ class MotoServer:
             config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}),
         )
 
-    def create_user(self, name: str, policy: dict = READ_OBJECTS) -> tuple[str, str]:
+    def create_user(self, name: str, policy: dict | None = None) -> tuple[str, str]:
         """A new IAM user with one inline policy; returns its (access key id, secret)."""
         iam = self.client("iam")
         iam.create_user(UserName=name)
-        iam.put_user_policy(UserName=name, PolicyName="policy", PolicyDocument=json.dumps(policy))
+        iam.put_user_policy(
+            UserName=name, PolicyName="policy", PolicyDocument=json.dumps(policy or READ_OBJECTS)
+        )
         return self.add_key(name)
 
     def add_key(self, user: str) -> tuple[str, str]:

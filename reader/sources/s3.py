@@ -112,9 +112,7 @@ class SigV4(httpx.Auth):
     def sync_auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
         raise RuntimeError("SigV4 signs for httpx.AsyncClient only")
 
-    async def async_auth_flow(
-        self, request: httpx.Request
-    ) -> AsyncGenerator[httpx.Request, httpx.Response]:
+    async def async_auth_flow(self, request: httpx.Request) -> AsyncGenerator[httpx.Request, httpx.Response]:
         frozen = None
         if self.identity.credentials is not None:
             frozen = await self._current_credentials()
