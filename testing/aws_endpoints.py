@@ -1,11 +1,11 @@
 """The endpoints AWS credentials come from, served on loopback by the tests: a container credentials
-endpoint (ECS / EKS Pod Identity), EC2 instance metadata with IMDSv2 tokens, and STS
-AssumeRoleWithWebIdentity.
+endpoint (ECS / EKS Pod Identity), EC2 instance metadata with IMDSv2 tokens, STS
+AssumeRoleWithWebIdentity and the SSO portal's GetRoleCredentials.
 
 Each hands out what ``issue(role_arn)`` returns (temporary credentials moto's STS issued, so the moto
 server checks the signatures made with them). The server checks what the real services check: the
 container endpoint's Authorization token, IMDSv2's session token (PUT first, then GETs carrying it),
-the web identity token. ``requests`` records (method, path) of every request.
+the web identity token, the SSO access token. ``requests`` records (method, path) of every request.
 
 ``hold()`` makes the next credentials request wait until ``release()``: a test that releases it from
 a task on its event loop proves the request was made while that loop kept running.
@@ -29,6 +29,7 @@ from testing.servers import HOST
 CONTAINER_PATH = "/container-credentials"
 IMDS_ROLE = "pt2serve-instance-role"
 IMDS_CREDENTIALS = "/latest/meta-data/iam/security-credentials/"
+SSO_PATH = "/federation/credentials"
 # seconds a held request waits for release() before answering 500: less than botocore's 2 s timeout, so a
 # client that blocks its event loop while it waits cannot release it in time
 HOLD_TIMEOUT = 1.5
@@ -47,6 +48,7 @@ class CredentialEndpoints:
         self.issue = issue
         self.container_token = secrets.token_hex(16)
         self.web_identity_token = secrets.token_hex(24)
+        self.sso_token = secrets.token_hex(24)
         self.requests: list[tuple[str, str]] = []
         self.waiting = threading.Event()
         self.released_in_time: bool | None = None  # how the last hold ended
@@ -132,7 +134,9 @@ def _handler(endpoints: CredentialEndpoints) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:
             endpoints.requests.append(("GET", self.path))
-            if self.path == CONTAINER_PATH:
+            if self.path.startswith(SSO_PATH + "?"):
+                self._sso_credentials()
+            elif self.path == CONTAINER_PATH:
                 if self.headers.get("Authorization") != endpoints.container_token:
                     self._answer(403, '{"message": "bad authorization token"}')
                     return
@@ -163,6 +167,23 @@ def _handler(endpoints: CredentialEndpoints) -> type[BaseHTTPRequestHandler]:
                     self._answer(500, _sts_error("InternalFailure", "held"), "text/xml")
                 else:
                     self._answer(200, _web_identity_answer(issued, form["RoleArn"]), "text/xml")
+
+        def _sso_credentials(self) -> None:
+            if self.headers.get("x-amz-sso_bearer_token") != endpoints.sso_token:
+                self._answer(401, '{"message": "bad SSO access token"}')
+                return
+            issued = endpoints.credentials(None)
+            if issued is None:
+                self._answer(500, '{"message": "held and never released"}')
+                return
+            expiry = datetime.datetime.strptime(issued["Expiration"], "%Y-%m-%dT%H:%M:%SZ")
+            role = {
+                "accessKeyId": issued["AccessKeyId"],
+                "secretAccessKey": issued["SecretAccessKey"],
+                "sessionToken": issued.get("SessionToken"),
+                "expiration": int(expiry.replace(tzinfo=datetime.UTC).timestamp() * 1000),
+            }
+            self._answer(200, json.dumps({"roleCredentials": role}))
 
         def _credentials(self, role_arn: str | None, *, container: bool) -> None:
             issued = endpoints.credentials(role_arn)

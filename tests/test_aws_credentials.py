@@ -14,8 +14,11 @@ nothing on the machine running the tests is read.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import os
 import pathlib
+import sys
 import time
 import uuid
 
@@ -24,7 +27,13 @@ import pytest
 import reader
 from app.cli import main as cli_main
 from reader.sources.s3 import resolve
-from testing.aws_endpoints import CONTAINER_PATH, IMDS_CREDENTIALS, CredentialEndpoints, expiring_in
+from testing.aws_endpoints import (
+    CONTAINER_PATH,
+    IMDS_CREDENTIALS,
+    SSO_PATH,
+    CredentialEndpoints,
+    expiring_in,
+)
 from testing.moto import LIST_ONLY, MotoServer, moto_s3  # noqa: F401 - module fixture
 from testing.seaweed import SeaweedS3
 from tests.conftest import ARCHIVES
@@ -273,6 +282,35 @@ async def test_assume_role_profile(
         await reader.open_archive(LOCATION)
     monkeypatch.setenv("AWS_PROFILE", "reader")
     await _same_as_local(LOCATION)
+
+
+async def test_sso_profile_through_the_cli(
+    moto: MotoServer, moto_env: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An SSO profile after `aws sso login` (its token cache under ~/.aws/sso/cache). botocore fixes that
+    directory when imported, so this runs the CLI in a process of its own, HOME pointing at a temp dir."""
+    role = moto.create_role(_unique("sso"))
+    start_url = "https://pt2serve.awsapps.example/start"
+    with CredentialEndpoints(lambda _: moto.assume_role(role)) as endpoints:
+        cache = moto_env / "home" / ".aws" / "sso" / "cache"
+        cache.mkdir(parents=True)
+        token = {"startUrl": start_url, "region": moto.region, "accessToken": endpoints.sso_token,
+                 "expiresAt": expiring_in(3600)}  # fmt: skip
+        (cache / f"{hashlib.sha1(start_url.encode()).hexdigest()}.json").write_text(json.dumps(token))
+        (moto_env / "config").write_text(
+            f"[profile sso]\nsso_start_url = {start_url}\nsso_region = {moto.region}\n"
+            "sso_account_id = 123456789012\nsso_role_name = Reader\n"
+        )
+        env = {**os.environ, "HOME": str(moto_env / "home"), "AWS_PROFILE": "sso",
+               "AWS_ENDPOINT_URL_SSO": endpoints.base}  # fmt: skip
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "app", "ls", LOCATION, "--json", env=env,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    assert json.loads(out)["models"] == ["model"]
+    assert endpoints.count(SSO_PATH + "?role_name=Reader&account_id=123456789012") == 1
 
 
 # -- refresh, refusals, anonymous -------------------------------------------------------------------------
