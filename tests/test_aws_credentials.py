@@ -34,6 +34,7 @@ from testing.aws_endpoints import (
     CredentialEndpoints,
     expiring_in,
 )
+from testing.faultserver import FaultServer, Status
 from testing.moto import LIST_ONLY, MotoServer, moto_s3  # noqa: F401 - module fixture
 from testing.seaweed import SeaweedS3
 from tests.conftest import ARCHIVES
@@ -387,6 +388,52 @@ async def test_the_right_key_reads_and_no_sign_request_is_anonymous(
     monkeypatch.setenv("AWS_NO_SIGN_REQUEST", "true")
     with pytest.raises(reader.SourceError, match=r"HTTP 403.*anonymous: AWS_NO_SIGN_REQUEST"):
         await reader.open_archive(LOCATION)
+
+
+def _s3_error(code: str) -> bytes:
+    return f"<?xml version='1.0'?><Error><Code>{code}</Code><Message>as S3 says it</Message></Error>".encode()
+
+
+@pytest.mark.parametrize(
+    ("fault", "expected"),
+    [
+        (
+            Status(400, body=_s3_error("ExpiredToken")),
+            "HTTP 400 (bad request): S3 ExpiredToken: the credentials have expired",
+        ),
+        (
+            Status(
+                400,
+                headers={"x-amz-bucket-region": "eu-west-1"},
+                body=_s3_error("AuthorizationHeaderMalformed"),
+            ),
+            "the bucket is in eu-west-1, not us-east-1",
+        ),
+        (
+            Status(301, headers={"x-amz-bucket-region": "ap-south-1"}, body=_s3_error("PermanentRedirect")),
+            "HTTP 301 (moved): S3 PermanentRedirect",
+        ),
+        (Status(400, body=_s3_error("InvalidArgument")), "HTTP 400 (unexpected status)"),  # not a refusal
+    ],
+)
+async def test_what_s3_says_is_passed_on(
+    aws_env: pathlib.Path, monkeypatch: pytest.MonkeyPatch, fault, expected
+) -> None:
+    """S3's documented error answers, injected: expired credentials, a bucket in another region."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXPIREDEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "expired-secret-value")
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "expired-session-token")
+    async with FaultServer() as server:
+        server.put(f"/bucket/{KEY}", (ARCHIVES / NAME).read_bytes())
+        server.faults.append(fault)
+        monkeypatch.setenv("PT2SERVE_S3_ENDPOINT", server.base_url)
+        with pytest.raises(reader.SourceError) as refused:
+            await reader.open_archive(f"s3://bucket/{KEY}")
+    message = str(refused.value)
+    assert expected in message
+    assert "expired-secret-value" not in message and "expired-session-token" not in message
+    if "unexpected" not in expected:
+        assert "access key id AKIAEXPIREDEXAMPLE from the environment" in message
 
 
 def _closed_port() -> int:

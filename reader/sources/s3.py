@@ -44,7 +44,9 @@ REFUSALS = {
     "RequestTimeTooSkewed": "this machine's clock differs too much from the server's",
     "MissingSecurityHeader": "a required security header is missing",
     "AccountProblem": "the account has a problem that prevents access",
+    "PermanentRedirect": "the bucket must be addressed at another endpoint",
 }
+REFUSAL_STATUS = (301, 400, 401, 403)  # a 301 reaches us only without Location: S3's wrong-region answer
 
 
 @dataclass(frozen=True)
@@ -118,11 +120,12 @@ class SigV4(httpx.Auth):
             frozen = await self._current_credentials()
             self._sign(request, frozen)
         response = yield request
-        if request.method != "HEAD" and response.status_code in (400, 401, 403):
+        if request.method != "HEAD" and response.status_code in REFUSAL_STATUS:
             code, message = await _s3_error(response)
             if code in REFUSALS or response.status_code == 403:
                 await response.aclose()
-                raise SourceError(self._refusal(response.status_code, code, message, frozen))
+                region = response.headers.get("x-amz-bucket-region")
+                raise SourceError(self._refusal(response.status_code, code, message, frozen, region))
 
     async def _current_credentials(self) -> ReadOnlyCredentials:
         credentials = self.identity.credentials
@@ -156,15 +159,23 @@ class SigV4(httpx.Auth):
             request.headers[name] = value
 
     def _refusal(
-        self, status: int, code: str | None, message: str | None, frozen: ReadOnlyCredentials | None
+        self,
+        status: int,
+        code: str | None,
+        message: str | None,
+        frozen: ReadOnlyCredentials | None,
+        bucket_region: str | None,
     ) -> str:
-        reason = {401: "unauthorized", 403: "access denied"}.get(status, "bad request")
+        reason = {301: "moved", 401: "unauthorized", 403: "access denied"}.get(status, "bad request")
         said = f"S3 {code}: {REFUSALS.get(code, message or 'refused')}" if code else "refused"
         if frozen is None:
             who = f"the request was {self.identity.source}"
         else:
             who = f"signed with access key id {frozen.access_key} {self.identity.source}"
-        return f"{self.location}: HTTP {status} ({reason}): {said}; {who}"
+        where = ""
+        if bucket_region and bucket_region != self.region:
+            where = f"; the bucket is in {bucket_region}, not {self.region} (set AWS_REGION)"
+        return f"{self.location}: HTTP {status} ({reason}): {said}; {who}{where}"
 
 
 def _signed_headers(request: httpx.Request) -> dict[str, str]:
