@@ -22,6 +22,7 @@ import sys
 import time
 import uuid
 
+import httpx
 import pytest
 
 import reader
@@ -38,6 +39,7 @@ from testing.faultserver import FaultServer, Status
 from testing.moto import LIST_ONLY, MotoServer, moto_s3  # noqa: F401 - module fixture
 from testing.seaweed import SeaweedS3
 from tests.conftest import ARCHIVES
+from tests.service_helpers import make_app, real_server
 
 NAME = "layouts.pt2"
 KEY = f"archives/{NAME}"
@@ -317,43 +319,99 @@ async def test_sso_profile_through_the_cli(
 # -- refresh, refusals, anonymous -------------------------------------------------------------------------
 
 
+class Rotation:
+    """Two keys of one IAM user handed out in turn: key A fresh for VALID seconds after it is fetched
+    (botocore refreshes 15 minutes ahead of the expiry), then key B. `expire()` waits until A is due
+    and deletes it, so from then on only B signs successfully."""
+
+    VALID = 3.0
+
+    def __init__(self, moto: MotoServer) -> None:
+        self.moto = moto
+        self.user = _unique("rotating")
+        self.first = moto.create_user(self.user)
+        self.second = moto.add_key(self.user)
+        self.first_fetched: float | None = None
+
+    def issue(self, _role: str | None) -> dict[str, str]:
+        if self.first_fetched is None:
+            self.first_fetched = time.monotonic()
+            key, valid = self.first, 15 * 60 + self.VALID
+        else:
+            key, valid = self.second, 3600
+        return {"AccessKeyId": key[0], "SecretAccessKey": key[1], "Expiration": expiring_in(valid)}
+
+    async def expire(self) -> None:
+        assert self.first_fetched is not None
+        await asyncio.sleep(max(0.0, self.first_fetched + self.VALID + 1.0 - time.monotonic()))
+        await asyncio.to_thread(self.moto.delete_key, self.user, self.first[0])
+
+
+def _container_endpoint(endpoints: CredentialEndpoints, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", endpoints.container_url)
+    monkeypatch.setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN", endpoints.container_token)
+
+
+async def _when_held(endpoints: CredentialEndpoints, pending: asyncio.Future) -> None:
+    """Returns once the credentials endpoint holds a request (or `pending` ended without one)."""
+    while not endpoints.waiting.is_set() and not pending.done():
+        await asyncio.sleep(0.005)
+
+
 async def test_credentials_refreshed_while_an_archive_stays_open(
     moto: MotoServer, moto_env: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Key A expires (botocore refreshes 15 minutes ahead, so A is fresh for VALID s) and is then deleted;
-    key B, fetched in a thread while the event loop keeps running, signs every later request."""
-    valid = 4.0
-    user = _unique("rotating")
-    first = moto.create_user(user)
-    second = moto.add_key(user)
-    handed = [
-        {"AccessKeyId": first[0], "SecretAccessKey": first[1], "Expiration": expiring_in(15 * 60 + valid)},
-        {"AccessKeyId": second[0], "SecretAccessKey": second[1], "Expiration": expiring_in(3600)},
-    ]
-    started = time.monotonic()
-    with CredentialEndpoints(lambda _: handed.pop(0)) as endpoints:
-        monkeypatch.setenv("AWS_CONTAINER_CREDENTIALS_FULL_URI", endpoints.container_url)
-        monkeypatch.setenv("AWS_CONTAINER_AUTHORIZATION_TOKEN", endpoints.container_token)
+    """Key B is fetched in a thread: this event loop itself releases the held fetch."""
+    rotation = Rotation(moto)
+    with CredentialEndpoints(rotation.issue) as endpoints:
+        _container_endpoint(endpoints, monkeypatch)
         big = f"s3://{moto.bucket}/{BIG_KEY}"
         async with reader.open_archive(big) as remote, reader.open_archive(ARCHIVES / BIG) as local:
             names = [t.name for t in local.tensors() if t.readable][:12]
             assert await remote.read(names[0]) == await local.read(names[0])
             assert endpoints.count(CONTAINER_PATH) == 1
 
-            await asyncio.sleep(max(0.0, started + valid + 1.0 - time.monotonic()))
-            await asyncio.to_thread(moto.delete_key, user, first[0])  # A is refused from now on
+            await rotation.expire()
             endpoints.hold()
-
-            async def release_when_asked() -> None:  # runs only while the event loop is free
-                while not endpoints.waiting.is_set():
-                    await asyncio.sleep(0.005)
-                endpoints.release()
-
-            releaser = asyncio.create_task(release_when_asked())
-            for name in names[1:]:
-                assert await remote.read(name) == await local.read(name)
-            releaser.cancel()
+            reads = asyncio.gather(*(remote.read(name) for name in names[1:]))
+            await _when_held(endpoints, reads)
+            endpoints.release()
+            assert await reads == [await local.read(name) for name in names[1:]]
             assert remote.stats["data"]["requests"] >= len(names)
+    assert endpoints.count(CONTAINER_PATH) == 2
+    assert endpoints.released_in_time is True
+
+
+async def test_credentials_refreshed_under_a_running_serve(
+    moto: MotoServer, moto_env: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The service on uvicorn: while the refresh waits, the service still answers /healthz; after it,
+    key B signs, and no request sees a 403."""
+    rotation = Rotation(moto)
+    with CredentialEndpoints(rotation.issue) as endpoints:
+        _container_endpoint(endpoints, monkeypatch)
+        app = make_app([f"big=s3://{moto.bucket}/{BIG_KEY}"], revalidate_seconds=3600)
+        async with (
+            real_server(app) as url,
+            httpx.AsyncClient(base_url=url, timeout=30) as client,
+            reader.open_archive(ARCHIVES / BIG) as local,
+        ):
+            names = [t.name for t in local.tensors() if t.readable][:6]
+            first = await client.get(f"/archives/big/tensors/{names[0]}/data")
+            assert first.status_code == 200 and first.content == await local.read(names[0])
+            assert endpoints.count(CONTAINER_PATH) == 1
+
+            await rotation.expire()
+            endpoints.hold()
+            pending = asyncio.ensure_future(client.get(f"/archives/big/tensors/{names[1]}/data"))
+            await _when_held(endpoints, pending)
+            assert (await client.get("/healthz")).status_code == 200  # the service's loop is free
+            endpoints.release()
+            for name, answer in [(names[1], await pending)] + [
+                (name, await client.get(f"/archives/big/tensors/{name}/data")) for name in names[2:]
+            ]:
+                assert answer.status_code == 200, answer.text
+                assert answer.content == await local.read(name)
     assert endpoints.count(CONTAINER_PATH) == 2
     assert endpoints.released_in_time is True
 
