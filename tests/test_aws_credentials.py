@@ -27,7 +27,7 @@ import pytest
 
 import reader
 from app.cli import main as cli_main
-from reader.sources.s3 import resolve
+from reader.sources.s3 import S3Settings, resolve
 from testing.aws_endpoints import (
     CONTAINER_PATH,
     IMDS_CREDENTIALS,
@@ -153,6 +153,26 @@ def test_addressing_style_region_and_endpoint_as_configured(
     assert resolve("s3://bucket/k", None)[0] == "http://store.example.test/bucket/k"
     with pytest.raises(reader.LocationError):
         resolve("s3://bucket-only", None)
+
+
+def test_explicit_settings_ignore_the_environment(
+    aws_env: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_PROFILE", "absent")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://elsewhere.example.test")
+    monkeypatch.setenv("AWS_REGION", "sa-east-1")
+    assert (
+        resolve("s3://bucket/k", S3Settings(region="eu-west-1"))[0]
+        == "https://bucket.s3.eu-west-1.amazonaws.com/k"
+    )
+    custom = S3Settings(endpoint="http://store.example.test")
+    assert (
+        resolve("s3://bucket/k", custom)[0] == "http://store.example.test/bucket/k"
+    )  # path-style, as before
+    virtual = S3Settings(endpoint="http://store.example.test", addressing_style="virtual")
+    assert resolve("s3://bucket/k", virtual)[0] == "http://bucket.store.example.test/k"
+    with pytest.raises(ValueError, match="sideways"):
+        S3Settings(addressing_style="sideways")
 
 
 async def test_no_sign_request_reads_a_public_bucket_with_wrong_keys_around(

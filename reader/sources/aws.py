@@ -178,7 +178,8 @@ def _environment_config(_aws_environment: tuple, _endpoint: str | None) -> Envir
 @functools.lru_cache(maxsize=16)
 def explicit_endpoint(region: str, endpoint: str | None, addressing_style: str | None) -> S3Endpoint:
     """Endpoint rules for settings given in code: no configured endpoint, region or profile applies."""
-    session = botocore.session.Session()
+    # no profile (AWS_PROFILE names one of the files not read) and no config file
+    session = botocore.session.Session(session_vars={"profile": (None, None, None, None)})
     session.set_config_variable("config_file", os.devnull)
     config = Config(
         signature_version=botocore.UNSIGNED,

@@ -63,6 +63,10 @@ class S3Settings:
     session_token: str | None = None
     addressing_style: str | None = None
 
+    def __post_init__(self) -> None:
+        if self.addressing_style not in (None, "auto", "path", "virtual"):
+            raise ValueError(f"addressing_style {self.addressing_style!r} is not path, virtual or auto")
+
     @property
     def anonymous(self) -> bool:
         return not (self.access_key and self.secret_key)
