@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import pathlib
+import re
 import sys
 import time
 import uuid
@@ -153,6 +154,25 @@ def test_addressing_style_region_and_endpoint_as_configured(
     assert resolve("s3://bucket/k", None)[0] == "http://store.example.test/bucket/k"
     with pytest.raises(reader.LocationError):
         resolve("s3://bucket-only", None)
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        (None, "The config profile (absent) could not be found"),
+        ("[default]\ns3 =\n  addressing_style = sideways\n", "addressing style sideways is invalid"),
+        ("[default\nregion = us", "Unable to parse config file"),
+    ],
+)
+async def test_a_broken_configuration_is_a_source_error(
+    aws_env: pathlib.Path, monkeypatch: pytest.MonkeyPatch, config: str | None, expected: str
+) -> None:
+    if config is None:
+        monkeypatch.setenv("AWS_PROFILE", "absent")
+    else:
+        (aws_env / "config").write_text(config)
+    with pytest.raises(reader.SourceError, match=re.escape(expected)):
+        await reader.open_archive("s3://bucket/model.pt2")
 
 
 def test_explicit_settings_ignore_the_environment(

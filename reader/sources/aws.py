@@ -167,7 +167,10 @@ def environment_config() -> EnvironmentConfig:
     """The configuration for the current environment; one per distinct set of AWS_* variables, so a
     refreshed credential is reused by every open and a changed environment is seen."""
     keys = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
-    return _environment_config(keys, os.environ.get("PT2SERVE_S3_ENDPOINT"))
+    try:
+        return _environment_config(keys, os.environ.get("PT2SERVE_S3_ENDPOINT"))
+    except (BotoCoreError, ClientError, OSError, ValueError) as exc:  # e.g. an absent profile, a bad file
+        raise SourceError(f"AWS configuration: {exc}") from None
 
 
 @functools.lru_cache(maxsize=16)
