@@ -513,6 +513,7 @@ def _s3_error(code: str) -> bytes:
         ),
         (Status(400, body=_s3_error("InvalidArgument")), "HTTP 400 (unexpected status)"),  # not a refusal
     ],
+    ids=["expired token", "another region", "moved", "not a refusal"],
 )
 async def test_what_s3_says_is_passed_on(
     aws_env: pathlib.Path, monkeypatch: pytest.MonkeyPatch, fault, expected
