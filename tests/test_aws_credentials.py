@@ -3,9 +3,10 @@
 SeaweedFS: shared credentials and config files, profiles, region and endpoint from the config file and a
 `services` section, AWS_ENDPOINT_URL_S3, AWS_NO_SIGN_REQUEST / --no-sign-request, and what a missing
 credential says. A moto server with IAM authentication (testing/moto.py): a container credentials
-endpoint, web identity, IMDSv2 and assume-role profiles (testing/aws_endpoints.py serves the endpoints),
-credentials that expire while an archive stays open and are refreshed off the event loop, and refused
-keys named in the error without their secret.
+endpoint, web identity, IMDSv2, SSO and assume-role profiles (testing/aws_endpoints.py serves the
+endpoints), credentials that expire under an open archive and under `serve` on uvicorn and are refreshed
+off the event loop, and refused keys named in the error without their secret. The FaultServer answers
+as S3 does for an expired token or a bucket in another region; explicit S3Settings ignore the environment.
 
 Every test starts from an environment without AWS_* variables, empty AWS files and IMDS disabled, so
 nothing on the machine running the tests is read.
