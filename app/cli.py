@@ -8,8 +8,8 @@
     pt2serve export LOCATION -o FILE.safetensors|FILE.ptd [--format safetensors|ptd] [--prefix P] [--model M]
     pt2serve pull URL DIR [--model M] [--prefix P] [--name N ...]
 
-LOCATION is a path, an http(s):// URL or an s3://bucket/key URI (credentials and endpoint from
-the AWS_* environment). Exit status: 0 success, 1 the archive or the output failed (one line on
+LOCATION is a path, an http(s):// URL or an s3://bucket/key URI (credentials and endpoint found
+as the AWS CLI finds them). Exit status: 0 success, 1 the archive or the output failed (one line on
 stderr: `pt2serve: <ErrorClass>: message`), 2 bad usage, 130 interrupted. `get` resumes a partial
 FILE: it continues from the file's length and checks the final size.
 """
@@ -40,8 +40,9 @@ from .settings import Settings, ca_bundle_from
 
 EPILOG = """\
 LOCATION is a file path, an http(s):// URL or an s3://bucket/key URI. For S3 the
-credentials, region and endpoint come from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
-AWS_SESSION_TOKEN, AWS_REGION and AWS_ENDPOINT_URL (or PT2SERVE_S3_ENDPOINT).
+credentials, region and endpoint are found as the AWS CLI finds them (AWS_* variables,
+~/.aws/credentials and ~/.aws/config with AWS_PROFILE, SSO, roles, container and instance
+credentials); PT2SERVE_S3_ENDPOINT overrides the endpoint, --no-sign-request skips signing.
 
 examples:
   pt2serve serve                                   serve the bundled demo archive on :8000
@@ -235,6 +236,12 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"progress bar on stderr (default: on a terminal, for {PROGRESS_THRESHOLD >> 20} MiB and more)",
     )
     _add_trust_option(pull)
+    for command in commands.choices.values():
+        command.add_argument(
+            "--no-sign-request",
+            action="store_true",
+            help="send s3:// requests unsigned (public buckets; the same as AWS_NO_SIGN_REQUEST=1)",
+        )
     return parser
 
 
@@ -301,6 +308,8 @@ def _positive_int(text: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.no_sign_request:  # the environment, so `serve` workers see it too
+        os.environ["AWS_NO_SIGN_REQUEST"] = "1"
     if args.command == "serve":
         return serve(args)
     commands: dict[str, Callable[[argparse.Namespace], Any]] = {

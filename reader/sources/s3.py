@@ -1,53 +1,84 @@
 """s3://bucket/key as HTTP range reads, signed with AWS SigV4 by botocore's signer.
 
-Settings come from the standard environment: AWS_ACCESS_KEY_ID,
-AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION / AWS_DEFAULT_REGION and
-AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL (or PT2SERVE_S3_ENDPOINT). Custom
-endpoints use path-style addressing; without an endpoint the AWS regional
-virtual-hosted endpoint is used. No credentials means anonymous requests.
-Only the environment is consulted: no config files, no instance metadata calls.
+Without explicit `S3Settings`, credentials, region and endpoint come from botocore's resolution
+(reader/sources/aws.py): the same chain and files boto3 uses, refreshed before they expire. With
+`S3Settings`, exactly what they say: their keys, or anonymous requests without keys.
+
+A refused request is a SourceError that names S3's error code (ExpiredToken, SignatureDoesNotMatch,
+InvalidAccessKeyId, AccessDenied, ...), the access key id that signed it and where that key came
+from (or why the request was anonymous, and which sources were searched); never a secret.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Generator, Mapping
+import asyncio
+import time
+import xml.etree.ElementTree as ElementTree
+from collections.abc import AsyncGenerator, Generator
 from dataclasses import dataclass
-from urllib.parse import quote
 
 import httpx
 from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
-from botocore.credentials import Credentials
+from botocore.credentials import Credentials, ReadOnlyCredentials, RefreshableCredentials
+from botocore.exceptions import BotoCoreError, ClientError
 
-from ..errors import SourceError
+from ..errors import LocationError, SourceError
+from .aws import DEFAULT_REGION, Identity, S3Endpoint, environment_config, explicit_endpoint
 from .http import HttpOptions, HttpSource
+
+ERROR_BODY_CAP = 64 << 10  # bytes of an error body read to find S3's <Code>
+ADVISORY_RETRY_SECONDS = 30.0  # after a refresh that failed while the old credentials still hold
+# S3 error codes that mean "this signature or identity was refused", and what each says
+REFUSALS = {
+    "AccessDenied": "this identity may not read the object",
+    "AllAccessDisabled": "all access to this object has been disabled",
+    "ExpiredToken": "the credentials have expired",
+    "TokenRefreshRequired": "the credentials have expired",
+    "RequestExpired": "the signature has expired",
+    "InvalidToken": "the session token is invalid",
+    "InvalidAccessKeyId": "the server does not know this access key id",
+    "SignatureDoesNotMatch": "the signature does not match (wrong secret key for this key id?)",
+    "IncompleteSignature": "the signature is incomplete",
+    "AuthorizationHeaderMalformed": "the authorization header is malformed (wrong region?)",
+    "RequestTimeTooSkewed": "this machine's clock differs too much from the server's",
+    "MissingSecurityHeader": "a required security header is missing",
+    "AccountProblem": "the account has a problem that prevents access",
+    "PermanentRedirect": "the bucket must be addressed at another endpoint",
+}
+REFUSAL_STATUS = (301, 400, 401, 403)  # a 301 reaches us only without Location: S3's wrong-region answer
 
 
 @dataclass(frozen=True)
 class S3Settings:
-    region: str = "us-east-1"
+    """Explicit S3 settings (tests, embedding code); no keys means anonymous requests.
+
+    `endpoint` is an S3-compatible server's URL; `addressing_style` is "path", "virtual" or None
+    (botocore's choice: path-style for custom endpoints, virtual-hosted on AWS)."""
+
+    region: str = DEFAULT_REGION
     endpoint: str | None = None
     access_key: str | None = None
     secret_key: str | None = None
     session_token: str | None = None
+    addressing_style: str | None = None
 
-    @classmethod
-    def from_environment(cls, environ: Mapping[str, str] | None = None) -> S3Settings:
-        env = os.environ if environ is None else environ
-        return cls(
-            region=env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1",
-            endpoint=env.get("PT2SERVE_S3_ENDPOINT")
-            or env.get("AWS_ENDPOINT_URL_S3")
-            or env.get("AWS_ENDPOINT_URL"),
-            access_key=env.get("AWS_ACCESS_KEY_ID") or None,
-            secret_key=env.get("AWS_SECRET_ACCESS_KEY") or None,
-            session_token=env.get("AWS_SESSION_TOKEN") or None,
-        )
+    def __post_init__(self) -> None:
+        if self.addressing_style not in (None, "auto", "path", "virtual"):
+            raise ValueError(f"addressing_style {self.addressing_style!r} is not path, virtual or auto")
 
     @property
     def anonymous(self) -> bool:
         return not (self.access_key and self.secret_key)
+
+    def identity(self) -> Identity:
+        if self.anonymous:
+            return Identity(None, "anonymous: S3Settings without access_key and secret_key")
+        credentials = Credentials(self.access_key, self.secret_key, self.session_token, method="explicit")
+        return Identity(credentials, "from S3Settings")
+
+    def endpoint_rules(self) -> S3Endpoint:
+        return explicit_endpoint(self.region, self.endpoint, self.addressing_style)
 
 
 def parse_s3_location(location: str) -> tuple[str, str]:
@@ -55,38 +86,123 @@ def parse_s3_location(location: str) -> tuple[str, str]:
     rest = location[len("s3://") :] if location.startswith("s3://") else ""
     bucket, _, key = rest.partition("/")
     if not bucket or not key:
-        raise SourceError(f"{location!r} is not an s3://bucket/key location")
+        raise LocationError(f"{location!r} is not an s3://bucket/key location")
     return bucket, key
 
 
-def object_url(bucket: str, key: str, settings: S3Settings) -> str:
-    quoted = quote(key, safe="/~")
-    if settings.endpoint:
-        return f"{settings.endpoint.rstrip('/')}/{bucket}/{quoted}"
-    return f"https://{bucket}.s3.{settings.region}.amazonaws.com/{quoted}"
+def resolve(location: str, settings: S3Settings | None) -> tuple[str, S3Endpoint, Identity]:
+    """The object URL, the endpoint rules and who signs (blocking: call it in a thread)."""
+    bucket, key = parse_s3_location(location)
+    if settings is not None:
+        endpoint, identity = settings.endpoint_rules(), settings.identity()
+    else:
+        config = environment_config()
+        endpoint, identity = config.endpoint, config.identity()
+    return endpoint.object_url(bucket, key), endpoint, identity
 
 
 class SigV4(httpx.Auth):
-    """Signs each request (retries included) with botocore's S3 SigV4 signer."""
+    """Signs each request (retries included) with botocore's S3 SigV4 signer and turns a refused
+    request into a SourceError that says who was refused and why.
 
-    def __init__(self, settings: S3Settings) -> None:
-        credentials = Credentials(settings.access_key, settings.secret_key, settings.session_token)
-        self._signer = S3SigV4Auth(credentials, "s3", settings.region)
+    Credentials that need refreshing are refreshed in a thread (botocore refreshes with blocking
+    I/O); the event loop keeps serving meanwhile."""
 
-    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        signed = AWSRequest(
-            method=request.method, url=str(request.url), headers=self._signed_headers(request)
-        )
-        self._signer.add_auth(signed)
+    def __init__(self, identity: Identity, region: str, location: str) -> None:
+        self.identity = identity
+        self.region = region
+        self.location = location
+        self._refreshing: asyncio.Lock | None = None
+        self._quiet_until = 0.0
+
+    def sync_auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        raise RuntimeError("SigV4 signs for httpx.AsyncClient only")
+
+    async def async_auth_flow(self, request: httpx.Request) -> AsyncGenerator[httpx.Request, httpx.Response]:
+        frozen = None
+        if self.identity.credentials is not None:
+            frozen = await self._current_credentials()
+            self._sign(request, frozen)
+        response = yield request
+        if request.method != "HEAD" and response.status_code in REFUSAL_STATUS:
+            code, message = await _s3_error(response)
+            if code in REFUSALS or response.status_code == 403:
+                await response.aclose()
+                region = response.headers.get("x-amz-bucket-region")
+                raise SourceError(self._refusal(response.status_code, code, message, frozen, region))
+
+    async def _current_credentials(self) -> ReadOnlyCredentials:
+        credentials = self.identity.credentials
+        try:
+            if isinstance(credentials, RefreshableCredentials) and self._refresh_due(credentials):
+                if self._refreshing is None:
+                    self._refreshing = asyncio.Lock()
+                async with self._refreshing:
+                    if self._refresh_due(credentials):
+                        frozen = await asyncio.to_thread(credentials.get_frozen_credentials)
+                        if credentials.refresh_needed():  # refresh failed; the old ones still hold
+                            self._quiet_until = time.monotonic() + ADVISORY_RETRY_SECONDS
+                        return frozen
+            return credentials.get_frozen_credentials()
+        except (BotoCoreError, ClientError, OSError, ValueError) as exc:
+            raise SourceError(
+                f"{self.location}: could not refresh AWS credentials {self.identity.source}: {exc}"
+            ) from None
+
+    def _refresh_due(self, credentials: RefreshableCredentials) -> bool:
+        """Due when botocore would refresh; after a failed early refresh, only once it must."""
+        if time.monotonic() < self._quiet_until:
+            mandatory = getattr(credentials, "_mandatory_refresh_timeout", 600)
+            return credentials.refresh_needed(mandatory)
+        return credentials.refresh_needed()
+
+    def _sign(self, request: httpx.Request, credentials: ReadOnlyCredentials) -> None:
+        signed = AWSRequest(method=request.method, url=str(request.url), headers=_signed_headers(request))
+        S3SigV4Auth(credentials, "s3", self.region).add_auth(signed)
         for name, value in signed.headers.items():
             request.headers[name] = value
-        yield request
 
-    @staticmethod
-    def _signed_headers(request: httpx.Request) -> dict[str, str]:
-        # Only what the server sees unchanged; hop-by-hop headers are not signed.
-        skip = {"connection", "accept-encoding", "user-agent", "content-length"}
-        return {name: value for name, value in request.headers.items() if name.lower() not in skip}
+    def _refusal(
+        self,
+        status: int,
+        code: str | None,
+        message: str | None,
+        frozen: ReadOnlyCredentials | None,
+        bucket_region: str | None,
+    ) -> str:
+        reason = {301: "moved", 401: "unauthorized", 403: "access denied"}.get(status, "bad request")
+        said = f"S3 {code}: {REFUSALS.get(code, message or 'refused')}" if code else "refused"
+        if frozen is None:
+            who = f"the request was {self.identity.source}"
+        else:
+            who = f"signed with access key id {frozen.access_key} {self.identity.source}"
+        where = ""
+        if bucket_region and bucket_region != self.region:
+            where = f"; the bucket is in {bucket_region}, not {self.region} (set AWS_REGION)"
+        return f"{self.location}: HTTP {status} ({reason}): {said}; {who}{where}"
+
+
+def _signed_headers(request: httpx.Request) -> dict[str, str]:
+    # Only what the server sees unchanged; hop-by-hop headers are not signed.
+    skip = {"connection", "accept-encoding", "user-agent", "content-length"}
+    return {name: value for name, value in request.headers.items() if name.lower() not in skip}
+
+
+async def _s3_error(response: httpx.Response) -> tuple[str | None, str | None]:
+    """S3's <Error><Code> and <Message> from a (small) error body, or (None, None)."""
+    body = bytearray()
+    try:
+        async for chunk in response.aiter_raw():
+            body += chunk
+            if len(body) >= ERROR_BODY_CAP:
+                break
+    except httpx.TransportError:
+        pass
+    try:
+        root = ElementTree.fromstring(bytes(body))
+    except ElementTree.ParseError:
+        return None, None
+    return root.findtext("Code"), root.findtext("Message")
 
 
 async def open_s3(
@@ -96,9 +212,6 @@ async def open_s3(
     options: HttpOptions | None = None,
     settings: S3Settings | None = None,
 ) -> HttpSource:
-    settings = settings or S3Settings.from_environment()
-    bucket, key = parse_s3_location(location)
-    auth = None if settings.anonymous else SigV4(settings)
-    return await HttpSource.open(
-        object_url(bucket, key, settings), tail_size=tail_size, options=options, auth=auth, location=location
-    )
+    url, endpoint, identity = await asyncio.to_thread(resolve, location, settings)
+    auth = SigV4(identity, endpoint.region, location)
+    return await HttpSource.open(url, tail_size=tail_size, options=options, auth=auth, location=location)
