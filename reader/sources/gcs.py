@@ -261,7 +261,8 @@ class GcsSource(HttpSource):
             raise
         except SourceError as exc:
             if response.status_code in (401, 403, 404):
-                raise SourceError(f"{exc}; credentials: {self.client.auth.description}") from None
+                credentials = getattr(self.client.auth, "description", "none")
+                raise SourceError(f"{exc}; credentials: {credentials}") from None
             raise
 
     async def revalidate(self) -> bool:
