@@ -13,6 +13,7 @@ import sys
 import pytest
 
 import reader
+from app.pull import pull
 from reader.sources.gcs import GcsSource
 from testing.gcs import (
     METADATA_ACCOUNT,
@@ -23,6 +24,7 @@ from testing.gcs import (
     service_account_file,
 )
 from tests.conftest import ARCHIVES, run
+from tests.service_helpers import in_process, make_app
 from tests.test_cli import _reader_bytes, cli, console_script, one_line_error
 from tests.test_s3_source import _same_as_local
 
@@ -122,6 +124,25 @@ async def test_versioned_bucket_keeps_reading_the_opened_generation(emulated: Fa
         emulated.upload(VERSIONED, key, ARCHIVES / "dtypes.pt2")
         assert not await ar.revalidate()  # the live object moved on ...
         await _same_as_local(ar, "layouts.pt2")  # ... and every read still gets the opened bytes
+
+
+async def test_served_by_the_service_with_a_version_from_the_generation(emulated: FakeGcs, tmp_path) -> None:
+    key = "archives/served.pt2"
+    emulated.upload(BUCKET, key, ARCHIVES / "layouts.pt2")
+    specs = [f"local={ARCHIVES / 'layouts.pt2'}", f"remote=gs://{BUCKET}/{key}"]
+    async with in_process(make_app(specs)) as client:
+        local = await client.get("/archives/local/tensors/conv.weight/data")
+        remote = await client.get("/archives/remote/tensors/conv.weight/data")
+        assert remote.status_code == 200 and remote.content == local.content
+        version = (await client.get("/archives/remote/manifest")).json()["version"]
+    async with in_process(make_app(specs)) as client:  # another replica, or a restart: the same name
+        assert (await client.get("/archives/remote/manifest")).json()["version"] == version
+    emulated.upload(BUCKET, key, ARCHIVES / "layouts.pt2")  # the same bytes, a new generation
+    async with in_process(make_app(specs)) as client:
+        new_version = (await client.get("/archives/remote/manifest")).json()["version"]
+        assert new_version != version
+    report = await pull(f"gs://{BUCKET}/{key}", tmp_path / "mirror")  # `pt2serve pull` straight from gs://
+    assert report.fetched == report.tensors > 0 and report.version == new_version
 
 
 # -- faults --------------------------------------------------------------------------------------
