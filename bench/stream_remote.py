@@ -55,6 +55,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from unittest import mock
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -379,9 +380,7 @@ def bench_gcs(path: pathlib.Path, repeat: int) -> bool | None:
         gcs.create_bucket(bucket)
         gcs.upload(bucket, key, path)
         location = f"gs://{bucket}/{key}"
-        saved = os.environ.get("STORAGE_EMULATOR_HOST")
-        os.environ["STORAGE_EMULATOR_HOST"] = gcs.endpoint
-        try:
+        with mock.patch.dict(os.environ, {"STORAGE_EMULATOR_HOST": gcs.endpoint}):
             start = asyncio.run(_data_start(location))
             span = (start, start + ELEMENTS_BYTES)
             media = media_url(gcs.endpoint, bucket, key)
@@ -398,11 +397,6 @@ def bench_gcs(path: pathlib.Path, repeat: int) -> bool | None:
                 "curl media": lambda: curl_seconds(media),
                 "curl again": lambda: curl_seconds(gcs.open_url(bucket, key)),  # the control
             }, repeat)  # fmt: skip
-        finally:
-            if saved is None:
-                os.environ.pop("STORAGE_EMULATOR_HOST", None)
-            else:
-                os.environ["STORAGE_EMULATOR_HOST"] = saved
     med = medians(runs)
     nbytes = ELEMENTS_BYTES
     ok = row("gs:// single stream", nbytes, med["single"], "curl, open endpoint", med["curl"], GS_MIN)
