@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import datetime
 import http.client
 import http.server
 import importlib.util
@@ -144,6 +145,7 @@ class Seen:
     method: str
     target: str
     authorization: str | None
+    user_project: str | None  # x-goog-user-project: who pays (requester-pays buckets)
     status: int = 0
 
 
@@ -265,7 +267,12 @@ class _FrontHandler(http.server.BaseHTTPRequestHandler):
 
     def _forward(self) -> None:
         owner = self.owner
-        seen = Seen(self.command, self.path, self.headers.get("Authorization"))
+        seen = Seen(
+            self.command,
+            self.path,
+            self.headers.get("Authorization"),
+            self.headers.get("x-goog-user-project"),
+        )
         owner.seen.append(seen)
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         with owner._lock:
@@ -309,6 +316,28 @@ class _FrontHandler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         if not head:
             self.wfile.write(body)
+
+
+def gcloud_user_file(config: pathlib.Path, token: str, **extra: str) -> pathlib.Path:
+    """gcloud's application_default_credentials.json (`gcloud auth application-default login`) in the
+    config folder `config` (CLOUDSDK_CONFIG), with Cloud SDK's client id and a token valid for an hour
+    (google-auth sends an authorized user's refresh grant to Google only, never to a token_uri)."""
+    from google.auth import _cloud_sdk
+
+    expiry = datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=1)
+    info = {
+        "type": "authorized_user",
+        "client_id": _cloud_sdk.CLOUD_SDK_CLIENT_ID,
+        "client_secret": "not-a-real-secret",
+        "refresh_token": "not-a-real-refresh-token",
+        "token": token,
+        "expiry": expiry.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        **extra,
+    }
+    config.mkdir(parents=True, exist_ok=True)
+    path = config / "application_default_credentials.json"
+    path.write_text(json.dumps(info))
+    return path
 
 
 def service_account_file(folder: pathlib.Path, token_uri: str) -> tuple[pathlib.Path, bytes, str]:

@@ -21,6 +21,7 @@ from testing.gcs import (
     FakeGcs,
     GcsFront,
     fake_gcs,  # noqa: F401 - session fixture: fake-gcs-server on loopback
+    gcloud_user_file,
     service_account_file,
 )
 from tests.conftest import ARCHIVES, run
@@ -207,6 +208,20 @@ async def test_service_account_token_reaches_storage_and_is_refreshed(service_ac
     ]
 
 
+async def test_gcloud_user_credentials_with_a_quota_project(front: GcsFront, tmp_path) -> None:
+    path = gcloud_user_file(tmp_path / "gcloud", "ya29.user", account="someone@example.com",
+                            quota_project_id="billing-project")  # fmt: skip
+    async with reader.open_archive(f"gs://{BUCKET}/archives/layouts.pt2", tail_size=4096) as ar:
+        await ar.read(ar.tensors()[0].name)
+    seen = front.storage_requests()
+    assert {(s.authorization, s.user_project) for s in seen} == {("Bearer ya29.user", "billing-project")}
+    front.plan.statuses.append(403)
+    with pytest.raises(reader.SourceError) as refused:
+        await reader.open_archive(f"gs://{BUCKET}/archives/layouts.pt2")
+    assert f"credentials: user credentials of someone@example.com from {path}" in str(refused.value)
+    assert "ya29." not in str(refused.value) and "not-a-real" not in str(refused.value)
+
+
 async def test_refusal_names_the_service_account_never_a_secret(service_account: GcsFront, tmp_path) -> None:
     service_account.plan.statuses.append(403)
     with pytest.raises(reader.SourceError) as refused:
@@ -290,27 +305,41 @@ def test_cli_takes_credentials_from_the_metadata_server(gcs: FakeGcs, tmp_path) 
         assert f"credentials: the metadata server's service account ({METADATA_ACCOUNT})" in refused.stderr
 
 
-def test_without_google_auth_the_error_says_what_to_install(gcs: FakeGcs, tmp_path) -> None:
-    """google-auth absent (its import blocked in a fresh interpreter): one line naming the extra."""
-    code = (
-        "import sys, asyncio, reader\n"
-        "sys.modules['google.auth'] = None\n"
-        "async def main():\n"
-        "    await (await reader.open_archive('gs://some-bucket/model.pt2')).close()\n"
-        "try:\n"
-        "    asyncio.run(main())\n"
-        "except reader.SourceError as exc:\n"
-        "    print(exc)\n"
-    )
-    env = {k: v for k, v in os.environ.items() if k not in ("STORAGE_EMULATOR_HOST", "PT2SERVE_GCS_ENDPOINT")}
+def test_cli_with_gcloud_user_credentials_prints_no_warning(gcs: FakeGcs, tmp_path) -> None:
+    """google-auth warns about gcloud's credentials without a quota project (a multi-line UserWarning
+    that matters to APIs that bill a project, not to reading objects): the CLI keeps stderr clean."""
+    gcloud_user_file(tmp_path / "gcloud", "ya29.user")
+    unset = ("STORAGE_EMULATOR_HOST", "GOOGLE_APPLICATION_CREDENTIALS")
+    base = {k: v for k, v in os.environ.items() if k not in unset}
+    with GcsFront(gcs.endpoint) as front:
+        env = {**base, "PT2SERVE_GCS_ENDPOINT": front.url, "HOME": str(tmp_path),
+               "CLOUDSDK_CONFIG": str(tmp_path / "gcloud")}  # fmt: skip
+        command = [*console_script(), "ls", f"gs://{BUCKET}/archives/layouts.pt2"]
+        listed = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env)
+        assert listed.returncode == 0 and listed.stderr == "", listed.stderr
+        assert {s.authorization for s in front.storage_requests()} == {"Bearer ya29.user"}
+
+
+def test_without_google_auth_the_error_says_what_to_install(gcs: FakeGcs) -> None:
+    """google-auth absent (its import blocked in a fresh interpreter): one line naming the extra; the
+    emulator needs no credentials, so no google-auth either."""
+    code = f"""if True:
+        import asyncio, os, sys, reader
+        sys.modules["google.auth"] = None
+        async def open_and_close(location):
+            await (await reader.open_archive(location)).close()
+        try:
+            asyncio.run(open_and_close("gs://some-bucket/model.pt2"))
+        except reader.SourceError as exc:
+            print(exc)
+        os.environ["STORAGE_EMULATOR_HOST"] = "{gcs.endpoint}"
+        asyncio.run(open_and_close("gs://{BUCKET}/archives/layouts.pt2"))
+        print("opened from the emulator")
+    """
+    unset = ("STORAGE_EMULATOR_HOST", "PT2SERVE_GCS_ENDPOINT")
+    env = {k: v for k, v in os.environ.items() if k not in unset}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
-    assert done.stdout.strip() == (
-        "gs:// reads need google-auth for Application Default Credentials: pip install 'pt2serve[gcs]'"
-    ), done.stderr
-    # the emulator needs no credentials, so no google-auth either
-    code = code.replace("gs://some-bucket/model.pt2", f"gs://{BUCKET}/archives/layouts.pt2").replace(
-        "    print(exc)", "    print('error', exc)\nelse:\n    print('opened')"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                          env={**env, "STORAGE_EMULATOR_HOST": gcs.endpoint})  # fmt: skip
-    assert done.stdout.strip() == "opened", done.stdout + done.stderr
+    assert done.stdout.splitlines() == [
+        "gs:// reads need google-auth for Application Default Credentials: pip install 'pt2serve[gcs]'",
+        "opened from the emulator",
+    ], done.stderr

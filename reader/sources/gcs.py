@@ -22,6 +22,7 @@ import asyncio
 import functools
 import os
 import re
+import warnings
 from collections.abc import AsyncGenerator, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +40,9 @@ INSTALL_HINT = "pip install 'pt2serve[gcs]'"
 # '-', '_' and '.', starting and ending with a letter or digit.
 BUCKET_NAME = re.compile(r"[a-z0-9](?:[a-z0-9._-]{1,220})[a-z0-9]")
 MAX_OBJECT_NAME = 1024  # bytes of UTF-8
+# google-auth warns (several lines on stderr) when gcloud's user credentials carry no quota project:
+# that matters to APIs that bill a project, not to reading objects.
+warnings.filterwarnings("ignore", message="Your application has authenticated using end user credentials")
 
 
 # -- locations and endpoints -------------------------------------------------------------------
