@@ -10,10 +10,12 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import reader
 from app.pull import pull
+from reader.sources import HttpOptions
 from reader.sources.gcs import GcsSource
 from testing.gcs import (
     METADATA_ACCOUNT,
@@ -24,6 +26,7 @@ from testing.gcs import (
     gcloud_user_file,
     service_account_file,
 )
+from testing.zipbytes import write_pt2
 from tests.conftest import ARCHIVES, run
 from tests.service_helpers import in_process, make_app
 from tests.test_cli import _reader_bytes, cli, console_script, one_line_error
@@ -220,6 +223,27 @@ async def test_gcloud_user_credentials_with_a_quota_project(front: GcsFront, tmp
         await reader.open_archive(f"gs://{BUCKET}/archives/layouts.pt2")
     assert f"credentials: user credentials of someone@example.com from {path}" in str(refused.value)
     assert "ya29." not in str(refused.value) and "not-a-real" not in str(refused.value)
+
+
+async def test_parallel_parts_share_one_refresh_and_the_generation(
+    service_account: GcsFront, gcs: FakeGcs, tmp_path
+) -> None:
+    front = service_account
+    big = np.arange(64 << 10, dtype=np.float32)  # 256 KiB: 16 parts of 16 KiB
+    write_pt2(tmp_path / "big.pt2", {"big": (7, [big.size], big.tobytes())})
+    gcs.upload(BUCKET, "archives/big.pt2", tmp_path / "big.pt2")
+    options = HttpOptions(parallel_parts=4, part_size=16 << 10, parallel_above=32 << 10, fast_connection=None)
+    async with reader.open_archive(
+        f"gs://{BUCKET}/archives/big.pt2", tail_size=4096, http_options=options
+    ) as ar:
+        before = len(front.storage_requests())
+        ar.source.client.auth.credentials.expiry = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
+        assert b"".join([bytes(c) async for c in ar.stream("big")]) == big.tobytes()
+        generation = ar.source.generation
+    parts = front.storage_requests()[before:]
+    assert len(parts) >= 16 and all(s.target.endswith(f"&generation={generation}") for s in parts)
+    assert front.tokens == ["ya29.test-1", "ya29.test-2"]  # the parts in flight waited for one refresh
+    assert {s.authorization for s in parts} == {"Bearer ya29.test-2"}
 
 
 async def test_refusal_names_the_service_account_never_a_secret(service_account: GcsFront, tmp_path) -> None:
