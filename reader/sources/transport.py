@@ -110,7 +110,8 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         if bulk.wants(request):  # a big range: straight into the buffers handed on (bulk.py)
             return await self._bulk.send(request)
         timeout = request.extensions.get("timeout", {})
-        body = request.content or None  # our requests carry no streamed bodies
+        # read, not `request.content`: the request httpx builds to follow a redirect is unread
+        body = await request.aread() or None
         url = request.url
         if url.userinfo:  # httpx already turned it into an Authorization header
             url = url.copy_with(userinfo=b"")
