@@ -114,11 +114,12 @@ class HttpSource:
         client: httpx.AsyncClient | None = None,
         auth: httpx.Auth | None = None,
         location: str | None = None,
+        **fields: object,  # a subclass's own keyword arguments
     ) -> HttpSource:
         options = options or HttpOptions()
         owns = client is None
         client = client or make_client(options, auth)
-        source = cls(url, client, options, location=location, owns_client=owns)
+        source = cls(url, client, options, location=location, owns_client=owns, **fields)
         try:
             await source._retrying(lambda: source._open_with_tail(max(tail_size, 1)))
         except BaseException:
@@ -377,7 +378,9 @@ class HttpSource:
     def _refusal(self, response: httpx.Response) -> str:
         """What a final error status means, for the message."""
         status = response.status_code
-        reason = {401: "unauthorized", 403: "access denied", 404: "not found"}.get(status, "unexpected status")
+        reason = {401: "unauthorized", 403: "access denied", 404: "not found"}.get(
+            status, "unexpected status"
+        )
         if not same_origin(response.url, self.url):
             kind = "refused or expired signature" if status in EXPIRED_STATUS else reason
             return f"{kind}, from the redirect target {response.url.host}"

@@ -1,0 +1,184 @@
+"""hf://[datasets/|spaces/]<repo_id>[@<revision>]/<path>: a file on the Hugging Face Hub, read by ranges.
+
+Spelled as huggingface_hub's HfFileSystem spells it; the revision may be URL-encoded
+(`@refs%2Fpr%2F1`) or a literal `refs/pr/N` / `refs/convert/<name>`. It maps to the Hub's
+`{HF_ENDPOINT or https://huggingface.co}/[datasets/|spaces/]<repo_id>/resolve/<revision>/<path>`,
+which answers small files itself and large (LFS) ones with a 302 to a signed CDN URL.
+
+- The token is huggingface_hub's: `HF_TOKEN` (or the older `HUGGING_FACE_HUB_TOKEN`), else the file
+  it writes on login (`HF_TOKEN_PATH`, else `$HF_HOME/token`, HF_HOME defaulting to
+  `$XDG_CACHE_HOME/huggingface`, i.e. ~/.cache/huggingface). It goes to the Hub as a bearer token,
+  and never to the CDN (redirects.py).
+- A moving revision (`main`) is pinned at open to the commit the first answer names
+  (`X-Repo-Commit`): later reads and re-resolves ask `/resolve/<commit>/`, so one open never
+  mixes two commits; a signed CDN URL that expires is resolved again at that commit.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+from collections.abc import Generator, Mapping
+from dataclasses import dataclass
+from urllib.parse import quote, unquote
+
+import httpx
+
+from ..errors import LocationError
+from .http import HttpOptions, HttpSource
+
+DEFAULT_ENDPOINT = "https://huggingface.co"
+REPO_TYPE_PREFIXES = ("datasets/", "spaces/")
+# huggingface_hub's rules for a repo id: [namespace/]name of word characters, '-' and '.', at most 96
+REPO_NAME = re.compile(r"[\w\-.]{1,96}")
+# revisions with a '/' that huggingface_hub also takes unencoded after '@'
+SPECIAL_REVISION = re.compile(r"refs/(?:pr/\d+|convert/[\w\-.]+)")
+COMMIT = re.compile(r"[0-9a-f]{40}")
+
+
+@dataclass(frozen=True)
+class HubFile:
+    """One file of one repository at one revision."""
+
+    prefix: str  # "", "datasets/" or "spaces/"
+    repo_id: str
+    revision: str
+    path: str
+
+    def url(self, endpoint: str, revision: str | None = None) -> str:
+        """The Hub's resolve URL, quoted as huggingface_hub's hf_hub_url quotes it."""
+        revision = quote(revision or self.revision, safe="")
+        return f"{endpoint.rstrip('/')}/{self.prefix}{self.repo_id}/resolve/{revision}/{quote(self.path)}"
+
+
+def parse_hf_location(location: str) -> HubFile:
+    """hf://[datasets/|spaces/]<repo_id>[@<revision>]/<path> -> HubFile, or LocationError.
+
+    Without `@revision`, the repo id is `namespace/name` (a repo without namespace needs
+    `@revision` when its path has folders, e.g. hf://gpt2@main/onnx/model.onnx)."""
+    rest = location[len("hf://") :] if location.lower().startswith("hf://") else ""
+    prefix = next((p for p in REPO_TYPE_PREFIXES if rest.startswith(p)), "")
+    rest = rest[len(prefix) :]
+    repo_part, at, after = rest.partition("@")
+    if at:
+        if "/" in after and SPECIAL_REVISION.match(after):
+            revision = SPECIAL_REVISION.match(after)[0]  # type: ignore[index]
+            path = after[len(revision) :].removeprefix("/")
+        else:
+            revision, _, path = after.partition("/")
+            revision = unquote(revision)
+        repo_id = repo_part
+    else:
+        segments = rest.split("/")
+        repo_id = "/".join(segments[:2]) if len(segments) > 2 else segments[0]
+        path = "/".join(segments[len(repo_id.split("/")) :])
+        revision = "main"
+    _check(location, repo_id, revision, path)
+    return HubFile(prefix, repo_id, revision, path)
+
+
+def _check(location: str, repo_id: str, revision: str, path: str) -> None:
+    usage = "expected hf://[datasets/|spaces/]<repo_id>[@<revision>]/<path>"
+    names = repo_id.split("/")
+    if not 1 <= len(names) <= 2 or not all(REPO_NAME.fullmatch(name) for name in names):
+        raise LocationError(f"{location!r}: {repo_id!r} is not a repository id; {usage}")
+    if any(name.startswith(("-", ".")) or name.endswith(("-", ".")) or "--" in name or ".." in name
+           for name in names):  # fmt: skip
+        raise LocationError(f"{location!r}: {repo_id!r} is not a repository id; {usage}")
+    if not revision:
+        raise LocationError(f"{location!r}: empty revision after '@'; {usage}")
+    segments = path.split("/")
+    if not path or any(segment in ("", ".", "..") for segment in segments) or "?" in path or "#" in path:
+        raise LocationError(f"{location!r}: no file path in the repository; {usage}")
+
+
+def hub_token(environ: Mapping[str, str] | None = None) -> str | None:
+    """The token huggingface_hub would use: the environment, else its token file."""
+    env = os.environ if environ is None else environ
+    token = env.get("HF_TOKEN") or env.get("HUGGING_FACE_HUB_TOKEN")
+    if token and token.strip():
+        return token.strip()
+    path = env.get("HF_TOKEN_PATH")
+    if not path:
+        cache = env.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")
+        path = os.path.join(env.get("HF_HOME") or os.path.join(cache, "huggingface"), "token")
+    try:
+        token = pathlib.Path(path).expanduser().read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return token or None
+
+
+class HubToken(httpx.Auth):
+    """A bearer token for the Hub (HttpSource runs auth for the Hub's origin only, never the CDN)."""
+
+    def __init__(self, token: str) -> None:
+        self._header = f"Bearer {token}"
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        request.headers["Authorization"] = self._header
+        yield request
+
+
+class HubSource(HttpSource):
+    """An HttpSource pinned to the commit its first answer names, with the Hub's errors spelled out."""
+
+    def __init__(
+        self, *args: object, hub_file: HubFile, endpoint: str, has_token: bool, **kwargs: object
+    ) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.hub_file = hub_file
+        self.endpoint = endpoint
+        self.has_token = has_token
+
+    def _pinned_url(self, response: httpx.Response) -> str | None:
+        first = response.history[0] if response.history else response
+        commit = first.headers.get("x-repo-commit", "").strip().lower()
+        return self.hub_file.url(self.endpoint, commit) if COMMIT.fullmatch(commit) else None
+
+    def _pin(self) -> dict[str, str]:
+        # the Hub's own answers are pinned by the commit in the URL; If-Match is for the CDN's object
+        if self.read_url == self.resolve_url:
+            return {}
+        return super()._pin()
+
+    def _refusal(self, response: httpx.Response) -> str:
+        if response.history or httpx.URL(self.endpoint).host != response.url.host:
+            return super()._refusal(response)
+        code = response.headers.get("x-error-code", "")
+        hub = self.hub_file
+        repo = f"{hub.prefix}{hub.repo_id}"
+        login = "set HF_TOKEN or log in with `hf auth login`"
+        if code == "GatedRepo":
+            if self.has_token:
+                return f"{repo} is gated and this token has no access: accept its conditions on the Hub"
+            return f"{repo} is gated: it needs a token of an account with access ({login})"
+        if code == "RepoNotFound" or response.status_code == 401:
+            needs = (
+                "the token has no access to it" if self.has_token else f"private repos need a token ({login})"
+            )
+            return f"repository {repo} not found, or private: {needs}"
+        if code == "RevisionNotFound":
+            return f"revision {hub.revision!r} not found in {repo}"
+        if code == "EntryNotFound" or response.status_code == 404:
+            return f"file {hub.path!r} not found in {repo} at revision {hub.revision!r}"
+        return super()._refusal(response)
+
+
+async def open_hf(location: str, *, tail_size: int, options: HttpOptions | None) -> HubSource:
+    """Open a file on the Hub (see the module docstring)."""
+    hub_file = parse_hf_location(location)
+    endpoint = (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+    token = hub_token()
+    source = await HubSource.open(
+        hub_file.url(endpoint),
+        tail_size=tail_size,
+        options=options,
+        auth=HubToken(token) if token else None,
+        location=location,
+        hub_file=hub_file,
+        endpoint=endpoint,
+        has_token=token is not None,
+    )
+    return source  # type: ignore[return-value]
