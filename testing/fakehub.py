@@ -80,6 +80,9 @@ class NginxSite(_ServerProcess):
             self.stop()
             raise
 
+    def url(self, path: str) -> str:
+        return f"{self.base_url}/{path.lstrip('/')}"
+
     def restart(self, body: str) -> None:
         """The same port, a new server block (the log so far is kept)."""
         assert self.process is not None
@@ -99,6 +102,7 @@ class NginxSite(_ServerProcess):
                 match = _LINE.fullmatch(line.strip())
                 if match:
                     method, status, uri, auth, rng, if_match = match.groups()
+                    if_match = if_match.replace("\\x22", '"')  # nginx escapes quotes in its log
                     records.append({"method": method, "status": int(status), "uri": uri, "auth": auth == "1",
                                     "range": None if rng == "-" else rng,
                                     "if_match": None if if_match == "-" else if_match})  # fmt: skip

@@ -107,6 +107,8 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         return self._session
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.scheme not in ("http", "https"):  # a redirect elsewhere: as httpcore says it
+            raise httpx.UnsupportedProtocol(f"cannot follow a redirect to a {request.url.scheme}:// URL")
         if bulk.wants(request):  # a big range: straight into the buffers handed on (bulk.py)
             return await self._bulk.send(request)
         timeout = request.extensions.get("timeout", {})
