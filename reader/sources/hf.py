@@ -99,15 +99,21 @@ def hub_token(environ: Mapping[str, str] | None = None) -> str | None:
     token = env.get("HF_TOKEN") or env.get("HUGGING_FACE_HUB_TOKEN")
     if token and token.strip():
         return token.strip()
+    try:
+        token = token_file(env).read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return token or None
+
+
+def token_file(environ: Mapping[str, str] | None = None) -> pathlib.Path:
+    """Where huggingface_hub keeps the token of `hf auth login`."""
+    env = os.environ if environ is None else environ
     path = env.get("HF_TOKEN_PATH")
     if not path:
         cache = env.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")
         path = os.path.join(env.get("HF_HOME") or os.path.join(cache, "huggingface"), "token")
-    try:
-        token = pathlib.Path(path).expanduser().read_text().strip()
-    except (OSError, UnicodeDecodeError):
-        return None
-    return token or None
+    return pathlib.Path(path).expanduser()
 
 
 class HubToken(httpx.Auth):
@@ -149,7 +155,7 @@ class HubSource(HttpSource):
         code = response.headers.get("x-error-code", "")
         hub = self.hub_file
         repo = f"{hub.prefix}{hub.repo_id}"
-        login = "set HF_TOKEN or log in with `hf auth login`"
+        login = f"no token in HF_TOKEN, HUGGING_FACE_HUB_TOKEN or {token_file()}: set one or `hf auth login`"
         if code == "GatedRepo":
             if self.has_token:
                 return f"{repo} is gated and this token has no access: accept its conditions on the Hub"
