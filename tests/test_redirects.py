@@ -154,6 +154,22 @@ async def test_a_target_refusing_after_open_resolves_once_then_fails(target, ori
     assert [r["status"] for r in origin.take_log()] == [302, 302]  # the open, one re-resolve
 
 
+async def test_revalidate_asks_the_origin_and_follows_its_redirect(target, origin, archive) -> None:
+    source = await HttpSource.open(origin.url("models/model.pt2"), tail_size=4096, options=fast("http1"))
+    try:
+        assert await source.revalidate()
+        target.put(STORED, archive.read_bytes() + b"\0")
+        assert not await source.revalidate()
+    finally:
+        await source.close()
+    assert [(r["method"], r["status"]) for r in origin.take_log()] == [
+        ("GET", 302),
+        ("HEAD", 302),
+        ("HEAD", 302),
+    ]
+    assert [(r.method, r.status) for r in target.log[1:]] == [("HEAD", 304), ("HEAD", 200)]
+
+
 @pytest.mark.parametrize(("location", "message"), [("/loop", "too many redirects"), ("ftp", "not http")])
 async def test_a_redirect_loop_or_an_odd_target_is_a_source_error(target, origin, location, message) -> None:
     if location == "ftp":

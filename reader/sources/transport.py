@@ -68,7 +68,10 @@ class _Body(httpx.AsyncByteStream):
                 chunk, end_of_http_chunk = await content.readchunk()
                 if chunk:
                     yield chunk
-                elif not end_of_http_chunk:
+                elif not end_of_http_chunk or content.at_eof():
+                    # at_eof: a body-less answer's reader is aiohttp's one shared EmptyStreamReader,
+                    # which says (b"", True) forever once anything has read it (a HEAD's 302, read
+                    # by httpx as it follows the redirect, looped here)
                     return
         except (aiohttp.ClientError, ConnectionError, TimeoutError):
             # aiohttp drops what it had buffered when the connection fails: hand that out
