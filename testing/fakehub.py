@@ -125,6 +125,13 @@ def _refuse(prefix: str, code: str, status: int) -> str:
         location {prefix} {{ add_header X-Error-Code {code} always; return {status}; }}"""
 
 
+def _digest(data: bytes | pathlib.Path) -> str:
+    """The Hub's X-Linked-Etag is the LFS object's SHA-256 (of a linked file: of its name and size)."""
+    if isinstance(data, pathlib.Path):
+        return hashlib.sha256(f"{data.resolve()}:{data.stat().st_size}".encode()).hexdigest()
+    return hashlib.sha256(data).hexdigest()
+
+
 def commit_of(text: str) -> str:
     """A 40-hex commit id, as the Hub names commits."""
     return hashlib.sha1(text.encode()).hexdigest()
@@ -135,7 +142,7 @@ class HubRepo:
     """One repository: files per commit, and which revision names point at which commit."""
 
     repo_id: str  # with its type's prefix: "org/model", "datasets/org/data", "spaces/org/app"
-    commits: dict[str, dict[str, bytes]]  # commit -> path -> bytes
+    commits: dict[str, dict[str, bytes | pathlib.Path]]  # commit -> path -> bytes (or a file to link)
     revisions: dict[str, str]  # name ("main", "refs/pr/1", ...) -> commit
     gated_token: str | None = None  # a gated repo: only this bearer token reads it
     small: tuple[str, ...] = (".json",)  # served by the hub itself; every other file through the CDN
@@ -157,7 +164,10 @@ class FakeHub:
                 for path, data in files.items():
                     target = self.folder / repo.repo_id / commit / path
                     target.parent.mkdir(parents=True, exist_ok=True)
-                    target.write_bytes(data)
+                    if isinstance(data, pathlib.Path):  # a big file (a benchmark's): linked, not copied
+                        target.symlink_to(data.resolve())
+                    else:
+                        target.write_bytes(data)
         self.cdn = NginxSite(self._cdn_body())
         try:
             self.hub = NginxSite(self._hub_body())
@@ -169,6 +179,10 @@ class FakeHub:
     def endpoint(self) -> str:
         """What HF_ENDPOINT names."""
         return self.hub.base_url
+
+    def cdn_url(self, repo_id: str, commit: str, path: str) -> str:
+        """The signed URL the hub redirects `path` at `commit` to (valid until the next `rotate`)."""
+        return f"{self.cdn.base_url}/{repo_id}/{commit}/{path}?sig=key{self.key}"
 
     def rotate(self, moves: dict[tuple[str, str], str] | None = None) -> None:
         """A new CDN signing key (URLs signed before now answer 403); `moves`: (repo_id, revision) ->
@@ -197,7 +211,9 @@ class FakeHub:
                     blocks.append(self._file_block(repo, name, commit, path, data))
         return "".join(blocks)
 
-    def _file_block(self, repo: HubRepo, name: str, commit: str, path: str, data: bytes) -> str:
+    def _file_block(
+        self, repo: HubRepo, name: str, commit: str, path: str, data: bytes | pathlib.Path
+    ) -> str:
         gate = ""
         if repo.gated_token:
             gate = f"""
@@ -213,9 +229,9 @@ class FakeHub:
         else:
             answer = f"""
             add_header X-Repo-Commit {commit};
-            add_header X-Linked-Size {len(data)};
-            add_header X-Linked-Etag '"{hashlib.sha256(data).hexdigest()}"';
-            return 302 {self.cdn.base_url}/{repo.repo_id}/{commit}/{path}?sig=key{self.key};"""
+            add_header X-Linked-Size {stored.stat().st_size};
+            add_header X-Linked-Etag '"{_digest(data)}"';
+            return 302 {self.cdn_url(repo.repo_id, commit, path)};"""
         return f"""
         location = /{repo.repo_id}/resolve/{name}/{path} {{{gate}{answer}
         }}"""
