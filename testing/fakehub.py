@@ -1,6 +1,7 @@
 """nginx sites for redirect tests: any server block, and a fake Hugging Face Hub with its CDN.
 
-`NginxSite(body)` runs nginx on a free loopback port with `body` as its one server block; its access
+`NginxSite(body)` runs nginx (testing/servers.py's configuration) on a free loopback port with `body` in its
+server block; its access
 log records, per request, the method, status, the raw request URI, whether an `Authorization` header
 came (`auth` True/False: never the value), the Range and the If-Match. `restart(body)` swaps the block
 on the same port (the site's URL stays valid).
@@ -27,32 +28,20 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-from testing.servers import HOST, _ServerProcess, ensure_nginx, free_port, stop_process, wait_listening
+from testing.servers import (
+    HOST,
+    NGINX_CONF,
+    _ServerProcess,
+    ensure_nginx,
+    free_port,
+    stop_process,
+    wait_listening,
+)
 
-SITE_CONF = """\
-daemon off;
-master_process off;
-worker_processes 1;
-pid {tmp}/nginx.pid;
-error_log {tmp}/error.log warn;
-events {{ worker_connections 64; }}
-http {{
-    map $http_authorization $auth_given {{ "" 0; default 1; }}
-    log_format site '$request_method $status "$request_uri" $auth_given "$http_range" "$http_if_match"';
-    access_log {tmp}/access.log site;
-    client_body_temp_path {tmp}/body;
-    proxy_temp_path {tmp}/proxy;
-    fastcgi_temp_path {tmp}/fastcgi;
-    uwsgi_temp_path {tmp}/uwsgi;
-    scgi_temp_path {tmp}/scgi;
-    types {{ }}
-    default_type application/octet-stream;
-    server {{
-        listen {host}:{port};
-{body}
-    }}
-}}
-"""
+# who sent an Authorization header, never its value
+SITE_LOG = """
+    map $http_authorization $auth_given { "" 0; default 1; }
+    log_format site '$request_method $status "$request_uri" $auth_given "$http_range" "$http_if_match"';"""
 _LINE = re.compile(r'(\S+) (\d+) "([^"]*)" ([01]) "([^"]*)" "([^"]*)"')
 
 
@@ -61,9 +50,10 @@ class NginxSite(_ServerProcess):
 
     name = "nginx"
 
-    def __init__(self, body: str) -> None:
+    def __init__(self, body: str, root: pathlib.Path | None = None) -> None:
         self._binary = ensure_nginx()
         self._tmp = pathlib.Path(tempfile.mkdtemp(prefix="pt2serve-site-"))
+        self.root = root or self._tmp  # what the server block's paths are relative to
         self.port = free_port()
         self.base_url = f"http://{HOST}:{self.port}"
         self._log_offset = 0
@@ -71,7 +61,12 @@ class NginxSite(_ServerProcess):
 
     def _start(self, body: str) -> None:
         conf = self._tmp / "nginx.conf"
-        conf.write_text(SITE_CONF.format(tmp=self._tmp, host=HOST, port=self.port, body=body))
+        site = f"access_log {self._tmp}/site.log site;\n{body}"
+        conf.write_text(
+            NGINX_CONF.format(
+                tmp=self._tmp, host=HOST, port=self.port, root=self.root, extra=site, http_extra=SITE_LOG
+            )
+        )
         self.process = subprocess.Popen([self._binary, "-p", str(self._tmp), "-c", str(conf)],
                                         stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
         try:
@@ -93,7 +88,7 @@ class NginxSite(_ServerProcess):
         """The requests logged since the last call: method, status, uri, auth, range, if_match."""
         time.sleep(0.01)  # nginx writes the line after the response
         records = []
-        with contextlib.suppress(FileNotFoundError), open(self._tmp / "access.log", "rb") as handle:
+        with contextlib.suppress(FileNotFoundError), open(self._tmp / "site.log", "rb") as handle:
             handle.seek(self._log_offset)
             data = handle.read()
             complete = data.rfind(b"\n") + 1
@@ -168,7 +163,7 @@ class FakeHub:
                         target.symlink_to(data.resolve())
                     else:
                         target.write_bytes(data)
-        self.cdn = NginxSite(self._cdn_body())
+        self.cdn = NginxSite(self._cdn_body(), root=self.folder)
         try:
             self.hub = NginxSite(self._hub_body())
         except BaseException:
@@ -195,7 +190,6 @@ class FakeHub:
 
     def _cdn_body(self) -> str:
         return f"""
-        root {self.folder};
         location / {{
             if ($arg_sig != "key{self.key}") {{ return 403; }}
         }}"""
