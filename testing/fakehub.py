@@ -1,10 +1,9 @@
 """nginx sites for redirect tests: any server block, and a fake Hugging Face Hub with its CDN.
 
-`NginxSite(body)` runs nginx (testing/servers.py's configuration) on a free loopback port with `body` in its
-server block; its access
-log records, per request, the method, status, the raw request URI, whether an `Authorization` header
-came (`auth` True/False: never the value), the Range and the If-Match. `restart(body)` swaps the block
-on the same port (the site's URL stays valid).
+`NginxSite(body)` runs nginx (testing/servers.py's configuration) on a free loopback port with `body`
+in its server block; its access log records, per request, the method, status, the raw request URI,
+whether an `Authorization` header came (`auth` True/False: never the value), the Range and the
+If-Match. `restart(body)` swaps the block on the same port (the site's URL stays valid).
 
 `FakeHub` is the Hub's URL layout (`/[datasets/|spaces/]<repo>/resolve/<revision>/<path>`) on one nginx
 and the CDN that serves its large files on another. As the Hub does, the hub answers a large (LFS) file
