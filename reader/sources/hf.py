@@ -27,6 +27,7 @@ import httpx
 
 from ..errors import LocationError
 from .http import HttpOptions, HttpSource
+from .redirects import same_origin
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 REPO_TYPE_PREFIXES = ("datasets/", "spaces/")
@@ -131,26 +132,39 @@ class HubSource(HttpSource):
     """An HttpSource pinned to the commit its first answer names, with the Hub's errors spelled out."""
 
     def __init__(
-        self, *args: object, hub_file: HubFile, endpoint: str, has_token: bool, **kwargs: object
+        self,
+        url: str,
+        client: httpx.AsyncClient,
+        options: HttpOptions,
+        *,
+        hub_file: HubFile,
+        endpoint: str,
+        has_token: bool,
+        location: str | None = None,
+        owns_client: bool = True,
     ) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        super().__init__(url, client, options, location=location, owns_client=owns_client)
         self.hub_file = hub_file
         self.endpoint = endpoint
         self.has_token = has_token
+        self.commit: str | None = None  # the commit the first answer named
 
     def _pinned_url(self, response: httpx.Response) -> str | None:
         first = response.history[0] if response.history else response
         commit = first.headers.get("x-repo-commit", "").strip().lower()
-        return self.hub_file.url(self.endpoint, commit) if COMMIT.fullmatch(commit) else None
+        if not COMMIT.fullmatch(commit):
+            return None
+        self.commit = commit
+        return self.hub_file.url(self.endpoint, commit)
 
     def _pin(self) -> dict[str, str]:
         # the Hub's own answers are pinned by the commit in the URL; If-Match is for the CDN's object
-        if self.read_url == self.resolve_url:
+        if self.commit and same_origin(self.read_url, self.url):
             return {}
         return super()._pin()
 
     def _refusal(self, response: httpx.Response) -> str:
-        if response.history or httpx.URL(self.endpoint).host != response.url.host:
+        if not same_origin(response.url, self.url):  # the CDN's answer, not the Hub's
             return super()._refusal(response)
         code = response.headers.get("x-error-code", "")
         hub = self.hub_file
@@ -177,7 +191,7 @@ async def open_hf(location: str, *, tail_size: int, options: HttpOptions | None)
     hub_file = parse_hf_location(location)
     endpoint = (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
     token = hub_token()
-    source = await HubSource.open(
+    return await HubSource.open(
         hub_file.url(endpoint),
         tail_size=tail_size,
         options=options,
@@ -187,4 +201,3 @@ async def open_hf(location: str, *, tail_size: int, options: HttpOptions | None)
         endpoint=endpoint,
         has_token=token is not None,
     )
-    return source  # type: ignore[return-value]

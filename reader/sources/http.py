@@ -23,6 +23,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass, field
+from typing import Any, Self
 
 import certifi
 import httpx
@@ -114,8 +115,8 @@ class HttpSource:
         client: httpx.AsyncClient | None = None,
         auth: httpx.Auth | None = None,
         location: str | None = None,
-        **fields: object,  # a subclass's own keyword arguments
-    ) -> HttpSource:
+        **fields: Any,  # a subclass's own keyword arguments
+    ) -> Self:
         options = options or HttpOptions()
         owns = client is None
         client = client or make_client(options, auth)
