@@ -192,11 +192,14 @@ async def test_main_stays_pinned_when_it_moves_and_the_signature_expires(tmp_pat
     with FakeHub(repos(tmp_path)) as hub:
         monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
         async with reader.open_archive("hf://org/model/model.pt2", tail_size=4096) as ar:
+            assert await ar.revalidate()
             hub.rotate({("org/model", "main"): C2})  # main moves on; URLs signed before now answer 403
             assert await ar.read("big") == weights(1)["big"]  # still the commit opened
-        uris = [r["uri"] for r in hub.hub.take_log()]
-        assert uris == ["/org/model/resolve/main/model.pt2", f"/org/model/resolve/{C1}/model.pt2"]
-        assert [r["status"] for r in hub.cdn.take_log()][-2:] == [403, 206]
+            assert not await ar.revalidate()  # main names other bytes now: the service would reopen
+        uris = [(r["method"], r["uri"]) for r in hub.hub.take_log()]
+        main, pinned = "/org/model/resolve/main/model.pt2", f"/org/model/resolve/{C1}/model.pt2"
+        assert uris == [("GET", main), ("HEAD", main), ("GET", pinned), ("HEAD", main)]
+        assert [r["status"] for r in hub.cdn.take_log() if r["method"] == "GET"][-2:] == [403, 206]
         await _check_weights("hf://org/model/model.pt2", 2)  # a new open reads the new main
 
 

@@ -148,6 +148,7 @@ class HubSource(HttpSource):
         self.endpoint = endpoint
         self.has_token = has_token
         self.commit: str | None = None  # the commit the first answer named
+        self.file_tag: str | None = None  # ... and its tag of the file's bytes (the LFS SHA-256 or the ETag)
 
     def _pinned_url(self, response: httpx.Response) -> str | None:
         first = response.history[0] if response.history else response
@@ -155,7 +156,23 @@ class HubSource(HttpSource):
         if not COMMIT.fullmatch(commit):
             return None
         self.commit = commit
+        self.file_tag = _file_tag(first)
         return self.hub_file.url(self.endpoint, commit)
+
+    async def revalidate(self) -> bool:
+        """True while the revision as given still names the bytes opened: asked of the Hub alone
+        (its answer names the commit and the file's tag; the CDN is not asked), so a moved `main`
+        whose file changed makes the service reopen."""
+        if self.commit is None:  # not the Hub's answer: as any HTTP source
+            return await super().revalidate()
+        request = self._request("HEAD", {}, self.url)
+        response = await self._send(request, "revalidate", follow_redirects=False)
+        await response.aclose()
+        if not (response.is_success or response.is_redirect):
+            return False
+        if response.headers.get("x-repo-commit", "").strip().lower() == self.commit:
+            return True
+        return self.file_tag is not None and _file_tag(response) == self.file_tag
 
     def _pin(self) -> dict[str, str]:
         # the Hub's own answers are pinned by the commit in the URL; If-Match is for the CDN's object
@@ -184,6 +201,11 @@ class HubSource(HttpSource):
         if code == "EntryNotFound" or response.status_code == 404:
             return f"file {hub.path!r} not found in {repo} at revision {hub.revision!r}"
         return super()._refusal(response)
+
+
+def _file_tag(response: httpx.Response) -> str | None:
+    """What names a file's bytes in the Hub's answer: an LFS file's SHA-256, else its ETag."""
+    return response.headers.get("x-linked-etag") or response.headers.get("etag")
 
 
 async def open_hf(location: str, *, tail_size: int, options: HttpOptions | None) -> HubSource:

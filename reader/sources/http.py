@@ -398,12 +398,16 @@ class HttpSource:
         all_headers = {"Accept-Encoding": "identity", **options_headers, **headers}
         return self.client.build_request(method, url, headers=all_headers)
 
-    async def _send(self, request: httpx.Request, purpose: str) -> httpx.Response:
+    async def _send(
+        self, request: httpx.Request, purpose: str, *, follow_redirects: bool = True
+    ) -> httpx.Response:
         self.stats.record(purpose, 0)
         # an auth flow (bearer token, SigV4) signs for the origin only: not for a redirect target
         auth = httpx.USE_CLIENT_DEFAULT if same_origin(request.url, self.url) else None
         try:
-            response = await self.client.send(request, stream=True, auth=auth)
+            response = await self.client.send(
+                request, stream=True, auth=auth, follow_redirects=follow_redirects
+            )
         except httpx.TooManyRedirects:
             raise SourceError(f"{self.location}: too many redirects") from None
         except httpx.UnsupportedProtocol:
