@@ -15,6 +15,7 @@ import pytest
 import reader
 from reader.sources import HttpOptions, HttpSource
 from reader.sources.bulk import BULK_MIN
+from reader.sources.redirects import keeps_credentials
 from testing.fakehub import NginxSite
 from testing.faultserver import DropAfter, FaultServer, Status
 from testing.zipbytes import write_pt2
@@ -185,3 +186,20 @@ async def test_pt2serve_ls_follows_a_redirect(target, origin) -> None:
     code, out, err = await acli("ls", origin.url("models/model.pt2"))
     assert code == 0, err
     assert "small" in out and "big" in out
+
+
+@pytest.mark.parametrize(
+    ("url", "keeps"),
+    [
+        ("http://hub.example/other/path?x=1", True),  # the same origin
+        ("http://hub.example:80/x", True),
+        ("https://hub.example/x", True),  # upgraded to https on the same host, as httpx keeps them
+        ("https://hub.example:8443/x", False),
+        ("http://hub.example:8080/x", False),
+        ("http://cdn.example/x", False),
+        ("http://sub.hub.example/x", False),
+    ],
+)
+def test_credentials_go_only_to_the_origin_they_were_given_for(url: str, keeps: bool) -> None:
+    assert keeps_credentials(url, "http://hub.example/model.pt2") is keeps
+    assert not keeps_credentials("http://hub.example/x", "https://hub.example/x")  # never downgraded

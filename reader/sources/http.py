@@ -32,7 +32,7 @@ from ..errors import SourceChanged, SourceError
 from .base import DEFAULT_CHUNK_SIZE, DEFAULT_TAIL_SIZE, SourceStats, check_range, redact_location
 from .held import HeldBytes
 from .parallel import ordered_parts
-from .redirects import EXPIRED_STATUS, same_origin, without_credentials
+from .redirects import EXPIRED_STATUS, keeps_credentials, same_origin, without_credentials
 from .transport import AiohttpTransport
 
 CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
@@ -393,7 +393,7 @@ class HttpSource:
         """A request to `url` (default: where reads go); the origin's credentials only to the origin."""
         url = url or self.read_url
         options_headers = self.options.headers
-        if not same_origin(url, self.url):
+        if not keeps_credentials(url, self.url):
             options_headers = without_credentials(options_headers)
         all_headers = {"Accept-Encoding": "identity", **options_headers, **headers}
         return self.client.build_request(method, url, headers=all_headers)
@@ -403,7 +403,7 @@ class HttpSource:
     ) -> httpx.Response:
         self.stats.record(purpose, 0)
         # an auth flow (bearer token, SigV4) signs for the origin only: not for a redirect target
-        auth = httpx.USE_CLIENT_DEFAULT if same_origin(request.url, self.url) else None
+        auth = httpx.USE_CLIENT_DEFAULT if keeps_credentials(request.url, self.url) else None
         try:
             response = await self.client.send(
                 request, stream=True, auth=auth, follow_redirects=follow_redirects

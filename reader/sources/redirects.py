@@ -29,6 +29,19 @@ def same_origin(a: httpx.URL | str, b: httpx.URL | str) -> bool:
     return (a.scheme, a.host, a.port or _default_port(a)) == (b.scheme, b.host, b.port or _default_port(b))
 
 
+def keeps_credentials(url: httpx.URL | str, given_for: httpx.URL | str) -> bool:
+    """Whether credentials given for `given_for` may go to `url`: the same origin, or the same host
+    upgraded from http to https on the default ports (as httpx keeps them across such a redirect)."""
+    if same_origin(url, given_for):
+        return True
+    url, given_for = httpx.URL(url), httpx.URL(given_for)
+    return (
+        url.host == given_for.host
+        and (given_for.scheme, given_for.port or 80) == ("http", 80)
+        and (url.scheme, url.port or 443) == ("https", 443)
+    )
+
+
 def without_credentials(headers: Mapping[str, str]) -> dict[str, str]:
     """`headers` minus those that carry the origin's credentials."""
     return {name: value for name, value in headers.items() if name.lower() not in CREDENTIAL_HEADERS}
