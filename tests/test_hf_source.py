@@ -101,6 +101,8 @@ async def _check_weights(location: str, seed: int) -> None:
         ("hf://org/model@refs%2Fpr%2F1/model.pt2", "/org/model/resolve/refs%2Fpr%2F1/model.pt2"),
         ("hf://org/model@refs/pr/1/model.pt2", "/org/model/resolve/refs%2Fpr%2F1/model.pt2"),
         ("hf://org/model@refs/convert/parquet/x.pt2", "/org/model/resolve/refs%2Fconvert%2Fparquet/x.pt2"),
+        ("hf://org/model@refs/pr/12x/y.pt2", "/org/model/resolve/refs/pr/12x/y.pt2"),  # revision "refs"
+        ("HF://org/model/model.pt2", "/org/model/resolve/main/model.pt2"),
     ],
 )
 def test_locations_map_to_the_hubs_resolve_urls(location: str, url: str) -> None:
@@ -111,7 +113,8 @@ def test_locations_map_to_the_hubs_resolve_urls(location: str, url: str) -> None
     "location",
     ["hf://", "hf://org", "hf://datasets/org/model@main", "hf://org/model@main", "hf://org/model@/x.pt2", "hf://a/b/c/",
      "hf://org/../x.pt2", "hf://org--x/model/x.pt2", "hf://or g/model/x.pt2", "hf://datasets/org",
-     "hf://org/model/x.pt2?download=1", "hf:///org/model/x.pt2"],
+     "hf://org/model/x.pt2?download=1", "hf:///org/model/x.pt2", "hf://org/model@../x.pt2",
+     "hf://org/model@refs/pr/1"],
 )  # fmt: skip
 async def test_a_malformed_location_is_a_location_error(location: str) -> None:
     with pytest.raises(reader.LocationError, match="hf://"):

@@ -63,9 +63,9 @@ def parse_hf_location(location: str) -> HubFile:
     rest = rest[len(prefix) :]
     repo_part, at, after = rest.partition("@")
     if at:
-        if "/" in after and SPECIAL_REVISION.match(after):
-            revision = SPECIAL_REVISION.match(after)[0]  # type: ignore[index]
-            path = after[len(revision) :].removeprefix("/")
+        special = SPECIAL_REVISION.match(after)
+        if special and after[special.end() : special.end() + 1] in ("/", ""):
+            revision, path = special[0], after[special.end() + 1 :]
         else:
             revision, _, path = after.partition("/")
             revision = unquote(revision)
@@ -87,11 +87,12 @@ def _check(location: str, repo_id: str, revision: str, path: str) -> None:
     if any(name.startswith(("-", ".")) or name.endswith(("-", ".")) or "--" in name or ".." in name
            for name in names):  # fmt: skip
         raise LocationError(f"{location!r}: {repo_id!r} is not a repository id; {usage}")
-    if not revision:
-        raise LocationError(f"{location!r}: empty revision after '@'; {usage}")
-    segments = path.split("/")
-    if not path or any(segment in ("", ".", "..") for segment in segments) or "?" in path or "#" in path:
+    if revision in ("", ".", ".."):
+        raise LocationError(f"{location!r}: {revision!r} is not a revision; {usage}")
+    if not path:
         raise LocationError(f"{location!r}: no file path in the repository; {usage}")
+    if any(segment in ("", ".", "..") for segment in path.split("/")) or "?" in path or "#" in path:
+        raise LocationError(f"{location!r}: {path!r} is not a file path in the repository; {usage}")
 
 
 def hub_token(environ: Mapping[str, str] | None = None) -> str | None:
