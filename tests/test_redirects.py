@@ -15,7 +15,7 @@ import pytest
 import reader
 from reader.sources import HttpOptions, HttpSource
 from reader.sources.bulk import BULK_MIN
-from reader.sources.redirects import keeps_credentials
+from reader.sources.redirects import keeps_credentials, origin_of
 from testing.fakehub import NginxSite
 from testing.faultserver import DropAfter, FaultServer, Status
 from testing.zipbytes import write_pt2
@@ -201,5 +201,7 @@ async def test_pt2serve_ls_follows_a_redirect(target, origin) -> None:
     ],
 )
 def test_credentials_go_only_to_the_origin_they_were_given_for(url: str, keeps: bool) -> None:
-    assert keeps_credentials(url, "http://hub.example/model.pt2") is keeps
-    assert not keeps_credentials("http://hub.example/x", "https://hub.example/x")  # never downgraded
+    assert keeps_credentials(url, origin_of("http://hub.example/model.pt2")) is keeps
+    assert not keeps_credentials(
+        "http://hub.example/x", origin_of("https://hub.example/x")
+    )  # never downgraded

@@ -27,7 +27,7 @@ import httpx
 
 from ..errors import LocationError
 from .http import HttpOptions, HttpSource
-from .redirects import same_origin
+from .redirects import origin_of
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 REPO_TYPE_PREFIXES = ("datasets/", "spaces/")
@@ -177,12 +177,12 @@ class HubSource(HttpSource):
 
     def _pin(self) -> dict[str, str]:
         # the Hub's own answers are pinned by the commit in the URL; If-Match is for the CDN's object
-        if self.commit and same_origin(self.read_url, self.url):
+        if self.commit and origin_of(self.read_url) == self.origin:
             return {}
         return super()._pin()
 
     def _refusal(self, response: httpx.Response) -> str:
-        if not same_origin(response.url, self.url):  # the CDN's answer, not the Hub's
+        if origin_of(response.url) != self.origin:  # the CDN's answer, not the Hub's
             return super()._refusal(response)
         code = response.headers.get("x-error-code", "")
         hub = self.hub_file

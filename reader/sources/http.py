@@ -32,7 +32,7 @@ from ..errors import SourceChanged, SourceError
 from .base import DEFAULT_CHUNK_SIZE, DEFAULT_TAIL_SIZE, SourceStats, check_range, redact_location
 from .held import HeldBytes
 from .parallel import ordered_parts
-from .redirects import EXPIRED_STATUS, keeps_credentials, same_origin, without_credentials
+from .redirects import EXPIRED_STATUS, keeps_credentials, origin_of, without_credentials
 from .transport import AiohttpTransport
 
 CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
@@ -93,6 +93,7 @@ class HttpSource:
         self.url = url  # as given: revalidate asks it
         self.resolve_url = url  # where a read resolves again; pinned to the version opened (_pinned_url)
         self.read_url = url  # where reads go: the final URL of the last redirect followed
+        self.origin = origin_of(url)  # the only origin its credentials go to
         self.location = location or redact_location(url)
         self.client = client
         self.options = options
@@ -368,7 +369,7 @@ class HttpSource:
             match = UNSATISFIED_RANGE.fullmatch(response.headers.get("content-range", "").strip())
             if match and self.size and int(match.group(1)) != self.size:
                 raise SourceChanged(f"{self.location} changed: now {match.group(1)} bytes")
-        redirected = not same_origin(response.url, self.url)
+        redirected = origin_of(response.url) != self.origin
         if status in EXPIRED_STATUS and redirected and not response.history:
             # straight to a redirect target remembered from an earlier answer: its signature may
             # have expired, so resolve again from the origin (a fresh one refusing is final, below)
@@ -382,7 +383,7 @@ class HttpSource:
         reason = {401: "unauthorized", 403: "access denied", 404: "not found"}.get(
             status, "unexpected status"
         )
-        if not same_origin(response.url, self.url):
+        if origin_of(response.url) != self.origin:
             kind = "refused or expired signature" if status in EXPIRED_STATUS else reason
             return f"{kind}, from the redirect target {response.url.host}"
         return reason
@@ -391,19 +392,18 @@ class HttpSource:
 
     def _request(self, method: str, headers: Mapping[str, str], url: str | None = None) -> httpx.Request:
         """A request to `url` (default: where reads go); the origin's credentials only to the origin."""
-        url = url or self.read_url
-        options_headers = self.options.headers
-        if not keeps_credentials(url, self.url):
-            options_headers = without_credentials(options_headers)
-        all_headers = {"Accept-Encoding": "identity", **options_headers, **headers}
-        return self.client.build_request(method, url, headers=all_headers)
+        all_headers = {"Accept-Encoding": "identity", **self.options.headers, **headers}
+        request = self.client.build_request(method, url or self.read_url, headers=all_headers)
+        if not keeps_credentials(request.url, self.origin):
+            without_credentials(request.headers)
+        return request
 
     async def _send(
         self, request: httpx.Request, purpose: str, *, follow_redirects: bool = True
     ) -> httpx.Response:
         self.stats.record(purpose, 0)
         # an auth flow (bearer token, SigV4) signs for the origin only: not for a redirect target
-        auth = httpx.USE_CLIENT_DEFAULT if keeps_credentials(request.url, self.url) else None
+        auth = httpx.USE_CLIENT_DEFAULT if keeps_credentials(request.url, self.origin) else None
         try:
             response = await self.client.send(
                 request, stream=True, auth=auth, follow_redirects=follow_redirects

@@ -13,8 +13,6 @@ pinned to the version opened, and continues.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import httpx
 
 # what a redirect target answers once its signature has expired (S3 and CloudFront: 403; GCS: 400;
@@ -23,29 +21,24 @@ EXPIRED_STATUS = frozenset({400, 403, 410})
 CREDENTIAL_HEADERS = ("authorization",)
 
 
-def same_origin(a: httpx.URL | str, b: httpx.URL | str) -> bool:
-    """Same scheme, host and port: the origin credentials were given for."""
-    a, b = httpx.URL(a), httpx.URL(b)
-    return (a.scheme, a.host, a.port or _default_port(a)) == (b.scheme, b.host, b.port or _default_port(b))
+Origin = tuple[str, str, int]  # scheme, host, port
 
 
-def keeps_credentials(url: httpx.URL | str, given_for: httpx.URL | str) -> bool:
-    """Whether credentials given for `given_for` may go to `url`: the same origin, or the same host
-    upgraded from http to https on the default ports (as httpx keeps them across such a redirect)."""
-    if same_origin(url, given_for):
-        return True
-    url, given_for = httpx.URL(url), httpx.URL(given_for)
-    return (
-        url.host == given_for.host
-        and (given_for.scheme, given_for.port or 80) == ("http", 80)
-        and (url.scheme, url.port or 443) == ("https", 443)
-    )
+def origin_of(url: httpx.URL | str) -> Origin:
+    """The origin credentials are given for: scheme, host and port (the scheme's default if none)."""
+    url = url if isinstance(url, httpx.URL) else httpx.URL(url)
+    return url.scheme, url.host, url.port or (443 if url.scheme == "https" else 80)
 
 
-def without_credentials(headers: Mapping[str, str]) -> dict[str, str]:
-    """`headers` minus those that carry the origin's credentials."""
-    return {name: value for name, value in headers.items() if name.lower() not in CREDENTIAL_HEADERS}
+def keeps_credentials(url: httpx.URL | str, given_for: Origin) -> bool:
+    """Whether credentials given for the origin `given_for` may go to `url`: the same origin, or the
+    same host upgraded from http to https on the default ports (as httpx keeps them across such a
+    redirect). Per request: `given_for` is worked out once."""
+    target = origin_of(url)
+    return target == given_for or (given_for[::2] == ("http", 80) and target == ("https", given_for[1], 443))
 
 
-def _default_port(url: httpx.URL) -> int:
-    return 443 if url.scheme == "https" else 80
+def without_credentials(headers: httpx.Headers) -> None:
+    """Drop the headers that carry the origin's credentials."""
+    for name in CREDENTIAL_HEADERS:
+        headers.pop(name, None)
