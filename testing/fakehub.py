@@ -56,7 +56,11 @@ class NginxSite(_ServerProcess):
         self.port = free_port()
         self.base_url = f"http://{HOST}:{self.port}"
         self._log_offset = 0
-        self._start(body)
+        try:
+            self._start(body)
+        except BaseException:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            raise
 
     def _start(self, body: str) -> None:
         conf = self._tmp / "nginx.conf"
@@ -162,11 +166,16 @@ class FakeHub:
                         target.symlink_to(data.resolve())
                     else:
                         target.write_bytes(data)
-        self.cdn = NginxSite(self._cdn_body(), root=self.folder)
+        try:
+            self.cdn = NginxSite(self._cdn_body(), root=self.folder)
+        except BaseException:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            raise
         try:
             self.hub = NginxSite(self._hub_body())
         except BaseException:
             self.cdn.cleanup()
+            shutil.rmtree(self.folder, ignore_errors=True)
             raise
 
     @property
