@@ -25,7 +25,10 @@ More rows (issue 12), each against its baseline in the same run, runs alternatin
   `aria2c -x8 -s8` of a file holding those bytes on the same nginx (aria2c cannot fetch a range),
   and curl (one connection). Target >= 0.8x aria2c.
 - s3: SeaweedFS (testing/seaweed.py) over s3:// with SigV4 vs `curl --aws-sigv4`, same range,
-  single stream and defaults. Target >= 1.0x. A control, curl against itself, shows how far apart
+  single stream and defaults. Target >= 1.0x.
+- hf: hf:// through testing/fakehub.py (nginx as the Hub, answering 302 to a signed URL on a second
+  nginx as its CDN; HF_ENDPOINT names it), single stream, vs curl of the same range at the final
+  signed URL. Target >= 0.9x. A control, curl against itself, shows how far apart
   two runs of one contender land; SeaweedFS's CPU per run says whose CPU the row measures.
 - az (not in the default set; `--servers az`): Azurite (testing/azurite.py, from npm) over az:// with
   the account key (a read SAS signed by azure-storage-blob) vs curl of the same range with a SAS and
@@ -206,7 +209,7 @@ async def bench_server(server, url: str, chunk_sizes: list[int], repeat: int, pr
     return rows
 
 
-PARALLEL_MIN, S3_MIN, ARIA_MIN, CAPPED_RATE, CAPPED_BYTES = 0.9, 1.0, 0.8, "100m", 256 << 20
+PARALLEL_MIN, S3_MIN, ARIA_MIN, HF_MIN, CAPPED_RATE, CAPPED_BYTES = 0.9, 1.0, 0.8, 0.9, "100m", 256 << 20
 AZURE_MIN = 0.9  # issue 26: az:// single stream >= 0.9x curl
 GS_MIN = 0.9
 
@@ -365,6 +368,42 @@ def bench_s3(path: pathlib.Path, repeat: int) -> bool | None:
     return ok  # the target is the single stream's (issue 12)
 
 
+def bench_hf(path: pathlib.Path, repeat: int) -> bool:
+    """hf:// through the fake Hub and its CDN (both nginx) vs curl of the same range at the signed URL."""
+    print("\nhf:// (fake Hub: nginx 302 to a signed URL on a second nginx)", flush=True)
+    from testing.fakehub import FakeHub, HubRepo, commit_of
+
+    commit = commit_of("bench")
+    repo = HubRepo("bench/model", {commit: {path.name: path}}, {"main": commit})
+    saved = os.environ.get("HF_ENDPOINT")
+    with FakeHub([repo]) as hub:
+        os.environ["HF_ENDPOINT"] = hub.endpoint
+        try:
+            location = f"hf://bench/model/{path.name}"
+            start = asyncio.run(_data_start(location))
+            target = hub.cdn_url(repo.repo_id, commit, path.name)
+
+            def curl_signed() -> float:
+                done = run_curl(target, (start, start + ELEMENTS_BYTES))
+                if done["bytes"] != ELEMENTS_BYTES:
+                    raise AssertionError(f"curl got {done['bytes']} bytes, expected {ELEMENTS_BYTES}")
+                return done["seconds"]
+
+            runs = alternate({
+                "hf://": lambda: asyncio.run(timed_stream(location, OPTIONS)),
+                "curl": curl_signed,
+            }, repeat)  # fmt: skip
+        finally:
+            if saved is None:
+                os.environ.pop("HF_ENDPOINT", None)
+            else:
+                os.environ["HF_ENDPOINT"] = saved
+    med = medians(runs)
+    ok = row("hf:// single stream", ELEMENTS_BYTES, med["hf://"], "curl (signed URL)", med["curl"], HF_MIN)
+    print(f"  {compare(runs, 'hf://', 'curl', HF_MIN)}")
+    return ok
+
+
 async def _s3_start(location: str, settings: S3Settings) -> int:
     async with reader.open_archive(location, http_options=OPTIONS, s3_settings=settings) as ar:
         return (await tensor_span(ar))[0]
@@ -462,9 +501,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cache-dir", type=pathlib.Path, default=pathlib.Path("/tmp/pt2serve-bench"))
     parser.add_argument("--repeat", type=int, default=5, help="runs per contender and setting (default 5)")
-    parser.add_argument("--servers", default="nginx,parallel,capped,s3,gs,az",
+    parser.add_argument("--servers", default="nginx,parallel,capped,s3,gs,az,hf",
                         help="rows: fault, nginx, parallel (vs single), capped (limit_rate vs aria2c), s3, "
-                             "gs (fake-gcs-server), az (Azurite) (default: all but fault)")  # fmt: skip
+                             "gs, az, hf (emulators) (default: all but fault)")  # fmt: skip
     parser.add_argument("--limit-rate", default=CAPPED_RATE, help="nginx limit_rate of the capped row")
     parser.add_argument("--chunk-sizes", default="1M,4M", help="pt2serve chunk sizes, first is the target")
     parser.add_argument("--no-profile", action="store_true", help="skip the cProfile run")
@@ -504,6 +543,7 @@ def main(argv: list[str] | None = None) -> int:
         ("s3", "s3 vs curl --aws-sigv4", lambda: bench_s3(path, args.repeat)),
         ("az", "az vs curl with a SAS", lambda: bench_azure(path, args.repeat)),
         ("gs", "gs vs curl, emulator", lambda: bench_gcs(path, args.repeat)),
+        ("hf", "hf vs curl (signed URL)", lambda: bench_hf(path, args.repeat)),
     ):
         if name in servers:
             since = cpu_times()

@@ -176,7 +176,7 @@ error_log {tmp}/error.log warn;
 events {{ worker_connections 64; }}
 http {{
     log_format bench '$request_method $status $body_bytes_sent "$http_range"';
-    access_log {tmp}/access.log bench;
+    access_log {tmp}/access.log bench;{http_extra}
     client_body_temp_path {tmp}/body;
     proxy_temp_path {tmp}/proxy;
     fastcgi_temp_path {tmp}/fastcgi;
@@ -254,7 +254,9 @@ class NginxProcess(_ServerProcess):
         port = free_port()
         conf = pathlib.Path(self._tmp, "nginx.conf")
         root = root.resolve()
-        conf.write_text(NGINX_CONF.format(tmp=self._tmp, host=HOST, port=port, root=root, extra=extra))
+        conf.write_text(
+            NGINX_CONF.format(tmp=self._tmp, host=HOST, port=port, root=root, extra=extra, http_extra="")
+        )
         self._log = pathlib.Path(self._tmp, "access.log")
         self._log_offset = 0
         self.base_url = f"http://{HOST}:{port}"

@@ -235,7 +235,6 @@ class GcsSource(HttpSource):
     """HttpSource pinned to the generation its open saw; errors name the credentials used."""
 
     generation: str | None = None
-    live_url: str = ""  # the object's current generation, whichever it is (revalidate)
 
     @property
     def identity(self) -> str:
@@ -249,8 +248,14 @@ class GcsSource(HttpSource):
                 f"is {response.url.host} Cloud Storage?"
             )
         self.generation = generation
-        self.live_url = self.url
-        self.url = f"{self.url}&generation={generation}"
+        super()._remember_validators(response)
+        # the generation alone names the bytes: Google's ETag and Last-Modified also move when only
+        # metadata changes, so pinning or versioning by them would refuse unchanged bytes
+        self.etag = self.last_modified = None
+
+    def _pinned_url(self, response: httpx.Response) -> str | None:
+        """`url` names the live object; later reads name the generation opened."""
+        return f"{self.url}&generation={self.generation}"
 
     def _check_same_object(self, response: httpx.Response, whole_size: int | None) -> None:
         super()._check_same_object(response, whole_size)
@@ -272,9 +277,7 @@ class GcsSource(HttpSource):
     async def revalidate(self) -> bool:
         """True if the object's current generation is still the one opened (a 1-byte read)."""
         headers = {"Accept-Encoding": "identity", **self.options.headers, "Range": "bytes=0-0"}
-        response = await self._send(
-            self.client.build_request("GET", self.live_url, headers=headers), "revalidate"
-        )
+        response = await self._send(self.client.build_request("GET", self.url, headers=headers), "revalidate")
         await response.aclose()
         return (
             response.status_code in (200, 206)

@@ -8,6 +8,8 @@
 - Connect errors, 408/429/5xx and bodies cut mid-stream are retried with capped,
   jittered exponential backoff (Retry-After honoured) within attempt and time
   budgets; a cut body resumes from the next byte.
+- Redirects are followed; later reads go straight to the final URL, without the
+  origin's credentials, and an expired signed target is resolved again (redirects.py).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass, field
+from typing import Any, Self
 
 import httpx
 
@@ -29,6 +32,7 @@ from .held import HeldBytes
 from .parallel import ordered_parts
 from .proxies import Proxy, refusal
 from .proxies import mounts as proxy_mounts
+from .redirects import EXPIRED_STATUS, keeps_credentials, origin_of, without_credentials
 from .tls import certificate_refusal, verified_context
 from .transport import AiohttpTransport
 
@@ -88,7 +92,10 @@ class HttpSource:
         location: str | None = None,
         owns_client: bool = True,
     ) -> None:
-        self.url = url
+        self.url = url  # as given: revalidate asks it
+        self.resolve_url = url  # where a read resolves again; pinned to the version opened (_pinned_url)
+        self.read_url = url  # where reads go: the final URL of the last redirect followed
+        self.origin = origin_of(url)  # the only origin its credentials go to
         self.location = location or redact_location(url)
         self.client = client
         self.options = options
@@ -111,11 +118,12 @@ class HttpSource:
         client: httpx.AsyncClient | None = None,
         auth: httpx.Auth | None = None,
         location: str | None = None,
-    ) -> HttpSource:
+        **fields: Any,  # a subclass's own keyword arguments
+    ) -> Self:
         options = options or HttpOptions()
         owns = client is None
         client = client or make_client(options, auth)
-        source = cls(url, client, options, location=location, owns_client=owns)
+        source = cls(url, client, options, location=location, owns_client=owns, **fields)
         try:
             await source._retrying(lambda: source._open_with_tail(max(tail_size, 1)))
         except BaseException:
@@ -164,6 +172,16 @@ class HttpSource:
     def _remember_validators(self, response: httpx.Response) -> None:
         self.etag = response.headers.get("etag")
         self.last_modified = response.headers.get("last-modified")
+        pinned = self._pinned_url(response)
+        if pinned is not None:
+            self.resolve_url = pinned
+            if not response.history:  # answered by the origin itself: later reads ask the pinned URL
+                self.read_url = pinned
+
+    def _pinned_url(self, response: httpx.Response) -> str | None:
+        """The URL that names the version the open's answer came from, where `url` may move
+        (a Hub revision such as `main`); None: `url` itself, pinned by its validators."""
+        return None
 
     # -- reading -------------------------------------------------------------
 
@@ -353,26 +371,59 @@ class HttpSource:
             match = UNSATISFIED_RANGE.fullmatch(response.headers.get("content-range", "").strip())
             if match and self.size and int(match.group(1)) != self.size:
                 raise SourceChanged(f"{self.location} changed: now {match.group(1)} bytes")
+        redirected = origin_of(response.url) != self.origin
+        if status in EXPIRED_STATUS and redirected and not response.history:
+            # straight to a redirect target remembered from an earlier answer: its signature may
+            # have expired, so resolve again from the origin (a fresh one refusing is final, below)
+            self.read_url = self.resolve_url
+            raise _Retry(f"HTTP {status} from the redirect target {response.url.host}; resolving again", 0.0)
+        raise SourceError(f"{self.location}: HTTP {status} ({self._refusal(response)})")
+
+    def _refusal(self, response: httpx.Response) -> str:
+        """What a final error status means, for the message."""
+        status = response.status_code
         reason = {401: "unauthorized", 403: "access denied", 404: "not found"}.get(
             status, "unexpected status"
         )
-        raise SourceError(f"{self.location}: HTTP {status} ({reason})")
+        if origin_of(response.url) != self.origin:
+            kind = "refused or expired signature" if status in EXPIRED_STATUS else reason
+            return f"{kind}, from the redirect target {response.url.host}"
+        return reason
 
     # -- requests and retries ------------------------------------------------
 
-    def _request(self, method: str, headers: Mapping[str, str]) -> httpx.Request:
+    def _request(self, method: str, headers: Mapping[str, str], url: str | None = None) -> httpx.Request:
+        """A request to `url` (default: where reads go); the origin's credentials only to the origin."""
         all_headers = {"Accept-Encoding": "identity", **self.options.headers, **headers}
-        return self.client.build_request(method, self.url, headers=all_headers)
+        request = self.client.build_request(method, url or self.read_url, headers=all_headers)
+        if not keeps_credentials(request.url, self.origin):
+            without_credentials(request.headers)
+        return request
 
-    async def _send(self, request: httpx.Request, purpose: str) -> httpx.Response:
+    async def _send(
+        self, request: httpx.Request, purpose: str, *, follow_redirects: bool = True
+    ) -> httpx.Response:
         self.stats.record(purpose, 0)
+        # an auth flow (bearer token, SigV4) signs for the origin only: not for a redirect target
+        auth = httpx.USE_CLIENT_DEFAULT if keeps_credentials(request.url, self.origin) else None
         try:
-            return await self.client.send(request, stream=True)
+            response = await self.client.send(
+                request, stream=True, auth=auth, follow_redirects=follow_redirects
+            )
+        except httpx.TooManyRedirects:
+            raise SourceError(f"{self.location}: too many redirects") from None
+        except httpx.UnsupportedProtocol:
+            raise SourceError(f"{self.location}: redirected to a URL that is not http(s)") from None
         except httpx.TransportError as exc:
             refused = certificate_refusal(exc, _failed_host(exc)) or refusal(exc)
             if refused:  # another attempt would meet the same answer
                 raise SourceError(f"{self.location}: {refused}") from None
             raise _Retry(f"{type(exc).__name__}: {exc}") from None
+        if response.history:  # each hop was a request
+            self.stats.record(purpose, 0, requests=len(response.history))
+            if response.is_success:  # later reads go straight to the final URL
+                self.read_url = str(response.url)
+        return response
 
     async def _retrying(self, attempt_once: Callable[[], object]) -> None:
         deadline = self._deadline()
@@ -408,7 +459,7 @@ class HttpSource:
     async def revalidate(self) -> bool:
         """True if the object is still the one opened (a conditional HEAD; 304 when ETags allow)."""
         headers = {"If-None-Match": self.etag} if self.etag else {}
-        response = await self._send(self._request("HEAD", headers), "revalidate")
+        response = await self._send(self._request("HEAD", headers, self.url), "revalidate")
         await response.aclose()
         if response.status_code == 304:
             return True

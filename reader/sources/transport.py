@@ -71,7 +71,10 @@ class _Body(httpx.AsyncByteStream):
                 chunk, end_of_http_chunk = await content.readchunk()
                 if chunk:
                     yield chunk
-                elif not end_of_http_chunk:
+                elif not end_of_http_chunk or content.at_eof():
+                    # at_eof: a body-less answer's reader is aiohttp's one shared EmptyStreamReader,
+                    # which says (b"", True) forever once anything has read it (a HEAD's 302, read
+                    # by httpx as it follows the redirect, looped here)
                     return
         except (aiohttp.ClientError, ConnectionError, TimeoutError):
             # aiohttp drops what it had buffered when the connection fails: hand that out
@@ -116,10 +119,13 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         return self._session
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.scheme not in ("http", "https"):  # a redirect elsewhere: as httpcore says it
+            raise httpx.UnsupportedProtocol(f"cannot follow a redirect to a {request.url.scheme}:// URL")
         if bulk.wants(request):  # a big range: straight into the buffers handed on (bulk.py)
             return await self._bulk.send(request)
         timeout = request.extensions.get("timeout", {})
-        body = request.content or None  # our requests carry no streamed bodies
+        # read, not `request.content`: the request httpx builds to follow a redirect is unread
+        body = await request.aread() or None
         url = request.url
         if url.userinfo:  # httpx already turned it into an Authorization header
             url = url.copy_with(userinfo=b"")
