@@ -8,9 +8,10 @@
     pt2serve export LOCATION -o FILE.safetensors|FILE.ptd [--format safetensors|ptd] [--prefix P] [--model M]
     pt2serve pull URL DIR [--model M] [--prefix P] [--name N ...]
 
-LOCATION is a path, an http(s):// URL or an s3://bucket/key URI (credentials and endpoint found
-as the AWS CLI finds them). Exit status: 0 success, 1 the archive or the output failed (one line on
-stderr: `pt2serve: <ErrorClass>: message`), 2 bad usage, 130 interrupted. `get` resumes a partial
+LOCATION is a path, an http(s):// URL, s3://bucket/key, gs://bucket/object, az://container/blob or
+hf://[datasets/]repo[@revision]/path (docs/remote-reads.md: credentials and version pinning).
+Exit status: 0 success, 1 the archive or the output failed (one line on stderr:
+`pt2serve: <ErrorClass>: message`), 2 bad usage, 130 interrupted. `get` resumes a partial
 FILE: it continues from the file's length and checks the final size.
 """
 
@@ -39,10 +40,17 @@ from .cli_output import (
 from .settings import Settings, ca_bundle_from
 
 EPILOG = """\
-LOCATION is a file path, an http(s):// URL or an s3://bucket/key URI. For S3 the
-credentials, region and endpoint are found as the AWS CLI finds them (AWS_* variables,
-~/.aws/credentials and ~/.aws/config with AWS_PROFILE, SSO, roles, container and instance
-credentials); PT2SERVE_S3_ENDPOINT overrides the endpoint, --no-sign-request skips signing.
+LOCATION is a file path, an http(s):// URL (redirects followed), s3://bucket/key,
+gs://bucket/object, az://container/blob or hf://[datasets/]repo[@revision]/path.
+  s3://  credentials, region and endpoint as the AWS CLI finds them (AWS_* variables,
+         ~/.aws/credentials and ~/.aws/config with AWS_PROFILE, SSO, roles, container and instance
+         credentials); PT2SERVE_S3_ENDPOINT overrides the endpoint, --no-sign-request skips signing
+  gs://  Application Default Credentials (pip install 'pt2serve[gcs]'); STORAGE_EMULATOR_HOST
+  az://  AZURE_STORAGE_CONNECTION_STRING, AZURE_STORAGE_ACCOUNT_NAME with _ACCOUNT_KEY or
+         _SAS_TOKEN, or Entra ID (pip install 'pt2serve[azure]')
+  hf://  HF_TOKEN or the token file of `hf auth login`; HF_ENDPOINT
+Proxies come from HTTP(S)_PROXY / ALL_PROXY / NO_PROXY; https trusts the system store,
+SSL_CERT_FILE / SSL_CERT_DIR and --ca-bundle.
 
 examples:
   pt2serve serve                                   serve the bundled demo archive on :8000
@@ -86,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="pt2serve",
         description="Serve, list, inspect and download tensors of PyTorch .pt2 archives "
-        "(from a path, an http(s) URL or s3://), without PyTorch.",
+        "(from a path, an http(s) URL, s3://, gs://, az:// or hf://), without PyTorch.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -99,7 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
         "The first archive is the default one behind /tensors.",
     )
     serve.add_argument(
-        "archives", nargs="*", metavar="ARCHIVE", help="LOCATION or id=LOCATION (path, URL, s3://)"
+        "archives",
+        nargs="*",
+        metavar="ARCHIVE",
+        help="LOCATION or id=LOCATION (path, URL, s3://, gs://, az://, hf://)",
     )
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8000)
@@ -114,7 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_parallel_options(serve, default_parts=None)
     _add_trust_option(serve)
 
-    location = {"metavar": "LOCATION", "help": "archive: a path, an http(s):// URL or s3://bucket/key"}
+    location = {
+        "metavar": "LOCATION",
+        "help": "archive: a path, an http(s):// URL, s3://, gs://, az:// or hf://",
+    }
     model_help = "model name (default: the only model, else 'model')"
 
     ls = commands.add_parser(
@@ -214,7 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
         "pull",
         help="mirror an archive's tensors into a directory; updates move only changed tensors",
         description="Mirror a served archive (URL: http://host/archives/ID, or its /manifest URL) or an "
-        "archive itself (a path, s3://, or an http(s) URL ending in .pt2) into DIR: one file per tensor "
+        "archive itself (a path, s3://, gs://, az://, hf://, or an http(s) URL ending in .pt2) into DIR: "
+        "one file per tensor "
         "under DIR/current/MODEL/NAME plus DIR/current/manifest.json. Run it again to update: only "
         "tensors whose SHA-256 changed are downloaded, every byte is checked against its digest, "
         "interrupted downloads resume, and DIR/current switches to the new version in one rename.",

@@ -205,12 +205,12 @@ class Archive:
 class open_archive:  # noqa: N801 - used like a function: `async with open_archive(...)`
     """Open a .pt2 archive: `async with open_archive(path) as ar` or `ar = await open_archive(path)`.
 
-    `location` is a path, an http(s):// URL, an s3://bucket/key URI or an open
-    ByteSource. `tail_size` is how much of the end the first read takes (enough for
-    typical central directories; by default 256 KiB remotely, 64 KiB for local
-    files, where one more read is cheap); `chunk_size` is the default stream chunk;
-    `http_options` tune remote reads (timeouts, retries, budgets); `s3_settings`
-    override the AWS_* environment.
+    `location` is a path, an http(s):// URL, s3://bucket/key, gs://bucket/object,
+    az://container/blob, hf://[datasets/]repo[@revision]/path, or an open ByteSource. `tail_size` is
+    how much of the end the first read takes (enough for typical central directories; by default 256
+    KiB remotely, 64 KiB for local files, where one more read is cheap); `chunk_size` is the default
+    stream chunk; `http_options` tune remote reads (timeouts, retries, budgets); `s3_settings`
+    replace the AWS credential chain with explicit settings.
     """
 
     def __init__(
