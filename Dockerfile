@@ -16,11 +16,16 @@ RUN python -m pip wheel --no-deps --wheel-dir /wheels .
 FROM python:3.11-slim
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
 COPY --from=builder /wheels /wheels
-# the README's service install (`pip install .`), from the wheel built above
-RUN pip install /wheels/*.whl && rm -rf /wheels
+# the README's service install (`pip install .`), from the wheel built above, with the extras named by
+# EXTRAS (the cloud SDKs of gs:// and az://; `--build-arg EXTRAS=` builds the image without them)
+ARG EXTRAS=all
+RUN pip install "$(ls /wheels/*.whl)${EXTRAS:+[$EXTRAS]}" && rm -rf /wheels
 RUN useradd --system --uid 10001 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin pt2serve
 USER pt2serve
+# The one writable path: the image runs with a read-only root filesystem (`docker run --read-only`,
+# compose's read_only, Kubernetes' readOnlyRootFilesystem), each mounting a volume here.
 WORKDIR /tmp
+VOLUME ["/tmp"]
 # archives: PT2SERVE_ARCHIVES="id=LOCATION,id=LOCATION" (path, http(s) URL or s3://bucket/key);
 # S3 credentials from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_REGION / AWS_ENDPOINT_URL.
 ENV PT2SERVE_ARCHIVES=""

@@ -38,6 +38,8 @@ if str(REPO) not in sys.path:
 from testing.seaweed import SeaweedS3, free_ports  # noqa: E402 - needs the repo root on sys.path
 
 NGINX_CONF = REPO / "deploy" / "nginx.conf"
+# the replicas' settings on Kubernetes: the env file kustomize makes the ConfigMap pt2serve-settings of
+KUBERNETES_SETTINGS = REPO / "deploy" / "kubernetes" / "base" / "pt2serve.env"
 DEMO_ARCHIVE = REPO / "app" / "demo" / "demo.pt2"
 HOST = "127.0.0.1"
 BUCKET = "pt2serve"
@@ -64,6 +66,19 @@ def render_nginx_conf(
             raise ValueError(f"{literal!r} is not in the nginx config: update RUNTIME_SUBSTITUTIONS")
         text = text.replace(literal, template.format(**values))
     return text
+
+
+def kubernetes_settings(path: pathlib.Path = KUBERNETES_SETTINGS) -> dict[str, str]:
+    """The ConfigMap's settings (kustomize's env-file format: KEY=VALUE lines, # comments), but
+    PT2SERVE_ARCHIVES: the loopback replicas serve their own uploads. So the topology's replicas run
+    with what Kubernetes' run with; `replica_env` overrides on top (a test's short revalidation)."""
+    settings = {}
+    for line in path.read_text().splitlines():
+        key, eq, value = line.strip().partition("=")
+        if eq and not key.startswith("#"):
+            settings[key] = value
+    settings.pop("PT2SERVE_ARCHIVES", None)
+    return settings
 
 
 def nginx_binary() -> str | None:
@@ -132,7 +147,7 @@ class Topology:
         self.port = port
         self.nginx = nginx or nginx_binary()
         self.start_timeout = start_timeout
-        self.replica_env = dict(replica_env or {})  # PT2SERVE_* settings for both replicas
+        self.replica_env = dict(replica_env or {})  # PT2SERVE_* settings over kubernetes_settings()
         self.s3: SeaweedS3 | None = None
         self.replicas: list[Replica] = []
         self.nginx_process: subprocess.Popen | None = None
@@ -212,6 +227,7 @@ class Topology:
         assert self.dir is not None
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "PT2SERVE_"))}
         env.update(self.s3_env)
+        env.update(kubernetes_settings())
         env.update(self.replica_env)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
         specs = [f"{archive_id}={location}" for archive_id, location in self.locations.items()]

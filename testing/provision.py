@@ -12,6 +12,7 @@ import os
 import pathlib
 import shutil
 import subprocess
+import sys
 import threading
 
 NPM_PREFIX = pathlib.Path(
@@ -105,3 +106,25 @@ def ensure_chromium() -> str:
 
 def ensure_nginx() -> str:
     return ensure_apt("nginx", "nginx-light")
+
+
+def ensure_venv_tool(package: str, binary: str) -> str:
+    """The path of a PyPI tool's `binary`, pip installed into its own venv under NPM_PREFIX on first use:
+    for tools whose pinned dependencies must not meet the project's (checkov pins dozens)."""
+    name = package.split("[")[0].split("=")[0].split("<")[0].split(">")[0]
+    venv = NPM_PREFIX / "venvs" / name
+    target = venv / "bin" / binary
+    with _lock:
+        if target.exists():
+            return str(target)
+        print(f"{binary} not found: pip install {package} into {venv} ...", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+        subprocess.run(
+            [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+             package],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )  # fmt: skip
+        if not target.exists():
+            raise ProvisionError(f"{binary} is still missing after `pip install {package}` into {venv}")
+        return str(target)

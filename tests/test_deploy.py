@@ -94,6 +94,35 @@ def test_dockerfile():
         assert f"!{source.rstrip('/')}" in ignored or f"!{source.rstrip('/')}/" in ignored, source
 
 
+def dockerfile_volumes(text: str) -> list[str]:
+    """The paths the Dockerfile's VOLUME lines declare: the writable paths of its read-only image."""
+    paths: list[str] = []
+    for spec in re.findall(r"^VOLUME\s+(.+)$", text, re.M):
+        paths += json.loads(spec) if spec.startswith("[") else spec.split()
+    return paths
+
+
+def test_the_image_runs_with_a_read_only_root_filesystem(compose):
+    """Its writable paths are VOLUMEs (its WORKDIR among them), and compose runs both the replicas and
+    nginx read-only with each of those paths (and nginx.conf's pid and cache folders) writable."""
+    text = DOCKERFILE.read_text()
+    volumes = dockerfile_volumes(text)
+    workdir = re.findall(r"^WORKDIR\s+(\S+)", text, re.M)[-1]
+    assert volumes and workdir in volumes, (volumes, workdir)
+    services = compose["services"]
+    for name in ("pt2serve-a", "pt2serve-b"):
+        assert services[name]["read_only"] is True
+        assert set(volumes) <= set(services[name]["tmpfs"]), services[name]
+    nginx = services["nginx"]
+    assert nginx["read_only"] is True
+    writable = [*nginx["tmpfs"], *(v.split(":")[1] for v in nginx["volumes"] if not v.endswith(":ro"))]
+    conf = topology.NGINX_CONF.read_text()
+    pid_dir = re.search(r"^pid\s+(\S+);", conf, re.M).group(1).rsplit("/", 1)[0]
+    cache_dirs = re.findall(r"(?:_temp_path|proxy_cache_path)\s+(\S+?);?\s", conf)
+    for path in [pid_dir, *cache_dirs]:
+        assert any(path == w or path.startswith(w.rstrip("/") + "/") for w in writable), (path, writable)
+
+
 def _installs(text: str) -> list[str]:
     return [line.strip() for line in text.splitlines() if re.search(r"\bpip install\b", line)]
 
@@ -101,7 +130,9 @@ def _installs(text: str) -> list[str]:
 def test_dockerfile_installs_like_the_readme():
     """The image installs the project with `pip install` (its wheel), as the README's serve command does."""
     docker = [line for line in _installs(DOCKERFILE.read_text()) if line.startswith("RUN")]
-    assert any(re.search(r"pip install (/wheels/\*\.whl|\.)", line) for line in docker), docker
+    assert any(
+        re.search(r'pip install (/wheels/\*\.whl|"\$\(ls /wheels/\*\.whl\)|\.)', line) for line in docker
+    ), docker
     readme = (REPO / "README.md").read_text()
     # the README's shell lines that start the service (prose and comments mention it too)
     serve = [line.strip() for line in readme.splitlines() if re.search(r"&&\s*pt2serve serve", line)]

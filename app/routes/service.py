@@ -6,17 +6,32 @@ from fastapi import APIRouter, Request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.responses import Response
 
-from ..errors import json_response
+from ..errors import error_response, json_response
 
 router = APIRouter()
 
 
-@router.get("/healthz", summary="Liveness, and each archive's status")
+@router.get(
+    "/healthz",
+    summary="Readiness and liveness: 503 until every archive has opened once, then 200",
+    responses={503: {"description": "An archive has not opened yet (or failed to, and is retried)"}},
+)
 async def healthz(request: Request):
-    slots = request.app.state.registry.slots
-    return json_response(
-        {"status": "ok", "archives": {archive_id: s.status for archive_id, s in slots.items()}}
-    )
+    state = request.app.state
+    slots = state.registry.slots
+    archives = {archive_id: s.status for archive_id, s in slots.items()}
+    if not getattr(state, "ready", False):
+        # A load balancer (Kubernetes' readiness probe) sends traffic only once every archive is open
+        # (or, with PT2SERVE_LAZY, waits to be opened on first use). Once ready, a replica stays ready:
+        # a reopen after an update, or a failed revalidation, is the same on every replica, and taking
+        # them all out of rotation would turn it into an outage.
+        waiting = "pending" if state.settings.lazy else None
+        waiting_for = [f"{i} ({status})" for i, status in archives.items() if status not in ("open", waiting)]
+        if waiting_for:
+            message = f"not ready: archives not open yet: {', '.join(waiting_for)}"
+            return error_response(503, "not_ready", message, headers={"Retry-After": "5"})
+        state.ready = True
+    return json_response({"status": "ok", "archives": archives})
 
 
 @router.get("/metrics", summary="Prometheus metrics", response_class=Response)
