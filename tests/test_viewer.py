@@ -6,29 +6,18 @@ Screenshots of the main states go to <pytest basetemp>/screenshots (paths are pr
 
 from __future__ import annotations
 
-import importlib.util
 import pathlib
 
 import pytest
 
 from app.main import create_app
 from app.settings import Settings, parse_archive_specs
-from tests.conftest import ARCHIVES, CHROMIUM, HAVE_TORCH
+from tests.conftest import ARCHIVES, HAVE_TORCH
 from tests.service_helpers import threaded_server
 
 VIEWER_DIR = pathlib.Path(__file__).resolve().parent.parent / "app" / "viewer"
 CONTAINERS = pathlib.Path(__file__).resolve().parent / "fixtures" / "containers" / "torch-2.14"
 MANY = 10_000
-
-pytestmark = [
-    pytest.mark.skipif(
-        importlib.util.find_spec("playwright") is None,
-        reason="the playwright package is not installed (pip install playwright; CI installs it)",
-    ),
-    pytest.mark.skipif(
-        not CHROMIUM.exists(), reason=f"{CHROMIUM} is missing (apt-get install chromium; CI installs it)"
-    ),
-]
 
 
 def _many_names() -> list[str]:
