@@ -173,6 +173,7 @@ async def _raise(scope: Scope, receive: Receive, send: Send) -> None:
 
 def install(service: FastAPI, routers: list[tuple[APIRouter, str]]) -> None:
     """Add the hot lane for the hot routes of `routers` (each tensor router and its prefix); call it
-    before adding any other middleware, so that it is the innermost."""
+    before adding the middleware that must see every request (metrics, CORS, the token check): only
+    what it passes on (app.caching's CachePolicy) may be inside it."""
     routes = [route for router, prefix in routers for route in hot_routes(router, prefix)]
     service.add_middleware(HotLane, service=service, routes=routes)
