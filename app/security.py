@@ -12,6 +12,7 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from .caching import NO_STORE
 from .errors import error_response
 from .signing import SignatureRefused, UrlSigner
 
@@ -45,11 +46,12 @@ class AccessGate:
                     raise SignatureRefused("bad_signature", "a signed URL allows GET and HEAD only")
                 self.signer.verify(path, query)
             except SignatureRefused as refused:
-                return error_response(403, refused.code, refused.message)
+                return error_response(403, refused.code, refused.message, {"cache-control": NO_STORE})
             return None
         if not hmac.compare_digest(authorization, self.expected):
             message = "missing bearer token" if not authorization else "wrong bearer token"
-            return error_response(401, "unauthorized", message, {"www-authenticate": "Bearer"})
+            refused = {"www-authenticate": "Bearer", "cache-control": NO_STORE}
+            return error_response(401, "unauthorized", message, refused)
         return None
 
 
