@@ -7,6 +7,7 @@ import email.utils
 import gzip
 import shutil
 import urllib.parse
+import zlib
 
 import httpx
 import pytest
@@ -260,3 +261,42 @@ async def test_the_auth_check_an_edge_proxy_asks() -> None:
         assert await check("/viewer/app.js") == 204  # the page shell is open
     async with in_process(make_app()) as client:  # no token: everything passes
         assert (await client.get("/auth", headers={"x-original-uri": "/tensors"})).status_code == 204
+
+
+def test_a_ten_thousand_node_graph_is_never_held_whole_as_text() -> None:
+    """The graph's JSON goes out in pieces of NODES_PER_PIECE nodes, encoded as it goes: the memory
+    it takes beyond the graph itself is a piece and the encoder's state, whatever the graph's size."""
+    import tracemalloc
+
+    import orjson
+
+    from app import encoding
+    from app.routes.graph import NODES_PER_PIECE, graph_json
+
+    def graph(count: int) -> dict:
+        nodes = [
+            {"name": f"linear_{i}", "op": "call_function", "target": "aten.linear.default",
+             "inputs": [{"name": "input", "tensors": [f"linear_{i - 1}"]}], "outputs": [f"linear_{i}"]}
+            for i in range(count)
+        ]  # fmt: skip
+        return {"model": "model", "nodes": nodes, "inputs": [], "outputs": [f"linear_{count - 1}"]}
+
+    graphs = {count: graph(count) for count in (10_000, 30_000)}
+    texts = {count: b"".join(graph_json("big", dict(g))) for count, g in graphs.items()}
+    assert orjson.loads(texts[10_000]) == orjson.loads(orjson.dumps({"archive": "big", **graphs[10_000]}))
+    for coding in (encoding.IDENTITY, encoding.GZIP, encoding.ZSTD):
+        peaks = {}
+        for count, source in graphs.items():
+            pieces = []
+            tracemalloc.start()
+            try:
+                for piece in encoding.stream(graph_json("big", dict(source)), coding):
+                    pieces.append(len(piece))  # the sizes only: what the server sends is gone
+                peaks[count] = tracemalloc.get_traced_memory()[1]
+            finally:
+                tracemalloc.stop()
+            assert len(pieces) >= count // NODES_PER_PIECE or coding != encoding.IDENTITY
+        assert peaks[30_000] < len(texts[30_000]) / 4, (coding, peaks, len(texts[30_000]))
+        assert peaks[30_000] < 1.25 * peaks[10_000] + 65536, (coding, peaks)  # flat, not proportional
+    whole = b"".join(encoding.stream(graph_json("big", graph(1000)), encoding.GZIP))
+    assert orjson.loads(zlib.decompress(whole, 31)) == orjson.loads(b"".join(graph_json("big", graph(1000))))
