@@ -3,8 +3,9 @@
 Profiled under `wrk -c32` (py-spy and cProfile, bench/serve_remote.py), a layout request spent
 most of its Python time in FastAPI, not in pt2serve: dependency solving, included-router
 matching, the per-request exit stack (a bare FastAPI app answers a constant at half the rate a
-bare Starlette app does, measured). `HotLane`, the innermost of the app's middleware (so metrics,
-CORS and the token check still see every request), answers these paths itself by calling the
+bare Starlette app does, measured). `HotLane`, inside the app's other middleware (so metrics,
+CORS and the token check still see every request; only the caching policy's, which these routes
+apply themselves, is inside it), answers these paths itself by calling the
 very endpoint functions `tensors.build` declared, with the same archive lookup:
 
 - a `HotRoute` matches only requests it can answer exactly as FastAPI would: the method, the
