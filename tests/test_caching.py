@@ -5,18 +5,19 @@ from __future__ import annotations
 
 import email.utils
 import gzip
-import shutil
 import urllib.parse
 import zlib
 
 import httpx
-import pytest
 import zstandard
 
 from app.caching import IMMUTABLE, IMMUTABLE_PRIVATE, NO_STORE, NO_STORE_PATHS, REVALIDATE
+from tests import test_versions
 from tests.conftest import needs_torch
 from tests.service_helpers import in_process, make_app
+from tests.test_versions import deploy
 
+two_versions = test_versions.two_versions  # the fixture: two torch-written versions of one archive
 TOKEN = "edge-token-7"
 BEARER = {"authorization": f"Bearer {TOKEN}"}
 OUTSIDE_THE_SCHEMA = [
@@ -28,21 +29,6 @@ OUTSIDE_THE_SCHEMA = [
     "/auth",
 ]
 NAME = "blocks.1.weight"  # changed by version 2 (testing/versioned_archives.py)
-
-
-@pytest.fixture(scope="module")
-def versions(tmp_path_factory):
-    pytest.importorskip("torch", reason="torch writes the two archive versions")
-    from testing.versioned_archives import write_version
-
-    out = tmp_path_factory.mktemp("caching")
-    return write_version(out / "v1" / "net.pt2", 1), write_version(out / "v2" / "net.pt2", 2)
-
-
-def deploy(source, target) -> None:
-    staging = target.with_name(target.name + ".new")
-    shutil.copy2(source, staging)
-    staging.replace(target)
 
 
 def get_routes(app) -> list[str]:
@@ -69,9 +55,9 @@ async def _version(client) -> str:
 
 
 @needs_torch
-async def test_every_get_route_answers_its_policy_with_a_validator_and_a_304(versions, tmp_path) -> None:
+async def test_every_get_route_answers_its_policy_with_a_validator_and_a_304(two_versions, tmp_path) -> None:
     path = tmp_path / "net.pt2"
-    deploy(versions[0], path)
+    deploy(two_versions[0], path)
     app = make_app([f"net={path}"])
     async with in_process(app) as client:
         pinned = f"net@{await _version(client)}"
@@ -105,10 +91,10 @@ async def test_every_get_route_answers_its_policy_with_a_validator_and_a_304(ver
 
 @needs_torch
 async def test_unversioned_answers_follow_an_update_and_versioned_ones_never_change(
-    versions, tmp_path
+    two_versions, tmp_path
 ) -> None:
     path = tmp_path / "net.pt2"
-    deploy(versions[0], path)
+    deploy(two_versions[0], path)
     app = make_app([f"net={path}"], version_grace_seconds=3600)
     quoted = urllib.parse.quote(NAME, safe="")
     tails = ["/tensors", "/manifest", "/graph", f"/tensors/{quoted}/layout", f"/tensors/{quoted}/stats"]
@@ -126,7 +112,7 @@ async def test_unversioned_answers_follow_an_update_and_versioned_ones_never_cha
         before = await answers("/archives/net")
         pinned_before = await answers(f"/archives/net@{old}")
         listing_before = await client.get("/archives")
-        deploy(versions[1], path)
+        deploy(two_versions[1], path)
         await app.state.registry.reopen("net", stale=app.state.registry.slot("net").archive)
         assert await _version(client) != old
         after = await answers("/archives/net")
