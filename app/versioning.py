@@ -1,7 +1,8 @@
 """Versions in URLs: `/archives/{id}@{version}/...` is immutable; everything else revalidates.
 
 A URL that names a version (`demo@3f2a…`) always answers with the same bytes, so
-every cache may keep it for a year (`immutable`). The unversioned routes answer
+every cache may keep it for a year (`immutable`; `private` when the request carried
+credentials, app/caching.py). The unversioned routes answer
 `Cache-Control: no-cache` (caches must revalidate; a matching ETag gets a 304) and
 name the versioned URL of what they sent in `Content-Location`; `?redirect=1`
 answers with a 307 to it instead. A tensor's ETag is derived from its SHA-256,
