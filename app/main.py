@@ -8,15 +8,15 @@ from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
 from starlette.datastructures import State
-from starlette.staticfiles import StaticFiles
 
+from .caching import CachePolicy
 from .errors import install_error_handlers
 from .limits import StreamLimiter
 from .metrics import Metrics, MetricsMiddleware
 from .registry import Registry
 from .routes import bundles, executorch, graph, hot, manifest, service, signing, tensors, values, viewer
 from .routes.params import default_archive, named_archive
-from .security import BearerTokenMiddleware, JsonCORSMiddleware, quiet_url_logging
+from .security import AccessGate, BearerTokenMiddleware, JsonCORSMiddleware, quiet_url_logging
 from .settings import Settings
 from .signing import UrlSigner, derive_key
 
@@ -90,6 +90,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.registry = registry
     app.state.signer = _signer(settings)
+    app.state.gate = AccessGate(settings.api_token, app.state.signer) if settings.api_token else None
     app.state.limiter = StreamLimiter(settings.max_streams)
     app.state.metrics = Metrics(registry, app.state.limiter)
     app.include_router(service.router)
@@ -106,13 +107,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(executorch.router)
     app.include_router(signing.router)
     app.include_router(viewer.router)
-    app.mount("/viewer", StaticFiles(directory=viewer.VIEWER), name="viewer")
     install_error_handlers(app)
-    # outermost last: the hot lane innermost (layout and data without FastAPI's per-request work);
+    # outermost last: the caching policy inside the hot lane (whose routes apply it themselves);
+    # the hot lane (layout and data without FastAPI's per-request work) inside everything else;
     # CORS answers preflights before the token check; metrics see everything
+    app.add_middleware(CachePolicy)
     hot.install(app, mounted)
-    if settings.api_token:
-        app.add_middleware(BearerTokenMiddleware, token=settings.api_token, signer=app.state.signer)
+    if app.state.gate is not None:
+        app.add_middleware(BearerTokenMiddleware, gate=app.state.gate)
     if settings.cors_origins:
         app.add_middleware(
             JsonCORSMiddleware,

@@ -1,6 +1,6 @@
 """Access control: a bearer token for everything but /healthz and the viewer's page shell (a plain
-ASGI middleware, streams untouched), or a short-lived signed URL for GET/HEAD (app/signing.py);
-CORS with JSON refusals, and no secrets in logs."""
+ASGI middleware, streams untouched), or a short-lived signed URL for GET/HEAD (app/signing.py); the
+same check answers an edge proxy's `GET /auth`. CORS with JSON refusals, and no secrets in logs."""
 
 from __future__ import annotations
 
@@ -12,11 +12,13 @@ from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from .caching import NO_STORE
 from .errors import error_response
 from .signing import SignatureRefused, UrlSigner
 
 # The page shell holds no data: it asks for the token itself, then sends it on every API call.
-OPEN_PATHS = {"/healthz", "/", "/favicon.ico"}
+# /auth checks the credentials of another request (the one an edge proxy asks about) itself.
+OPEN_PATHS = {"/healthz", "/", "/favicon.ico", "/auth"}
 OPEN_PREFIXES = ("/viewer/",)
 
 
@@ -26,37 +28,49 @@ def is_open(path: str) -> bool:
     return path.startswith(OPEN_PREFIXES) and not ({"..", "."} & set(path.split("/")) or "//" in path)
 
 
-class BearerTokenMiddleware:
-    def __init__(self, app: ASGIApp, token: str, signer: UrlSigner | None = None) -> None:
-        self.app = app
+class AccessGate:
+    """Who may GET what: the bearer token, or a valid unexpired signed URL for GET and HEAD. One
+    copy of the rule for the middleware and for the auth check an edge proxy asks (`GET /auth`)."""
+
+    def __init__(self, token: str, signer: UrlSigner | None = None) -> None:
         self.expected = f"Bearer {token}".encode()
         self.signer = signer
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or is_open(scope["path"]) or scope["method"] == "OPTIONS":
-            await self.app(scope, receive, send)
-            return
-        given = dict(scope["headers"]).get(b"authorization", b"")
-        query = scope.get("query_string", b"").decode("latin-1")
-        if not given and self.signer is not None and "sig=" in query:
-            await self._signed(scope, receive, send, query)
-            return
-        if not hmac.compare_digest(given, self.expected):
-            message = "missing bearer token" if not given else "wrong bearer token"
-            response = error_response(401, "unauthorized", message, {"www-authenticate": "Bearer"})
-            await response(scope, receive, send)
-            return
-        await self.app(scope, receive, send)
+    def refusal(self, method: str, path: str, query: str, authorization: bytes) -> Response | None:
+        """None if the request may pass; else the 401 or 403 to answer. `path` is decoded."""
+        if is_open(path) or method == "OPTIONS":
+            return None
+        if not authorization and self.signer is not None and "sig=" in query:
+            try:
+                if method not in ("GET", "HEAD"):
+                    raise SignatureRefused("bad_signature", "a signed URL allows GET and HEAD only")
+                self.signer.verify(path, query)
+            except SignatureRefused as refused:
+                return error_response(403, refused.code, refused.message, {"cache-control": NO_STORE})
+            return None
+        if not hmac.compare_digest(authorization, self.expected):
+            message = "missing bearer token" if not authorization else "wrong bearer token"
+            refused = {"www-authenticate": "Bearer", "cache-control": NO_STORE}
+            return error_response(401, "unauthorized", message, refused)
+        return None
 
-    async def _signed(self, scope: Scope, receive: Receive, send: Send, query: str) -> None:
-        assert self.signer is not None
-        try:
-            if scope["method"] not in ("GET", "HEAD"):
-                raise SignatureRefused("bad_signature", "a signed URL allows GET and HEAD only")
-            self.signer.verify(scope["path"], query)
-        except SignatureRefused as refused:
-            await error_response(403, refused.code, refused.message)(scope, receive, send)
-            return
+
+class BearerTokenMiddleware:
+    def __init__(self, app: ASGIApp, gate: AccessGate) -> None:
+        self.app = app
+        self.gate = gate
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            refusal = self.gate.refusal(
+                scope["method"],
+                scope["path"],
+                scope.get("query_string", b"").decode("latin-1"),
+                dict(scope["headers"]).get(b"authorization", b""),
+            )
+            if refusal is not None:
+                await refusal(scope, receive, send)
+                return
         await self.app(scope, receive, send)
 
 

@@ -1,7 +1,8 @@
 """Versions in URLs: `/archives/{id}@{version}/...` is immutable; everything else revalidates.
 
 A URL that names a version (`demo@3f2a…`) always answers with the same bytes, so
-every cache may keep it for a year (`immutable`). The unversioned routes answer
+every cache may keep it for a year (`immutable`; `private` when the request carried
+credentials, app/caching.py). The unversioned routes answer
 `Cache-Control: no-cache` (caches must revalidate; a matching ETag gets a 304) and
 name the versioned URL of what they sent in `Content-Location`; `?redirect=1`
 answers with a 307 to it instead. A tensor's ETag is derived from its SHA-256,
@@ -15,7 +16,7 @@ import functools
 import hashlib
 import urllib.parse
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import orjson
 from starlette.requests import Request
@@ -24,12 +25,12 @@ from starlette.responses import Response
 import reader
 from reader.tensor import TensorBytes
 
+from .caching import IMMUTABLE, IMMUTABLE_PRIVATE, REVALIDATE, credentialed, text_response
 from .fields import Fields
 from .registry import Served
 
-IMMUTABLE = "public, max-age=31536000, immutable"
-REVALIDATE = "no-cache"
 PINNED_HEADERS = Fields({"cache-control": IMMUTABLE})
+PINNED_PRIVATE_HEADERS = Fields({"cache-control": IMMUTABLE_PRIVATE})  # asked with credentials
 PATH_SAFE = "/:@!$&'()*+,;=-._~"  # RFC 3986 pchar and "/": what a path needs no encoding for
 REDIRECT_SWITCH = "redirect"  # ?redirect=1 on an unversioned URL: 307 to the versioned one
 
@@ -71,9 +72,9 @@ def caching_headers(request: Request, served: Served) -> Fields:
 
     Read-only `Fields`: those of a path without a query are made (and encoded) once per archive
     version (the common unversioned request; queries are not, so no client can fill the memo)."""
-    if served.pinned:
-        return PINNED_HEADERS
     scope = request.scope
+    if served.pinned:
+        return PINNED_PRIVATE_HEADERS if credentialed(scope) else PINNED_HEADERS
     if not scope["query_string"]:
         key = ("caching", scope["path"])
         known = served.opened.prepared.get(key)
@@ -113,10 +114,11 @@ def version_etag(served: Served, *parts: str) -> str:
 
 @dataclass(frozen=True)
 class TaggedJson:
-    """A JSON body and the ETag of its bytes."""
+    """A JSON body, the ETag of its bytes, and its encoded forms once made (app/encoding.py)."""
 
     body: bytes
     etag: str
+    encoded: dict[str, bytes] = field(default_factory=dict, compare=False)
 
     @classmethod
     def of(cls, content: object) -> TaggedJson:
@@ -125,17 +127,9 @@ class TaggedJson:
 
 
 def json_etag_response(request: Request, content: object, headers: Mapping[str, str]) -> Response:
-    """JSON with an ETag of its own bytes (`content` may come tagged): a matching If-None-Match
-    gets a 304."""
+    """JSON with an ETag of its own bytes (`content` may come tagged), in the coding the client
+    prefers: a matching If-None-Match gets a 304."""
     tagged = content if isinstance(content, TaggedJson) else TaggedJson.of(content)
-    all_headers = {**headers, "etag": tagged.etag}
-    if _matches(request.headers.get("if-none-match"), tagged.etag):
-        return Response(status_code=304, headers=all_headers)
-    return Response(tagged.body, media_type="application/json", headers=all_headers)
-
-
-def _matches(field: str | None, etag: str) -> bool:
-    """If-None-Match compares weakly (RFC 9110 13.1.2)."""
-    if not field:
-        return False
-    return field.strip() == "*" or etag in {tag.strip().removeprefix("W/") for tag in field.split(",")}
+    return text_response(
+        request, tagged.body, tagged.etag, "application/json", headers, encoded=tagged.encoded
+    )

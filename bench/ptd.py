@@ -98,7 +98,7 @@ def size_figures() -> list[tuple[str, int, int, int, int]]:
     """(name, our bytes, ExecuTorch's bytes, our keys, its keys)."""
     from testing.executorch_models import export_models
     from testing.executorch_oracle import executorch_ptd, read_ptd
-    from tests.conftest import ARCHIVES
+    from testing.paths import ARCHIVES
 
     rows = []
     with tempfile.TemporaryDirectory() as folder:

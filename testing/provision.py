@@ -105,7 +105,9 @@ def ensure_chromium() -> str:
 
 
 def ensure_nginx() -> str:
-    return ensure_apt("nginx", "nginx-light")
+    """Debian's `nginx` (bookworm's nginx-light is only a transitional package for it): built with
+    the auth_request and slice modules deploy/nginx.conf uses."""
+    return ensure_apt("nginx", "nginx")
 
 
 def ensure_venv_tool(package: str, binary: str) -> str:

@@ -219,7 +219,7 @@ def nginx_binary() -> str | None:
 
 
 def ensure_nginx() -> str:
-    """The nginx binary, installing Debian's nginx-light first if it is missing."""
+    """The nginx binary, installing Debian's nginx first if it is missing."""
     from testing import provision
 
     return provision.ensure_nginx()

@@ -10,10 +10,11 @@ import pathlib
 
 import pytest
 
+from testing.paths import ARCHIVES  # noqa: F401 - re-exported: the tests import it from here
+from testing.provision import ensure_chromium
 from testing.seaweed import seaweed_s3  # noqa: F401 - session fixture: a real S3 server on loopback
 
 HERE = pathlib.Path(__file__).resolve().parent
-ARCHIVES = HERE / "fixtures" / "archives"
 EXPECTED = json.loads((HERE / "fixtures" / "expected.json").read_text())
 SHARED_LINEAR = HERE.parent.parent / "shared" / "fixtures" / "linear.pt2"
 
@@ -48,7 +49,6 @@ def fresh_archives(tmp_path_factory) -> tuple[pathlib.Path, dict]:
     return out, make_fixtures.build_all(out)
 
 
-CHROMIUM = pathlib.Path("/usr/bin/chromium")  # Debian's, driven by Playwright (no browser download)
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -63,10 +63,12 @@ CHROMIUM_ARGS = [
 
 @pytest.fixture(scope="module")
 def browser():
-    """Headless Chromium for one test module."""
+    """Headless Chromium for one test module: Debian's, installed on first use (testing/provision.py;
+    Playwright drives it, `playwright install` cannot download browsers here)."""
     from playwright.sync_api import sync_playwright
 
+    executable = ensure_chromium()
     with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        chromium = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
         yield chromium
         chromium.close()

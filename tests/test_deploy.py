@@ -178,9 +178,9 @@ def test_rendering_changes_only_the_substituted_strings():
 
 
 def test_nginx_accepts_the_rendered_config(tmp_path):
-    nginx = topology.nginx_binary()
-    if nginx is None:
-        pytest.skip("nginx is not installed (apt-get install -y nginx-light)")
+    from testing.provision import ensure_nginx
+
+    nginx = ensure_nginx()  # installed when missing, not skipped
     tmp_path.chmod(0o755)
     (tmp_path / "cache").mkdir()
     conf = tmp_path / "nginx.conf"

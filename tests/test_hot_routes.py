@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from app.caching import CachePolicy
 from app.cli import build_parser
 from app.errors import ApiError
 from app.routes.hot import HotLane, HotRoute
@@ -25,7 +26,9 @@ def _hot(app) -> list[HotRoute]:
 
 def test_the_hot_lane_is_the_innermost_middleware_and_knows_the_query_parameters() -> None:
     app = make_app(api_token="secret", cors_origins=("https://viewer.example",))
-    assert app.user_middleware[-1].cls is HotLane  # metrics, CORS and the token check come first
+    # metrics, CORS and the token check come first; only the caching policy (which the hot routes
+    # apply themselves) is inside it
+    assert [m.cls for m in app.user_middleware[-2:]] == [HotLane, CachePolicy]
     hot = _hot(app)
     assert {(route.path, method) for route in hot for method in route.methods} == {
         (f"{prefix}/tensors/{{name:path}}/{what}", method)

@@ -153,10 +153,9 @@ async def test_a_whole_tensor_read_in_parts_passes_its_crc(tmp_path, server) -> 
 
 @pytest.fixture(scope="module")
 def nginx_root(tmp_path_factory):
-    from testing.servers import nginx_binary
+    from testing.servers import ensure_nginx
 
-    if nginx_binary() is None:
-        pytest.skip("nginx is not installed (apt-get install -y nginx-light)")
+    ensure_nginx()  # installed when missing, not skipped
     root = tmp_path_factory.mktemp("nginx")
     (root / "blob").write_bytes(DATA)
     return root

@@ -127,3 +127,68 @@ async def _response(stream: asyncio.StreamReader, head_only: bool) -> tuple[int,
     if head_only:
         return status, headers, b""
     return status, headers, await asyncio.wait_for(stream.readexactly(int(headers["content-length"])), 10)
+
+
+class _WriteLog:
+    """The socket transport under the joining one: records each call that reaches it."""
+
+    def __init__(self, transport: asyncio.Transport, calls: list[tuple[str, int]]) -> None:
+        self._transport = transport
+        self._calls = calls
+
+    def write(self, data: bytes) -> None:
+        self._calls.append(("write", 1))
+        self._transport.write(data)
+
+    def writelines(self, pieces: list[bytes]) -> None:
+        pieces = list(pieces)
+        self._calls.append(("writelines", len(pieces)))
+        self._transport.writelines(pieces)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._transport, name)
+
+
+async def test_uvicorn_still_writes_responses_through_the_joining_transport() -> None:
+    """The guard on uvicorn's internals (pyproject.toml bounds uvicorn by this test): the protocol
+    swaps `self.transport` after `connection_made`, and every response must then leave through it.
+    If a uvicorn release keeps its own reference (the cycle, a writer), the head and body go out
+    in two writes again: silently slower, so this fails loudly instead."""
+    import uvicorn
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    from app.protocol import JoiningHttpToolsProtocol
+    from tests.service_helpers import free_port
+
+    calls: list[tuple[str, int]] = []
+
+    class Logged(JoiningHttpToolsProtocol):
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            assert isinstance(self.transport, JoiningTransport), "uvicorn reassigned the transport"
+            self.transport.transport = _WriteLog(transport, calls)  # type: ignore[assignment]
+
+    assert issubclass(JoiningHttpToolsProtocol, HttpToolsProtocol)
+    port = free_port()
+    config = uvicorn.Config(make_app(), host="127.0.0.1", port=port, log_level="warning", loop="uvloop",
+                            http=Logged, lifespan="on")  # fmt: skip
+    server = uvicorn.Server(config)
+    serving = asyncio.create_task(server.serve())
+    try:
+        for _ in range(1000):
+            if server.started:
+                break
+            await asyncio.sleep(0.01)
+        reader_stream, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /tensors/conv.weight/layout HTTP/1.1\r\nHost: x\r\n\r\n")
+        status, _, body = await _response(reader_stream, head_only=False)
+        writer.close()
+        assert status == 200 and body.startswith(b"{")
+        assert calls == [("writelines", 2)], (
+            f"uvicorn {uvicorn.__version__} no longer sends a response's head and body through "
+            f"app.protocol.JoiningTransport (writes seen: {calls}); update app/protocol.py, then the "
+            "uvicorn bound in pyproject.toml"
+        )
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(serving, 10)

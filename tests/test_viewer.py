@@ -6,29 +6,17 @@ Screenshots of the main states go to <pytest basetemp>/screenshots (paths are pr
 
 from __future__ import annotations
 
-import importlib.util
 import pathlib
 
 import pytest
 
 from app.main import create_app
 from app.settings import Settings, parse_archive_specs
-from tests.conftest import ARCHIVES, CHROMIUM, HAVE_TORCH
+from tests.conftest import ARCHIVES, HAVE_TORCH
 from tests.service_helpers import threaded_server
 
-VIEWER_DIR = pathlib.Path(__file__).resolve().parent.parent / "app" / "viewer"
 CONTAINERS = pathlib.Path(__file__).resolve().parent / "fixtures" / "containers" / "torch-2.14"
 MANY = 10_000
-
-pytestmark = [
-    pytest.mark.skipif(
-        importlib.util.find_spec("playwright") is None,
-        reason="the playwright package is not installed (pip install playwright; CI installs it)",
-    ),
-    pytest.mark.skipif(
-        not CHROMIUM.exists(), reason=f"{CHROMIUM} is missing (apt-get install chromium; CI installs it)"
-    ),
-]
 
 
 def _many_names() -> list[str]:
@@ -61,8 +49,6 @@ def many_archive(tmp_path_factory) -> pathlib.Path | None:
 
 @pytest.fixture(scope="module")
 def server(many_archive):
-    from starlette.staticfiles import StaticFiles
-
     specs = [
         f"layouts={ARCHIVES / 'layouts.pt2'}",
         f"dtypes={ARCHIVES / 'dtypes.pt2'}",
@@ -73,8 +59,6 @@ def server(many_archive):
     if many_archive is not None:
         specs.append(f"many10k={many_archive}")
     app = create_app(Settings(archives=parse_archive_specs(specs), revalidate_seconds=0))
-    if not any(getattr(route, "path", None) == "/viewer" for route in app.routes):
-        app.mount("/viewer", StaticFiles(directory=VIEWER_DIR), name="viewer")
     with threaded_server(app) as url:
         yield url
 
@@ -100,11 +84,12 @@ def shots(tmp_path_factory) -> pathlib.Path:
 
 
 def pinned(archive: str) -> str:
-    """How download links name an archive: `{id}@{version}` (percent-encoded), immutable URLs."""
+    """How download links name an archive: `{id}@{version}` with `@` as the service spells it
+    (one edge-cache entry per tensor, whoever links to it), immutable URLs."""
     import httpx
 
     version = httpx.get(f"{VIEWER_BASE[0]}/archives/{archive}/tensors").json()["version"]
-    return f"{archive}%40{version}"
+    return f"{archive}@{version}"
 
 
 def screenshot(page, shots: pathlib.Path, name: str) -> None:

@@ -12,7 +12,7 @@ from app.main import create_app
 from app.settings import Settings, parse_archive_specs
 from tests.conftest import ARCHIVES, needs_torch
 from tests.service_helpers import threaded_server
-from tests.test_viewer import open_viewer, pytestmark  # noqa: F401 - same skips
+from tests.test_viewer import open_viewer
 
 PROGRAM = b"\x00pte" * 5000
 
@@ -50,7 +50,7 @@ def page(browser, server):
 def test_ptd_link_follows_the_selection_and_programs_are_offered(page, server) -> None:
     open_viewer(page, server, "#/archive/carry")
     carry = (
-        f"carry%40{httpx.get(server + '/archives/carry/tensors').json()['version']}"  # links name the version
+        f"carry@{httpx.get(server + '/archives/carry/tensors').json()['version']}"  # links name the version
     )
     ptd = page.locator("[data-testid=download-ptd]")
     assert ptd.get_attribute("href") == f"/archives/{carry}/ptd?model=model"

@@ -21,7 +21,6 @@ import pytest
 
 from tests.conftest import ARCHIVES, HAVE_TORCH
 from tests.service_helpers import free_port
-from tests.test_viewer import pytestmark  # noqa: F401 - same skips
 
 WIDTHS = (1400, 1024, 800, 390)
 TOKEN = "viewer-token-42"

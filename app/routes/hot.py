@@ -3,8 +3,9 @@
 Profiled under `wrk -c32` (py-spy and cProfile, bench/serve_remote.py), a layout request spent
 most of its Python time in FastAPI, not in pt2serve: dependency solving, included-router
 matching, the per-request exit stack (a bare FastAPI app answers a constant at half the rate a
-bare Starlette app does, measured). `HotLane`, the innermost of the app's middleware (so metrics,
-CORS and the token check still see every request), answers these paths itself by calling the
+bare Starlette app does, measured). `HotLane`, inside the app's other middleware (so metrics,
+CORS and the token check still see every request; only the caching policy's, which these routes
+apply themselves, is inside it), answers these paths itself by calling the
 very endpoint functions `tensors.build` declared, with the same archive lookup:
 
 - a `HotRoute` matches only requests it can answer exactly as FastAPI would: the method, the
@@ -173,6 +174,7 @@ async def _raise(scope: Scope, receive: Receive, send: Send) -> None:
 
 def install(service: FastAPI, routers: list[tuple[APIRouter, str]]) -> None:
     """Add the hot lane for the hot routes of `routers` (each tensor router and its prefix); call it
-    before adding any other middleware, so that it is the innermost."""
+    before adding the middleware that must see every request (metrics, CORS, the token check): only
+    what it passes on (app.caching's CachePolicy) may be inside it."""
     routes = [route for router, prefix in routers for route in hot_routes(router, prefix)]
     service.add_middleware(HotLane, service=service, routes=routes)

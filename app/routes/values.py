@@ -7,12 +7,12 @@ Declared once by `build`, mounted beside the tensor routes.
 from collections.abc import Awaitable, Callable
 from typing import Annotated
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
-from ..errors import json_response
 from ..registry import Served
 from ..values import tensor_stats
+from ..versioning import caching_headers, json_etag_response
 from .params import ModelQ
 
 
@@ -21,7 +21,10 @@ def build(resolve: Callable[..., Awaitable[Served]], where: str) -> APIRouter:
     ServedArchive = Annotated[Served, Depends(resolve)]  # noqa: N806 - a type alias
 
     @router.get("/tensors/{name:path}/stats", summary=f"A tensor's value statistics ({where})")
-    async def tensor_values(served: ServedArchive, name: str, model: ModelQ = None) -> Response:
-        return json_response(await tensor_stats(served.archive, name, model))
+    async def tensor_values(
+        request: Request, served: ServedArchive, name: str, model: ModelQ = None
+    ) -> Response:
+        headers = caching_headers(request, served)
+        return json_etag_response(request, await tensor_stats(served.archive, name, model), headers)
 
     return router

@@ -70,6 +70,12 @@ export async function signedUrl(url) {
 
 const enc = encodeURIComponent;
 
+/** An archive id, or `{id}@{version}` with its `@` as the service spells it (ids hold no `@`):
+ * every client of a versioned URL then names it alike, and an edge cache keeps one copy. */
+export function arc(archive) {
+  return archive.split("@").map(enc).join("@");
+}
+
 export function encodeName(name) {
   return enc(name);
 }
@@ -80,17 +86,17 @@ function modelQuery(model, sep = "?") {
 
 export const urls = {
   archives: () => "/archives",
-  tensors: (archive, model) => `/archives/${enc(archive)}/tensors${modelQuery(model)}`,
-  stats: (archive, name, model) => `/archives/${enc(archive)}/tensors/${enc(name)}/stats${modelQuery(model)}`,
+  tensors: (archive, model) => `/archives/${arc(archive)}/tensors${modelQuery(model)}`,
+  stats: (archive, name, model) => `/archives/${arc(archive)}/tensors/${enc(name)}/stats${modelQuery(model)}`,
   consumers: (archive, name, model) =>
-    `/archives/${enc(archive)}/tensors/${enc(name)}/consumers${modelQuery(model)}`,
-  graph: (archive, model) => `/archives/${enc(archive)}/graph${modelQuery(model)}`,
+    `/archives/${arc(archive)}/tensors/${enc(name)}/consumers${modelQuery(model)}`,
+  graph: (archive, model) => `/archives/${arc(archive)}/graph${modelQuery(model)}`,
   data(archive, name, model, format = "raw") {
     const params = new URLSearchParams();
     if (model) params.set("model", model);
     if (format !== "raw") params.set("format", format);
     const query = params.toString();
-    return `/archives/${enc(archive)}/tensors/${enc(name)}/data${query ? "?" + query : ""}`;
+    return `/archives/${arc(archive)}/tensors/${enc(name)}/data${query ? "?" + query : ""}`;
   },
   safetensors(archive, model, { names = null, prefix = null } = {}) {
     const params = new URLSearchParams();
@@ -98,6 +104,6 @@ export const urls = {
     if (prefix) params.set("prefix", prefix);
     for (const name of names || []) params.append("name", name);
     const query = params.toString();
-    return `/archives/${enc(archive)}/safetensors${query ? "?" + query : ""}`;
+    return `/archives/${arc(archive)}/safetensors${query ? "?" + query : ""}`;
   },
 };

@@ -1,6 +1,8 @@
 // ExecuTorch downloads beside the safetensors link: the same selection as an ExecuTorch .ptd data
 // file, and the programs (.pte) the archive carries under data/executorch/.
 
+import { arc } from "./api.js";
+
 const enc = encodeURIComponent;
 
 // Mirror the safetensors link (same selection, same state) onto the .ptd link.
@@ -25,7 +27,7 @@ export function renderPrograms(archive) {
       const link = document.createElement("a");
       link.className = "button";
       const pinned = archive.version ? `${archive.id}@${archive.version}` : archive.id; // immutable URL
-      link.href = `/archives/${enc(pinned)}/executorch/${name.split("/").map(enc).join("/")}`;
+      link.href = `/archives/${arc(pinned)}/executorch/${name.split("/").map(enc).join("/")}`;
       link.download = name.split("/").pop();
       link.textContent = name;
       link.title = "ExecuTorch program stored in this archive";
