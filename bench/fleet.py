@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=pathlib.Path, help="also write the figures here")
     args = parser.parse_args(argv)
     if topology.nginx_binary() is None:
-        raise SystemExit("nginx is not installed (apt-get install -y nginx-light)")
+        raise SystemExit("nginx is not installed (apt-get install -y nginx)")
     result = asyncio.run(run(args))
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))

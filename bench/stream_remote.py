@@ -5,7 +5,7 @@
 
 The archive is the one bench/stream_local.py generates and caches (one float32 tensor "big", stored).
 It is served by a separate process: testing/faultserver.py's FaultServer (testing/servers.py) and,
-if installed, nginx (`apt-get install -y nginx-light`; run as our own process, stopped by PID).
+if installed, nginx (`apt-get install -y nginx`; run as our own process, stopped by PID).
 For each server and chunk size, runs alternate in a balanced order (bench/_rounds.py): pt2serve consumes every
 chunk of `ar.stream("big")` (HTTP/1.1, HttpOptions(http2=False); a whole-entry stream, so the CRC-32 is
 checked) on an archive opened once; curl fetches exactly the same byte range with
@@ -515,7 +515,7 @@ def main(argv: list[str] | None = None) -> int:
         print("curl is not installed (apt-get install -y curl)")
         return 1
     if "nginx" in servers and nginx_binary() is None:
-        print("nginx is not installed (apt-get install -y nginx-light): skipping it")
+        print("nginx is not installed (apt-get install -y nginx): skipping it")
         servers.remove("nginx")
 
     path = ensure_archive(args.cache_dir)
