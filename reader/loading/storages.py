@@ -134,10 +134,13 @@ async def _streamed(source: ByteSource, fetcher: EntryFetcher, plan: LoadPlan) -
         for rng in big:
             await _read_range(source, fetcher, rng, buffers)
 
-    async with asyncio.TaskGroup() as group:  # the first failure cancels the rest
-        for rng in small:
-            group.create_task(read_small(rng))
-        group.create_task(read_big())
+    try:
+        async with asyncio.TaskGroup() as group:  # the first failure cancels the rest
+            for rng in small:
+                group.create_task(read_small(rng))
+            group.create_task(read_big())
+    except BaseExceptionGroup as failed:  # the caller gets the first failure itself, not a group
+        raise failed.exceptions[0] from None
     return buffers
 
 
