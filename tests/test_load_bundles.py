@@ -98,3 +98,22 @@ async def test_s3_bundle_equals_local(seaweed_s3, monkeypatch) -> None:
             low, high = len(want[route]) // 4, len(want[route]) // 2
             part = await remote.get(f"/archives/m/{route}", headers={"Range": f"bytes={low}-{high}"})
             assert part.status_code == 206 and part.content == want[route][low : high + 1]
+
+
+async def test_first_pull_from_an_archive_url_reads_a_plan(big_archive: pathlib.Path, tmp_path) -> None:
+    """`pt2serve pull https://…/x.pt2` the first time: the tensors come as one range, each file
+    equal to the tensor's bytes."""
+    import reader
+    from app.pull import pull
+    from app.pull.mirror import tensor_file
+
+    async with FaultServer() as server:
+        server.put("/big.pt2", big_archive.read_bytes())
+        report = await pull(server.url("/big.pt2"), tmp_path / "mirror")
+        data_gets = [r for r in server.requests("/big.pt2") if r.range and not r.range.startswith("bytes=-")]
+    assert report.tensors == 5 and report.switched
+    assert len(data_gets) <= 2
+    async with reader.open_archive(big_archive) as archive:
+        for info in archive.tensors():
+            stored = tmp_path / "mirror" / "current" / tensor_file(info.model, info.name)
+            assert stored.read_bytes() == await archive.read(info.name)
