@@ -117,3 +117,29 @@ async def test_first_pull_from_an_archive_url_reads_a_plan(big_archive: pathlib.
         for info in archive.tensors():
             stored = tmp_path / "mirror" / "current" / tensor_file(info.model, info.name)
             assert stored.read_bytes() == await archive.read(info.name)
+
+
+@pytest.mark.parametrize("suffix", ["safetensors", "ptd"])
+async def test_export_of_a_remote_archive_shows_throughput(
+    big_archive: pathlib.Path, tmp_path, suffix
+) -> None:
+    """`pt2serve export URL -o FILE --progress`: the bar, then what moved how fast; the file equals
+    the service's bundle of the local archive."""
+    from tests.test_cli import acli
+
+    async with FaultServer() as server:
+        server.put("/big.pt2", big_archive.read_bytes())
+        out = tmp_path / f"big.{suffix}"
+        status, _, stderr = await acli("export", server.url("/big.pt2"), "-o", out, "--progress")
+    assert status == 0, stderr
+    assert "MB/s)" in stderr and f"big.{suffix}" in stderr
+    async with in_process(make_app([f"m={big_archive}"])) as local:
+        want = (await local.get(f"/archives/m/{suffix}", params={"name": []})).content
+    if suffix == "safetensors":  # the service names its archive in the metadata; export does not
+        import safetensors.numpy
+
+        assert safetensors.numpy.load(out.read_bytes()).keys() == safetensors.numpy.load(want).keys()
+        for name, array in safetensors.numpy.load(out.read_bytes()).items():
+            assert array.tobytes() == safetensors.numpy.load(want)[name].tobytes()
+    else:
+        assert out.read_bytes() == want
