@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .loading.arrays import ORDERS
-from .loading.sync import run_sync
+from .loading.sync import with_archive
 from .sources import ByteSource
 
 if TYPE_CHECKING:
@@ -78,12 +78,10 @@ def load(
     **options: Any,
 ) -> dict[str, _torch.Tensor]:
     """Open `location`, load the selection as torch tensors, close. `options` go to `open_archive`."""
-    from .archive import open_archive
-
-    async def loaded() -> dict[str, _torch.Tensor]:
-        async with open_archive(location, **options) as archive:
-            return await load_archive(
-                archive, model=model, prefix=prefix, names=names, order=order, copy=copy, verify=verify
-            )
-
-    return run_sync(loaded)
+    return with_archive(
+        location,
+        options,
+        lambda archive: load_archive(
+            archive, model=model, prefix=prefix, names=names, order=order, copy=copy, verify=verify
+        ),
+    )

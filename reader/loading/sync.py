@@ -6,11 +6,14 @@ import asyncio
 import os
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from ..sources import ByteSource
+
+if TYPE_CHECKING:
+    from ..archive import Archive
 
 T = TypeVar("T")
 
@@ -26,6 +29,21 @@ def run_sync(make: Callable[[], Awaitable[T]]) -> T:
         return pool.submit(lambda: asyncio.run(make())).result()  # type: ignore[arg-type]
 
 
+def with_archive(
+    location: str | os.PathLike[str] | ByteSource,
+    options: dict[str, Any],
+    use: Callable[[Archive], Awaitable[T]],
+) -> T:
+    """Open `location` (`options` go to `open_archive`), run `use` on it, close it: synchronously."""
+    from ..archive import open_archive
+
+    async def run() -> T:
+        async with open_archive(location, **options) as archive:
+            return await use(archive)
+
+    return run_sync(run)
+
+
 def load(
     location: str | os.PathLike[str] | ByteSource,
     *,
@@ -39,10 +57,6 @@ def load(
 ) -> dict[str, np.ndarray]:
     """Open `location`, load the selection as `Archive.load` does, close. `options` go to
     `open_archive` (http_options, s3_settings, tail_size, chunk_size)."""
-    from ..archive import open_archive
-
-    async def loaded() -> dict[str, np.ndarray]:
-        async with open_archive(location, **options) as archive:
-            return await archive.load(model, prefix, names, order, copy=copy, verify=verify)
-
-    return run_sync(loaded)
+    return with_archive(
+        location, options, lambda archive: archive.load(model, prefix, names, order, copy=copy, verify=verify)
+    )
