@@ -20,13 +20,24 @@ T = TypeVar("T")
 
 def run_sync(make: Callable[[], Awaitable[T]]) -> T:
     """Run a coroutine to its end from synchronous code; from inside a running event loop (a
-    notebook) it runs on a loop of its own in another thread."""
+    notebook) it runs on a loop of its own in another thread.
+
+    The result is handed back outside the main task: on its way out, Python 3.11's asyncio.run
+    formats a repr of that task (restoring the SIGINT handler), and a task holding a model's
+    tensors as its result took 50-90 ms to format them."""
+    found: list[T] = []
+
+    async def main() -> None:
+        found.append(await make())
+
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(make())  # type: ignore[arg-type]
+        asyncio.run(main())
+        return found[0]
     with ThreadPoolExecutor(1) as pool:
-        return pool.submit(lambda: asyncio.run(make())).result()  # type: ignore[arg-type]
+        pool.submit(lambda: asyncio.run(main())).result()
+    return found[0]
 
 
 def with_archive(
