@@ -101,8 +101,9 @@ class S3Rig:
     def __init__(self, s3, archive: pathlib.Path, tensors: pathlib.Path) -> None:
         self.s3 = s3
         self.archive_key, self.tensors_key = f"load/{archive.name}", f"load/{tensors.name}"
-        s3.upload(s3.private_bucket, self.archive_key, archive)
-        s3.upload(s3.private_bucket, self.tensors_key, tensors)
+        for key, path in ((self.archive_key, archive), (self.tensors_key, tensors)):
+            big = path.stat().st_size > 1 << 30  # SeaweedFS refuses a single PUT of 2 GB: multipart
+            s3.upload(s3.private_bucket, key, path, part_size=64 << 20 if big else None)
         self.settings = S3Settings(region=s3.region, endpoint=s3.endpoint, access_key=s3.access_key,
                                    secret_key=s3.secret_key)  # fmt: skip
         self.location = f"s3://{s3.private_bucket}/{self.archive_key}"
