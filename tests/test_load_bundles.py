@@ -76,6 +76,15 @@ async def test_big_bundle_is_one_range_and_survives_a_cut(big_archive: pathlib.P
             again = await remote.get(f"/archives/m/{route}")
             assert server.faults[0].applied == 1
             assert again.content == want  # the cut part was resumed
+            for low, high in (
+                (1_500_007, 2_600_003),
+                (300_001, len(want) - 1),
+                (len(want) - 70_000, len(want) - 1),
+            ):
+                before = len(server.log)
+                part = await remote.get(f"/archives/m/{route}", headers={"Range": f"bytes={low}-{high}"})
+                assert part.status_code == 206 and part.content == want[low : high + 1]
+                assert len(server.log) - before <= 3  # the run, and a data offset resolved at an end
 
 
 async def test_s3_bundle_equals_local(seaweed_s3, monkeypatch) -> None:
