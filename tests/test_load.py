@@ -89,9 +89,14 @@ async def test_http_load_equals_reads(path: pathlib.Path, model: str) -> None:
         server.put("/a.pt2", path.read_bytes())
         async with reader.open_archive(server.url("/a.pt2"), tail_size=4096) as archive:
             arrays = await archive.load(model)
-            assert (
-                archive.stats.get("data", {"requests": 0})["requests"] <= 2
-            )  # a plan of a few ranges, not a read per tensor
+            data = archive.stats.get("data", {"requests": 0, "bytes": 0})
+            assert data["requests"] <= 2  # a plan of a few ranges, not a read per tensor
+            # each storage once: no more than the regions of the payload entries the model views
+            with zipfile.ZipFile(path) as zipped:
+                infos = {info.filename: info for info in zipped.infolist()}
+            payloads = {t.storage.entry.split("!/")[0] for t in archive.tensors(model) if t.readable}
+            regions = sum(infos[name].compress_size + 30 + len(name) + 256 for name in payloads)
+            assert data["bytes"] <= regions + (1 << 20)  # and what lies between them (gaps < 1 MiB)
             await _expect_reads(archive, model, arrays)
         assert not server.errors
 
@@ -303,7 +308,9 @@ async def test_load_uses_parallel_parts(big_archive) -> None:
     path, tensors = big_archive
     async with FaultServer() as server:
         server.put("/big.pt2", path.read_bytes())
-        arrays = await _served_load(server)
+        async with reader.open_archive(server.url("/big.pt2"), http_options=PARALLEL) as archive:
+            arrays = await archive.load()
+            assert archive.stats["data"]["bytes"] < path.stat().st_size  # every byte once, at most
         ranged = [r for r in server.requests("/big.pt2") if r.range and not r.range.startswith("bytes=-")]
     assert {n: a.tobytes() for n, a in arrays.items()} == tensors
     assert len(ranged) >= 8  # 9 MiB as 1 MiB parts
