@@ -6,7 +6,9 @@
 - Any other source (HTTP, S3, ...) reads the plan's ranges through `source.stream`, which
   fetches a big range as parallel parts over several connections (retried and resumed, pinned
   to the object's version); each piece is copied from the received chunk straight into its
-  storage's buffer. Memory: the buffers plus the parts in flight.
+  storage's buffer, on a copying thread while the event loop receives the next bytes (the copy,
+  with its page faults, took as long as receiving did). Memory: the buffers plus the parts in
+  flight plus the few pieces waiting to be copied.
 
 `verify=None` checks every CRC-32 of what is read (everything, remotely); memory-mapped views
 are not read, so they are checked only with `verify=True`.
@@ -15,8 +17,11 @@ are not read, so they are checked only with `verify=True`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import mmap
 import os
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import aclosing
 
 import numpy as np
@@ -37,6 +42,9 @@ Buffers = dict[str, np.ndarray]
 SMALL_RANGE = 16 << 20
 SMALL_RANGES_AT_ONCE = 8
 STREAM_CHUNK = 4 << 20
+# Pieces at least this big are copied on the copying thread, with at most COPIES_AHEAD waiting.
+COPY_IN_THREAD = 256 << 10
+COPIES_AHEAD = 8
 
 
 async def read_storages(
@@ -146,14 +154,47 @@ async def _streamed(source: ByteSource, fetcher: EntryFetcher, plan: LoadPlan) -
 
 async def _read_range(source: ByteSource, fetcher: EntryFetcher, rng: ReadRange, buffers: Buffers) -> None:
     targets = [Target(entry) for entry in rng.entries]
-    views = [memoryview(buffers[entry.name]) for entry in rng.entries]
+    arrays = [buffers[entry.name] for entry in rng.entries]
     offsets = fetcher.known_offsets
     start, end = range_bounds(targets, offsets)
     demux = Demux(start, targets, offsets)
-    async with aclosing(source.stream(start, end, chunk_size=STREAM_CHUNK)) as chunks:
-        async for chunk in chunks:
-            for index, at, piece in demux.feed(chunk):
-                views[index][at : at + len(piece)] = piece
-            if demux.done:
-                break
-    demux.close()
+    copier = _Copier()
+    try:
+        async with aclosing(source.stream(start, end, chunk_size=STREAM_CHUNK)) as chunks:
+            async for chunk in chunks:
+                for index, at, piece in demux.feed(chunk):
+                    await copier.copy(arrays[index], at, piece)
+                if demux.done:
+                    break
+        demux.close()
+    finally:
+        await copier.drain()
+
+
+class _Copier:
+    """Copies received pieces into their buffers on a thread of its own (NumPy releases the GIL for
+    big copies), so the event loop goes on receiving while a piece is copied and its pages are
+    faulted in. At most COPIES_AHEAD pieces wait: that bounds the chunks held."""
+
+    def __init__(self) -> None:
+        self._pending: deque[asyncio.Future[None]] = deque()
+
+    async def copy(self, array: np.ndarray, at: int, piece: bytes | memoryview) -> None:
+        if len(piece) < COPY_IN_THREAD:
+            memoryview(array)[at : at + len(piece)] = piece
+            return
+        source = np.frombuffer(piece, dtype=np.uint8)
+        destination = array[at : at + len(piece)]
+        loop = asyncio.get_running_loop()
+        self._pending.append(loop.run_in_executor(_copy_thread(), np.copyto, destination, source))
+        while len(self._pending) > COPIES_AHEAD:
+            await self._pending.popleft()
+
+    async def drain(self) -> None:
+        while self._pending:
+            await asyncio.shield(self._pending.popleft())
+
+
+@functools.cache
+def _copy_thread() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(1, thread_name_prefix="pt2serve-load-copy")
