@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import sys
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import IO
 
@@ -133,9 +134,24 @@ def progress(
 
     columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                TimeRemainingColumn())  # fmt: skip
-    with Progress(*columns, console=Console(stderr=True), transient=False) as bar:
+    console = Console(stderr=True)
+    began, moved = time.monotonic(), 0
+
+    def advance(n: int) -> None:
+        nonlocal moved
+        moved += n
+        bar.advance(task, n)
+
+    with Progress(*columns, console=console, transient=False) as bar:
         task = bar.add_task(label if len(label) <= 40 else "…" + label[-39:], total=total, completed=done)
-        yield lambda n: bar.advance(task, n)
+        yield advance
+    console.print(throughput_line(label, moved, time.monotonic() - began), highlight=False)
+
+
+def throughput_line(label: str, nbytes: int, seconds: float) -> str:
+    """What a finished transfer moved, in how long, how fast (the bar's speed is a recent one)."""
+    rate = nbytes / seconds / 1e6 if seconds > 0 else 0.0
+    return f"{label}: {nbytes / 1e6:,.1f} MB in {seconds:.2f} s ({rate:,.0f} MB/s)"
 
 
 @contextlib.contextmanager

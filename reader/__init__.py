@@ -3,6 +3,9 @@
 async with reader.open_archive("model.pt2") as ar:
     info = ar.layout("linear.weight")
     data = await ar.read("linear.weight")
+
+arrays = reader.load("s3://bucket/model.pt2")         # every weight, as NumPy arrays
+tensors = reader.torch.load("s3://bucket/model.pt2")  # the same as torch tensors (torch optional)
 """
 
 from .archive import Archive, open_archive
@@ -19,6 +22,7 @@ from .errors import (
     TensorNotFound,
     UnsupportedPayload,
 )
+from .loading.sync import load
 from .pt2.executorch import EmbeddedFile
 from .pt2.tensorinfo import StorageRef, TensorInfo
 
@@ -38,5 +42,6 @@ __all__ = [
     "TensorInfo",
     "TensorNotFound",
     "UnsupportedPayload",
+    "load",
     "open_archive",
 ]

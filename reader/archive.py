@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import difflib
 import os
-from collections.abc import AsyncIterator, Generator, Iterable
+from collections.abc import AsyncIterator, Generator, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -133,6 +133,30 @@ class Archive:
         tensor = self.tensor(name, model, "contiguous")
         info = tensor.info
         return to_numpy(await tensor.read(), BY_NAME[info.dtype], info.sizes)  # type: ignore[index,arg-type]
+
+    async def load(
+        self,
+        model: str | None = None,
+        prefix: str | None = None,
+        names: Sequence[str] | None = None,
+        order: str = "default",
+        *,
+        copy: bool = False,
+        verify: bool | None = None,
+    ) -> dict[str, np.ndarray]:
+        """Every readable tensor of one model (the named one, else the default), those whose names
+        start with `prefix`, or exactly `names`, as arrays: read as a plan of a few large ranges
+        (remotely: parallel parts), each storage once. Tied names and views share memory as
+        torch's state dict shares storage; non-dense views keep their strides (`order=
+        "contiguous"`: row-major copies). From a local file, stored payloads are memory-mapped
+        and the arrays are read-only views read when touched (`copy=True`: owned arrays).
+        Whatever is read is checked against its CRC-32 (`verify=True` also checks mapped views).
+        Raises and returns nothing if any part fails (SourceChanged if the object changed)."""
+        from .loading.load import load_arrays
+
+        return await load_arrays(
+            self, model=model, prefix=prefix, names=names, order=order, copy=copy, verify=verify
+        )
 
     @property
     def executorch_files(self) -> list[EmbeddedFile]:

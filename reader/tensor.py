@@ -68,6 +68,11 @@ class TensorBytes:
         return offset + self.span[0], offset + self.span[1]
 
     @property
+    def fetcher(self) -> EntryFetcher:
+        """What reads the payload (bulk readers plan several tensors' reads through it at once)."""
+        return self._fetcher
+
+    @property
     def needs_payload(self) -> bool:
         return bool(self.length) and not self.zeros
 

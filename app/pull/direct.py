@@ -15,6 +15,7 @@ from contextlib import aclosing
 
 import reader
 from reader.digests import Digests, sha256_of, tensor_key
+from reader.formats.planned import PlannedBody
 from reader.manifest import build_manifest, select_tensors
 from reader.versions import source_version
 
@@ -45,17 +46,61 @@ class FromArchive:
                         self.digests.remember(
                             tensor_key(info), bytes.fromhex(recorded[(info.model, info.name)])
                         )
-        for info in tensors:
-            if info.readable and self.digests.cached(tensor_key(info)) is None:
+        wanted = [t for t in tensors if t.readable and self.digests.cached(tensor_key(t)) is None]
+        fresh = [t for t in wanted if not os.path.exists(self._partial(t))]
+        await self._stream_fresh(fresh)
+        for info in wanted:
+            if info not in fresh:  # a partial file an earlier run left: resumed
                 await self._stream_to_blob(info)
         return await build_manifest(self.digests, version, self.archive.models, tensors)
+
+    def _partial(self, info: reader.TensorInfo) -> str:
+        version = source_version(self.archive.source)
+        key = hashlib.sha256(f"{version}\0{info.model}\0{info.name}".encode()).hexdigest()
+        return self.mirror.partial_path(f"direct-{key}")
+
+    async def _stream_fresh(self, infos: list[reader.TensorInfo]) -> None:
+        """Tensors with nothing downloaded yet, read as one plan (runs of tensors lying in order in
+        the archive come as one range, in parallel parts: a first pull runs at the wire's speed),
+        each into its partial file while it is hashed."""
+        tensors = [self.archive.tensor(info.name, info.model) for info in infos]
+        body = PlannedBody(tensors)
+        index, left, out, hasher = -1, 0, None, hashlib.sha256()
+
+        def finish_done() -> None:
+            nonlocal index, left, out, hasher
+            while left == 0 and index + 1 <= len(infos):
+                if out is not None:
+                    out.close()
+                    self._keep(infos[index], self._partial(infos[index]), hasher.digest())
+                    out = None
+                index += 1
+                if index == len(infos):
+                    return
+                left, hasher = tensors[index].length, hashlib.sha256()
+                out = open(self._partial(infos[index]), "wb")  # noqa: SIM115 - closed as the tensor ends
+
+        try:
+            finish_done()
+            async with aclosing(body.chunks(0, body.length, 4 << 20)) as chunks:
+                async for chunk in chunks:
+                    view = memoryview(chunk)
+                    while view:
+                        piece, view = view[:left], view[left:]
+                        assert out is not None
+                        out.write(piece)
+                        hasher.update(piece)
+                        self.bytes_received += len(piece)
+                        left -= len(piece)
+                        finish_done()
+        finally:
+            if out is not None:
+                out.close()
 
     async def _stream_to_blob(self, info: reader.TensorInfo) -> None:
         """Stream one tensor into a partial file (resuming one left by an earlier run of the
         same version), hashing as it goes; keep it as a blob unless the mirror has those bytes."""
-        version = source_version(self.archive.source)
-        key = hashlib.sha256(f"{version}\0{info.model}\0{info.name}".encode()).hexdigest()
-        partial = self.mirror.partial_path(f"direct-{key}")
+        partial = self._partial(info)
         have = os.path.getsize(partial) if os.path.exists(partial) else 0
         have = have if have <= (info.nbytes or 0) else 0
 
@@ -74,6 +119,10 @@ class FromArchive:
         with open(partial, "ab") as out:
             out.truncate(have)
         raw = await sha256_of(chunks())  # not Digests.of: a lost file is streamed again
+        self._keep(info, partial, raw)
+
+    def _keep(self, info: reader.TensorInfo, partial: str, raw: bytes) -> None:
+        """A tensor's partial file, complete and hashed: a blob, unless the mirror has those bytes."""
         self.digests.remember(tensor_key(info), raw)
         digest = raw.hex()
         known = self.mirror.known_files().get(digest)

@@ -30,7 +30,8 @@ import flatbuffers
 from ..errors import UnsupportedPayload
 from ..pt2.strided import is_channels_last_2d, is_row_major
 from ..pt2.tensorinfo import TensorInfo
-from .body import Body, BytesBody, ConcatBody
+from .body import Body, BytesBody
+from .planned import PlannedBody
 
 DEFAULT_ALIGNMENT = 128  # ExecuTorch's FlatTensorConfig.segment_alignment
 MAX_ALIGNMENT = 1 << 20
@@ -105,7 +106,7 @@ def writable(info: TensorInfo) -> bool:
     return ptd_refusal(info) is None
 
 
-def ptd_body(plan: PtdPlan, tensor: Callable[[TensorInfo, str], Body]) -> ConcatBody:
+def ptd_body(plan: PtdPlan, tensor: Callable[[TensorInfo, str], Body]) -> PlannedBody:
     """The whole file as one body; `tensor(info, order)` gives a segment's bytes
     (`lambda info, order: archive.tensor(info.name, info.model, order)`)."""
     parts: list[Body] = []
@@ -117,7 +118,7 @@ def ptd_body(plan: PtdPlan, tensor: Callable[[TensorInfo, str], Body]) -> Concat
             parts.append(body)
         else:
             parts.append(BytesBody(piece))
-    return ConcatBody(parts)
+    return PlannedBody(parts)
 
 
 def executorch_layout(info: TensorInfo) -> tuple[str, tuple[int, ...]]:

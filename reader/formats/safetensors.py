@@ -11,7 +11,8 @@ import json
 
 from ..pt2.tensorinfo import TensorInfo
 from ..tensor import TensorBytes
-from .body import BytesBody, ConcatBody
+from .body import BytesBody
+from .planned import PlannedBody
 
 DTYPES = {
     "bool": "BOOL",
@@ -58,10 +59,10 @@ def safetensors_header(tensors: list[TensorInfo], metadata: dict[str, str]) -> b
     return len(text).to_bytes(8, "little") + text
 
 
-def safetensors_body(tensors: list[TensorBytes], metadata: dict[str, str], skipped: list[str]) -> ConcatBody:
+def safetensors_body(tensors: list[TensorBytes], metadata: dict[str, str], skipped: list[str]) -> PlannedBody:
     """A whole safetensors file: header, then each tensor's row-major bytes; `skipped` names
     the tensors that were asked for but left out."""
     if skipped:
         metadata = {**metadata, "pt2serve.skipped": ",".join(skipped)}
     header = safetensors_header([tensor.info for tensor in tensors], metadata)
-    return ConcatBody([BytesBody(header), *tensors])
+    return PlannedBody([BytesBody(header), *tensors])

@@ -38,6 +38,12 @@ class EntryFetcher:
         self.chunk_size = chunk_size
         self._data_offsets: dict[str, int] = dict(data_offsets or {})
 
+    @property
+    def known_offsets(self) -> dict[str, int]:
+        """Data offsets found so far, by entry name; a bulk reader that parses local headers itself
+        (reader.loading) adds the ones it finds, so later reads skip the header."""
+        return self._data_offsets
+
     async def data_offset(self, entry: ZipEntry) -> int:
         if entry.name not in self._data_offsets:
             await self._read_from_header(entry, 0)

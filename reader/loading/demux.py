@@ -1,0 +1,191 @@
+"""Archive bytes of one range -> the content of the entries in it, piece by piece (sans-IO).
+
+A range read by the load plan starts at an entry's local header (or at its data, when the
+offset is already known) and runs across the entries after it, local headers and data
+descriptors included. `Demux.feed` takes the range's bytes in order, in chunks of any size,
+parses each local header as it passes (checked against the central directory, as every read
+of the reader does), and hands back where each piece of content goes. Stored content comes
+out as views of the chunk fed in (nothing copied); DEFLATE content is inflated. A target
+that covers a whole entry is checked against its CRC-32 before its last piece is handed
+back, so a consumer that forwards pieces never completes a corrupt entry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from .. import zipfmt
+from ..errors import IntegrityError
+from ..zipfmt import ZipEntry
+from ..zipfmt.structs import LOCAL_HEADER, METHOD_STORED
+
+Piece = tuple[int, int, bytes | memoryview]  # (target index, content offset, bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Content bytes [low, high) of `entry` (the whole entry by default)."""
+
+    entry: ZipEntry
+    low: int = 0
+    high: int = -1
+
+    @property
+    def end(self) -> int:
+        return self.entry.size if self.high < 0 else self.high
+
+    @property
+    def whole(self) -> bool:
+        return self.low == 0 and self.end == self.entry.size
+
+
+def range_bounds(targets: Sequence[Target], data_offsets: Mapping[str, int]) -> tuple[int, int]:
+    """The archive bytes a Demux of `targets` needs. A target whose data offset is unknown must be
+    whole (its header is read from the range and its region bounds it) or deflated."""
+    first, last = targets[0], targets[-1]
+    start = _seek_point(first, data_offsets.get(first.entry.name))
+    known = data_offsets.get(last.entry.name)
+    entry = last.entry
+    if known is None:
+        end = entry.region_end
+    elif entry.method == METHOD_STORED:
+        end = known + last.end
+    else:
+        end = known + entry.compressed_size
+    return start, end
+
+
+def _seek_point(target: Target, known: int | None) -> int:
+    if known is None:
+        return target.entry.header_offset
+    return known + (target.low if target.entry.method == METHOD_STORED else 0)
+
+
+class Demux:
+    """Feed archive bytes from `start`; get `Piece`s. `data_offsets` are the offsets already known
+    (the ones found here are added to it, so later reads skip the header)."""
+
+    def __init__(self, start: int, targets: Sequence[Target], data_offsets: dict[str, int]) -> None:
+        self.at = start
+        self._targets = list(targets)
+        self._offsets = data_offsets
+        self._index = 0
+        self._header = bytearray()
+        self._data_start: int | None = None
+        self._position = 0  # content offset of the next stored byte of the current target
+        self._crc = 0
+        self._decoder: zipfmt.EntryDecoder | None = None
+        self._enter()
+
+    @property
+    def done(self) -> bool:
+        return self._index >= len(self._targets)
+
+    def feed(self, chunk: bytes | memoryview) -> list[Piece]:
+        out: list[Piece] = []
+        view = memoryview(chunk).cast("B")
+        while view and not self.done:
+            used = self._step(view, out)
+            view = view[used:]
+            self.at += used
+        return out
+
+    def close(self) -> None:
+        """The range ended: every target must be complete."""
+        if not self.done:
+            entry = self._targets[self._index].entry
+            raise IntegrityError(f"entry {entry.name!r}: the range ended before its data did (at {self.at})")
+
+    # -- one step: consume some bytes of `view` for the current target ----------------------
+
+    def _enter(self) -> None:
+        """Start the current target: its data offset is known or its header comes next."""
+        if self.done:
+            return
+        target = self._targets[self._index]
+        self._header.clear()
+        self._data_start = self._offsets.get(target.entry.name)
+        if self._data_start is not None:
+            self._begin_data(target)
+
+    def _begin_data(self, target: Target) -> None:
+        entry = target.entry
+        zipfmt.check_decodable(entry)
+        stored = entry.method == METHOD_STORED
+        self._position = target.low if stored else 0  # stored: content offset; deflate: bytes fed
+        self._crc = 0
+        self._decoder = None if stored else zipfmt.EntryDecoder(entry, verify=target.whole)
+
+    def _step(self, view: memoryview, out: list[Piece]) -> int:
+        index = self._index
+        target = self._targets[index]
+        if self._data_start is None:
+            return self._step_header(target, view)
+        wanted = self._data_start + self._position  # the next archive byte this target needs
+        if self.at < wanted:  # bytes in between: another entry's, a data descriptor
+            return min(len(view), wanted - self.at)
+        if self.at > wanted:
+            raise IntegrityError(f"entry {target.entry.name!r}: its data starts before the range read")
+        if self._decoder is None:
+            return self._step_stored(index, target, view, out)
+        return self._step_deflated(index, target, view, out)
+
+    def _step_header(self, target: Target, view: memoryview) -> int:
+        entry = target.entry
+        if self.at < entry.header_offset:
+            return min(len(view), entry.header_offset - self.at)
+        if self.at != entry.header_offset + len(self._header):
+            raise IntegrityError(f"entry {entry.name!r}: its local header starts before the range read")
+        need = LOCAL_HEADER.size
+        if len(self._header) >= LOCAL_HEADER.size:
+            need = zipfmt.local_header_size(entry, self._header)
+        take = min(len(view), need - len(self._header))
+        self._header += view[:take]
+        if len(self._header) >= LOCAL_HEADER.size and len(self._header) == zipfmt.local_header_size(
+            entry, self._header
+        ):
+            self._data_start = self._offsets[entry.name] = zipfmt.data_offset(entry, self._header)
+            self._begin_data(target)
+        return take
+
+    def _step_stored(self, index: int, target: Target, view: memoryview, out: list[Piece]) -> int:
+        take = min(len(view), target.end - self._position)
+        piece = view[:take]
+        if target.whole:
+            self._crc = zipfmt.crc32(piece, self._crc)
+        at = self._position
+        self._position += take
+        if self._position >= target.end:
+            if target.whole and self._crc != target.entry.crc32:
+                raise IntegrityError(
+                    f"entry {target.entry.name!r}: CRC-32 {self._crc:08x} does not match "
+                    f"{target.entry.crc32:08x}"
+                )
+            self._next()
+        if take:
+            out.append((index, at, piece))
+        return take
+
+    def _step_deflated(self, index: int, target: Target, view: memoryview, out: list[Piece]) -> int:
+        entry = target.entry
+        decoder = self._decoder
+        assert decoder is not None
+        take = min(len(view), entry.compressed_size - self._position)
+        for piece in decoder.feed(view[:take]):
+            end = decoder.produced
+            begin = end - len(piece)
+            low, high = max(target.low, begin), min(target.end, end)
+            if high > low:
+                out.append((index, low, bytes(piece[low - begin : high - begin])))
+        self._position += take
+        if self._position >= entry.compressed_size:
+            decoder.finish()  # size and CRC-32 (when the target is whole)
+            self._next()
+        elif decoder.produced >= target.end and not target.whole:
+            self._next()
+        return take
+
+    def _next(self) -> None:
+        self._index += 1
+        self._enter()

@@ -1,0 +1,115 @@
+"""Which payload entries a load needs, as a few large ranges of the archive (sans-IO).
+
+A storage (one payload entry) is read once, whole, however many names view it: its CRC-32
+covers the whole entry, and tied names and views then share one buffer as torch's state
+dict shares one storage. Entries lying close together are fetched as one range that runs
+across the local headers between them (the demultiplexer finds each entry's data in it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from .. import zipfmt
+from ..errors import UnsupportedPayload
+from ..pt2 import strided
+from ..pt2.tensorinfo import TensorInfo
+from ..zipfmt import ZipEntry
+
+# Entries closer than this are one range: the bytes in between cost less than another request.
+RANGE_GAP = 1 << 20
+# A zero-byte payload means zeros: its views' extent is allocated, up to this much.
+MAX_ZERO_STORAGE = 1 << 30
+
+
+@dataclass(frozen=True, slots=True)
+class Storage:
+    """One payload entry and the bytes its buffer holds (`nbytes`; zeros when `zeros`)."""
+
+    entry: ZipEntry
+    nbytes: int
+    zeros: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ReadRange:
+    """Archive bytes [start, end) that hold the whole stored data of `entries`, in order."""
+
+    start: int
+    end: int
+    entries: tuple[ZipEntry, ...]
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+@dataclass(frozen=True, slots=True)
+class LoadPlan:
+    tensors: tuple[TensorInfo, ...]  # what the caller gets, in order
+    storages: dict[str, Storage]  # by entry name
+    ranges: tuple[ReadRange, ...]  # what is read, for the storages that hold bytes
+
+    @property
+    def output_bytes(self) -> int:
+        return sum(storage.nbytes for storage in self.storages.values())
+
+
+def plan_load(
+    tensors: Iterable[TensorInfo], entries: Mapping[str, ZipEntry], gap: int = RANGE_GAP
+) -> LoadPlan:
+    """The storages behind `tensors` (each readable: UnsupportedPayload otherwise) and the ranges
+    that read them."""
+    chosen = tuple(tensors)
+    storages: dict[str, Storage] = {}
+    for info in chosen:
+        if info.unsupported:
+            raise UnsupportedPayload(f"{info.model}/{info.name}: {info.unsupported}")
+        entry = entries[info.storage.entry]
+        zipfmt.check_decodable(entry)
+        extent = _extent_bytes(info)
+        known = storages.get(entry.name)
+        if entry.size:
+            if extent > entry.size:
+                raise UnsupportedPayload(
+                    f"{info.model}/{info.name} reaches byte {extent} of a {entry.size}-byte payload"
+                )
+            storages[entry.name] = Storage(entry, entry.size, False)
+        else:
+            nbytes = max(extent, known.nbytes if known else 0)
+            if nbytes > MAX_ZERO_STORAGE:
+                raise UnsupportedPayload(
+                    f"{info.model}/{info.name}: {nbytes} bytes of zeros from an empty payload "
+                    f"(limit {MAX_ZERO_STORAGE})"
+                )
+            storages[entry.name] = Storage(entry, nbytes, True)
+    backed = [storage.entry for storage in storages.values() if not storage.zeros]
+    return LoadPlan(chosen, storages, tuple(group_ranges(backed, gap)))
+
+
+def group_ranges(entries: Iterable[ZipEntry], gap: int = RANGE_GAP) -> list[ReadRange]:
+    """Entries as ranges [first header, last region end): each entry's whole region (local header,
+    data, descriptor) lies in one range, and entries less than `gap` apart share one."""
+    ranges: list[ReadRange] = []
+    run: list[ZipEntry] = []
+    for entry in sorted(entries, key=lambda e: e.header_offset):
+        if run and entry.header_offset - run[-1].region_end > gap:
+            ranges.append(_range(run))
+            run = []
+        run.append(entry)
+    if run:
+        ranges.append(_range(run))
+    return ranges
+
+
+def _range(run: list[ZipEntry]) -> ReadRange:
+    return ReadRange(run[0].header_offset, max(entry.region_end for entry in run), tuple(run))
+
+
+def _extent_bytes(info: TensorInfo) -> int:
+    """Bytes of storage the view reaches (0 for an empty view)."""
+    sizes, strides, offset = info.sizes or (), info.strides or (), info.storage_offset or 0
+    if strided.numel(sizes) == 0:
+        return 0
+    return strided.element_extent(sizes, strides, offset)[1] * (info.itemsize or 1)

@@ -1,0 +1,87 @@
+"""`reader.torch.load`: a whole model as torch tensors, built from the same read plan as
+`reader.load`, with no pickle executed and no `torch.export.load`.
+
+torch is imported here only (an optional dependency of this module alone). Each payload's bytes
+become one untyped storage, and every name that views it is a tensor on that storage with the
+archive's dtype, sizes, strides and storage offset: tied weights and views share storage exactly
+as in `torch.export.load(p).state_dict` plus its constants (or `torch.load(weights_only=True)`
+for a checkpoint), so `model.load_state_dict(reader.torch.load(location))` works.
+Locally the storages map the file copy-on-write: pages are read when touched, and writing to a
+tensor changes the process's copy only.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .loading.arrays import ORDERS
+from .loading.sync import with_archive
+from .sources import ByteSource
+
+if TYPE_CHECKING:
+    import torch as _torch
+
+    from .archive import Archive
+
+
+async def load_archive(
+    archive: Archive,
+    *,
+    model: str | None = None,
+    prefix: str | None = None,
+    names: Sequence[str] | None = None,
+    order: str = "default",
+    copy: bool = False,
+    verify: bool | None = None,
+) -> dict[str, _torch.Tensor]:
+    """The selection of an open archive (as `Archive.load` selects it) as torch tensors."""
+    import torch
+
+    from .loading.load import load_storages
+
+    if order not in ORDERS:
+        raise ValueError(f"order must be one of {ORDERS}, not {order!r}")
+    plan, buffers = await load_storages(
+        archive, model=model, prefix=prefix, names=names, copy=copy, verify=verify
+    )
+    storages = {name: _storage(torch, buffer) for name, buffer in buffers.items()}
+    tensors = {}
+    for info in plan.tensors:
+        tensor = torch.empty(0, dtype=getattr(torch, info.dtype or "")).set_(
+            storages[info.storage.entry], info.storage_offset or 0, info.sizes or (), info.strides or ()
+        )
+        if order == "contiguous":
+            tensor = tensor.contiguous()
+        tensors[info.name] = tensor
+    return tensors
+
+
+def _storage(torch: Any, buffer: np.ndarray) -> _torch.UntypedStorage:
+    if not buffer.nbytes:
+        return torch.UntypedStorage(0)
+    return torch.frombuffer(buffer, dtype=torch.uint8).untyped_storage()
+
+
+def load(
+    location: str | os.PathLike[str] | ByteSource,
+    *,
+    model: str | None = None,
+    prefix: str | None = None,
+    names: Sequence[str] | None = None,
+    order: str = "default",
+    copy: bool = False,
+    verify: bool | None = None,
+    **options: Any,
+) -> dict[str, _torch.Tensor]:
+    """Open `location`, load the selection as torch tensors, close. `options` go to `open_archive`."""
+    return with_archive(
+        location,
+        options,
+        lambda archive: load_archive(
+            archive, model=model, prefix=prefix, names=names, order=order, copy=copy, verify=verify
+        ),
+    )

@@ -1,0 +1,409 @@
+"""reader.load / Archive.load / reader.torch.load: whole models as one read plan.
+
+Every fixture and container loads to what per-tensor reads give (locally, over HTTP, from S3);
+sharing between names equals torch's (torch as the oracle, where installed); faults during a
+load are resumed, retried or refused (SourceChanged) with nothing returned; memory stays bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import pathlib
+import tracemalloc
+import zipfile
+
+import numpy as np
+import pytest
+
+import reader
+from reader.pt2.dtypes import BY_NAME
+from reader.sources import HttpOptions, S3Settings
+from testing.faultserver import ChangeObject, DropAfter, FaultServer, StallAfter, Status
+from testing.zipbytes import write_pt2
+from tests.conftest import ARCHIVES, needs_torch
+
+CONTAINERS = pathlib.Path(__file__).resolve().parent / "fixtures" / "containers"
+VERSIONS = sorted(path.parent.name for path in CONTAINERS.glob("torch-*/expected.json"))
+
+
+def _cases() -> list[tuple[pathlib.Path, str]]:
+    """(archive, model) for every fixture archive and container with readable weights."""
+    cases = []
+    paths = sorted(ARCHIVES.glob("*.pt2")) + [
+        CONTAINERS / version / name
+        for version in VERSIONS
+        for name in ("checkpoint.pt", "aoti_pickle.pt2", "mixed.pt2")
+    ]
+
+    async def models(path: pathlib.Path) -> list[str]:
+        try:
+            async with reader.open_archive(path) as archive:
+                return archive.models
+        except reader.ReaderError:
+            return []  # legacy layouts, AOTI without pickled weights: nothing to load
+
+    for path in paths:
+        cases += [(path, model) for model in asyncio.run(models(path))]
+    return cases
+
+
+CASES = _cases()
+CASE_IDS = [f"{path.parent.name}/{path.name}:{model}" for path, model in CASES]
+FAST_RETRIES = HttpOptions(backoff_base=0.01, backoff_cap=0.05, max_attempts=4)
+
+
+async def _expect_reads(archive: reader.Archive, model: str, arrays: dict[str, np.ndarray]) -> None:
+    """Each array equals the tensor's own read: dtype, shape and row-major bytes."""
+    wanted = [t for t in archive.tensors(model) if t.readable]
+    assert list(arrays) == [t.name for t in wanted]
+    read = await archive.read_many([t.name for t in wanted], model, "contiguous")
+    for info in wanted:
+        array = arrays[info.name]
+        assert array.shape == tuple(info.sizes or ())
+        if info.dtype == "complex32":
+            assert np.array_equal(array, await archive.read_numpy(info.name, model))
+            continue
+        assert array.dtype == BY_NAME[info.dtype or ""].numpy
+        assert np.ascontiguousarray(array).tobytes() == read[info.name], info.name
+
+
+@pytest.mark.parametrize(("path", "model"), CASES, ids=CASE_IDS)
+async def test_local_load_equals_reads(path: pathlib.Path, model: str) -> None:
+    async with reader.open_archive(path) as archive:
+        arrays = await archive.load(model)
+        assert archive.stats.get("data", {"bytes": 0})["bytes"] == 0  # mapped: nothing read yet
+        await _expect_reads(archive, model, arrays)
+        for info in archive.tensors(model):  # views of the mapped file are read-only
+            if info.readable and info.storage.compression == "stored" and info.storage.nbytes:
+                assert info.dtype == "complex32" or not arrays[info.name].flags.writeable, info.name
+        copied = await archive.load(model, copy=True, verify=True)
+        assert all(array.flags.writeable for array in copied.values())
+        assert {n: a.tobytes() for n, a in copied.items()} == {n: a.tobytes() for n, a in arrays.items()}
+
+
+@pytest.mark.parametrize(("path", "model"), CASES, ids=CASE_IDS)
+async def test_http_load_equals_reads(path: pathlib.Path, model: str) -> None:
+    async with FaultServer() as server:
+        server.put("/a.pt2", path.read_bytes())
+        async with reader.open_archive(server.url("/a.pt2"), tail_size=4096) as archive:
+            arrays = await archive.load(model)
+            data = archive.stats.get("data", {"requests": 0, "bytes": 0})
+            assert data["requests"] <= 2  # a plan of a few ranges, not a read per tensor
+            # each storage once: no more than the regions of the payload entries the model views
+            with zipfile.ZipFile(path) as zipped:
+                infos = {info.filename: info for info in zipped.infolist()}
+            payloads = {t.storage.entry.split("!/")[0] for t in archive.tensors(model) if t.readable}
+            regions = sum(infos[name].compress_size + 30 + len(name) + 256 for name in payloads)
+            assert data["bytes"] <= regions + (1 << 20)  # and what lies between them (gaps < 1 MiB)
+            await _expect_reads(archive, model, arrays)
+        assert not server.errors
+
+
+def _s3_settings(seaweed) -> S3Settings:
+    return S3Settings(
+        region=seaweed.region,
+        endpoint=seaweed.endpoint,
+        access_key=seaweed.access_key,
+        secret_key=seaweed.secret_key,
+    )
+
+
+async def test_s3_load_equals_reads(seaweed_s3) -> None:
+    settings = _s3_settings(seaweed_s3)
+    for path, model in CASES:
+        key = f"load/{path.parent.name}/{path.name}"
+        seaweed_s3.upload(seaweed_s3.private_bucket, key, path)
+        location = f"s3://{seaweed_s3.private_bucket}/{key}"
+        async with reader.open_archive(location, s3_settings=settings) as archive:
+            await _expect_reads(archive, model, await archive.load(model))
+    path = ARCHIVES / "layouts.pt2"
+    synchronous = reader.load(
+        f"s3://{seaweed_s3.private_bucket}/load/archives/layouts.pt2", s3_settings=settings
+    )
+    assert {n: a.tobytes() for n, a in synchronous.items()} == {
+        n: a.tobytes() for n, a in reader.load(path).items()
+    }
+
+
+def test_sync_load_selects_by_prefix_names_and_model() -> None:
+    path = ARCHIVES / "two_models.pt2"
+    with pytest.raises(reader.ModelNotFound):
+        reader.load(path)
+    encoder = reader.load(path, model="encoder")
+    assert encoder and all(isinstance(a, np.ndarray) for a in encoder.values())
+    first = next(iter(encoder))
+    assert list(reader.load(path, model="encoder", names=[first])) == [first]
+    prefix = first.split(".")[0]
+    assert set(reader.load(path, model="encoder", prefix=prefix)) == {
+        n for n in encoder if n.startswith(prefix)
+    }
+    with pytest.raises(ValueError, match="order"):
+        reader.load(path, model="encoder", order="backwards")
+    with pytest.raises(reader.TensorNotFound):
+        reader.load(path, model="encoder", names=["nope"])
+
+
+def test_pickled_payload_is_refused_by_name_and_left_out_otherwise() -> None:
+    path = ARCHIVES / "pickled.pt2"
+
+    async def infos():
+        async with reader.open_archive(path) as archive:
+            return archive.tensors()
+
+    tensors = asyncio.run(infos())
+    refused = [t.name for t in tensors if not t.readable]
+    assert refused
+    assert set(reader.load(path)) == {t.name for t in tensors if t.readable}
+    with pytest.raises(reader.UnsupportedPayload):
+        reader.load(path, names=refused)
+
+
+def test_layouts_keep_strides_or_come_row_major() -> None:
+    path = ARCHIVES / "layouts.pt2"
+
+    async def infos():
+        async with reader.open_archive(path) as archive:
+            return {t.name: t for t in archive.tensors()}
+
+    layouts = asyncio.run(infos())
+    default = reader.load(path)
+    contiguous = reader.load(path, order="contiguous")
+    for name, info in layouts.items():
+        itemsize = info.itemsize or 1
+        if info.numel:
+            assert default[name].strides == tuple(s * itemsize for s in info.strides or ())
+        assert contiguous[name].flags.c_contiguous
+        assert np.array_equal(contiguous[name], default[name])
+    assert any(not a.flags.c_contiguous for a in default.values())  # the fixture has non-row-major views
+
+
+# -- sharing, with torch as the oracle ---------------------------------------------------------
+
+
+def _groups(tensors: dict, pointer) -> list[list[str]]:
+    found = collections.defaultdict(list)
+    for name, value in tensors.items():
+        found[pointer(value)].append(name)
+    return sorted(sorted(names) for names in found.values())
+
+
+def _torch_truth(path: pathlib.Path, model: str) -> dict | None:
+    """What torch itself loads: torch.load for checkpoints (flattened), torch.export.load's
+    state_dict plus constants for export archives; None where torch cannot load it."""
+    import torch
+
+    from tests.fixtures import make_containers
+
+    if path.suffix == ".pt":
+        flat: dict = {}
+        make_containers._flatten(torch.load(path, weights_only=True), [], flat)
+        return {k: v for k, v in flat.items() if isinstance(v, torch.Tensor)}
+    if model != "model" or path.name in ("pickled.pt2", "mixed.pt2"):
+        return None  # torch.export.load loads one model; pickled payloads and AOTI are not its
+    program = torch.export.load(path)
+    return {
+        **program.state_dict,
+        **{k: v for k, v in program.constants.items() if isinstance(v, torch.Tensor)},
+    }
+
+
+@needs_torch
+@pytest.mark.parametrize(("path", "model"), CASES, ids=CASE_IDS)
+def test_torch_load_equals_torch(path: pathlib.Path, model: str) -> None:
+
+    import reader.torch
+
+    tensors = reader.torch.load(path, model=model)
+    arrays = reader.load(path, model=model)
+    # NumPy views share memory exactly where the torch tensors share a storage
+    bases = {name: tensors[name].untyped_storage().data_ptr() for name in tensors}
+    numpy_groups = _groups(arrays, lambda a: _shared_base(a, arrays, bases))
+    torch_groups = _groups(tensors, lambda t: t.untyped_storage().data_ptr())
+    assert [g for g in numpy_groups if len(g) > 1] == [
+        g for g in torch_groups if len(g) > 1 and _nonempty(g, arrays)
+    ]
+    truth = _torch_truth(path, model)
+    if truth is None:
+        expected = CONTAINERS / path.parent.name / "expected.json"
+        if expected.exists():  # AOTI packages: torch's storage groups as recorded at generation
+            spec = json.loads(expected.read_text())["archives"][path.name].get("aoti_tensors", {})
+            recorded = spec.get(model.removeprefix("aoti/"), {})
+            if recorded:
+                truth_groups = _groups(recorded, lambda t: t["storage_group"])
+                assert torch_groups == truth_groups
+        return
+    assert set(tensors) == set(truth)
+    for name, want in truth.items():
+        got = tensors[name]
+        assert (got.dtype, got.shape, got.stride(), got.storage_offset()) == (
+            want.dtype, want.shape, want.stride(), want.storage_offset()
+        ), name  # fmt: skip
+        if want.numel():
+            assert _raw(got) == _raw(want.detach()), name
+    assert torch_groups == _groups(truth, lambda t: t.untyped_storage().data_ptr())
+
+
+def _shared_base(array: np.ndarray, arrays: dict[str, np.ndarray], bases: dict[str, int]) -> int:
+    """The storage pointer of the first array that shares memory with `array` (itself if none)."""
+    for name, other in arrays.items():
+        if array.size and other.size and np.shares_memory(array, other):
+            return bases[name]
+    return id(array)
+
+
+def _nonempty(group: list[str], arrays: dict[str, np.ndarray]) -> bool:
+    return all(arrays[name].size for name in group)
+
+
+def _raw(tensor) -> bytes:
+    import torch
+
+    return tensor.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+
+
+@needs_torch
+def test_torch_state_dict_loads_into_the_module(tmp_path) -> None:
+    import torch
+
+    import reader.torch
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+    path = tmp_path / "seq.pt2"
+    torch.export.save(torch.export.export(model, (torch.zeros(1, 4),)), path)
+    fresh = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+    fresh.load_state_dict(reader.torch.load(path))
+    for (name, want), got in zip(model.state_dict().items(), fresh.state_dict().values()):
+        assert torch.equal(want, got), name
+
+
+# -- faults during a load ----------------------------------------------------------------------
+
+PART = 1 << 20
+PARALLEL = HttpOptions(
+    parallel_parts=4, part_size=PART, parallel_above=PART, fast_connection=None,
+    backoff_base=0.01, backoff_cap=0.05, max_attempts=4,
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def big_archive(tmp_path_factory) -> tuple[pathlib.Path, dict[str, bytes]]:
+    """Six tensors of 1.5 MiB (float32), one range of 9 MiB: several parallel parts."""
+    rng = np.random.default_rng(7)
+    tensors = {
+        f"layer{i}.weight": rng.standard_normal(3 * 2**17, dtype=np.float32).tobytes() for i in range(6)
+    }
+    path = tmp_path_factory.mktemp("big") / "big.pt2"
+    write_pt2(path, {name: (7, [len(data) // 4], data) for name, data in tensors.items()})
+    return path, tensors
+
+
+async def _served_load(server: FaultServer, options: HttpOptions = PARALLEL) -> dict[str, np.ndarray]:
+    async with reader.open_archive(server.url("/big.pt2"), http_options=options) as archive:
+        return await archive.load()
+
+
+async def test_load_uses_parallel_parts(big_archive) -> None:
+    path, tensors = big_archive
+    async with FaultServer() as server:
+        server.put("/big.pt2", path.read_bytes())
+        async with reader.open_archive(server.url("/big.pt2"), http_options=PARALLEL) as archive:
+            arrays = await archive.load()
+            assert archive.stats["data"]["bytes"] < path.stat().st_size  # every byte once, at most
+        ranged = [r for r in server.requests("/big.pt2") if r.range and not r.range.startswith("bytes=-")]
+    assert {n: a.tobytes() for n, a in arrays.items()} == tensors
+    assert len(ranged) >= 8  # 9 MiB as 1 MiB parts
+
+
+async def test_part_cut_mid_body_is_resumed(big_archive) -> None:
+    path, tensors = big_archive
+    async with FaultServer() as server:
+        server.put("/big.pt2", path.read_bytes())
+        server.faults.append(DropAfter(nbytes=300_000, after=3, method="GET"))
+        arrays = await _served_load(server)
+        assert server.faults[0].applied == 1
+    assert {n: a.tobytes() for n, a in arrays.items()} == tensors
+
+
+async def test_part_answering_5xx_is_retried(big_archive) -> None:
+    path, tensors = big_archive
+    async with FaultServer() as server:
+        server.put("/big.pt2", path.read_bytes())
+        server.faults.append(Status(503, times=2, after=2, method="GET"))
+        arrays = await _served_load(server)
+        assert server.faults[0].applied == 2
+    assert {n: a.tobytes() for n, a in arrays.items()} == tensors
+
+
+async def test_object_replaced_between_parts_raises_source_changed(big_archive) -> None:
+    path, _ = big_archive
+    data = path.read_bytes()
+    async with FaultServer() as server:
+        server.put("/big.pt2", data)
+        server.faults.append(ChangeObject(data=data[::-1], after=3, method="GET"))
+        result = None
+        with pytest.raises(reader.SourceChanged):
+            result = await _served_load(server)
+        assert result is None
+
+
+async def test_cancelled_load_leaves_no_connection_or_task(big_archive) -> None:
+    path, _ = big_archive
+    async with FaultServer() as server:
+        server.put("/big.pt2", path.read_bytes())
+        server.faults.append(StallAfter(nbytes=100_000, after=2, method="GET", times=None))
+        before = asyncio.all_tasks()
+        async with reader.open_archive(server.url("/big.pt2"), http_options=PARALLEL) as archive:
+            load = asyncio.ensure_future(archive.load())
+            for _ in range(200):
+                await asyncio.sleep(0.01)
+                if server.open_connections >= 2:
+                    break
+            load.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await load
+        await asyncio.sleep(0.05)
+        assert asyncio.all_tasks() - before == set()
+        for _ in range(100):
+            if server.open_connections == 0:
+                break
+            await asyncio.sleep(0.02)
+        assert server.open_connections == 0
+
+
+async def test_corrupt_payload_raises_integrity_error(tmp_path, big_archive) -> None:
+    path, _ = big_archive
+    data = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as archive:
+        info = archive.getinfo("synthetic/data/weights/weight_2")
+    data[info.header_offset + 200_000] ^= 0xFF  # inside its data (the header is < 200 bytes)
+    corrupt = tmp_path / "corrupt.pt2"
+    corrupt.write_bytes(bytes(data))
+    with pytest.raises(reader.IntegrityError):
+        reader.load(corrupt, verify=True)
+    with pytest.raises(reader.IntegrityError):
+        reader.load(corrupt, copy=True)
+    async with FaultServer() as server:
+        server.put("/big.pt2", bytes(data))
+        with pytest.raises(reader.IntegrityError):
+            await _served_load(server)
+
+
+async def test_memory_is_output_plus_parts_in_flight(big_archive) -> None:
+    """Peak allocations of a remote load (tracemalloc sees NumPy's buffers and every bytes
+    object): the output plus parts in flight x part size, with a generous margin."""
+    path, tensors = big_archive
+    output = sum(map(len, tensors.values()))
+    async with FaultServer() as server:
+        server.put("/big.pt2", path.read_bytes())
+        async with reader.open_archive(server.url("/big.pt2"), http_options=PARALLEL) as archive:
+            tracemalloc.start()
+            try:
+                arrays = await archive.load()
+                _, peak = tracemalloc.get_traced_memory()
+            finally:
+                tracemalloc.stop()
+    assert sum(a.nbytes for a in arrays.values()) == output
+    in_flight = PARALLEL.parallel_parts * PARALLEL.part_size
+    assert peak <= output + 2 * in_flight + (4 << 20), (peak, output)
