@@ -97,6 +97,7 @@ async def test_http_load_equals_reads(path: pathlib.Path, model: str) -> None:
             payloads = {t.storage.entry.split("!/")[0] for t in archive.tensors(model) if t.readable}
             regions = sum(infos[name].compress_size + 30 + len(name) + 256 for name in payloads)
             assert data["bytes"] <= regions + (1 << 20)  # and what lies between them (gaps < 1 MiB)
+            assert all(array.flags.writeable for array in arrays.values())  # remote: owned memory
             await _expect_reads(archive, model, arrays)
         assert not server.errors
 
