@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import mmap
 import pathlib
 import tracemalloc
 import zipfile
@@ -408,3 +409,27 @@ async def test_memory_is_output_plus_parts_in_flight(big_archive) -> None:
     assert sum(a.nbytes for a in arrays.values()) == output
     in_flight = PARALLEL.parallel_parts * PARALLEL.part_size
     assert peak <= output + 2 * in_flight + (4 << 20), (peak, output)
+
+
+def test_prefaulting_backs_the_pages_and_leaves_written_bytes_alone() -> None:
+    import threading
+
+    from reader.loading import prefault
+
+    if prefault._madvise() is None:
+        pytest.skip("MADV_POPULATE_WRITE is Linux's")
+    buffer = np.empty(prefault.STEP * 4 + 12345, dtype=np.uint8)  # a fresh mapping of its own
+    written = np.random.default_rng(27).integers(0, 256, prefault.STEP, dtype=np.uint8)
+    buffer[: len(written)] = written  # what a receive wrote before the thread got there
+
+    def resident() -> int:
+        return int(pathlib.Path("/proc/self/statm").read_text().split()[1]) * mmap.PAGESIZE
+
+    before = resident()
+    prefault.populate(buffer, threading.Event())
+    assert np.array_equal(buffer[: len(written)], written)
+    assert resident() - before >= 2 * prefault.STEP  # the pages not written yet are backed now
+    stopped = np.empty(prefault.STEP * 4, dtype=np.uint8)
+    stop = threading.Event()
+    stop.set()
+    prefault.populate(stopped, stop)  # a finished receive: nothing more is faulted in

@@ -9,7 +9,8 @@
   storages are views of it at their data offsets (the local headers between them stay in it),
   each checked against its CRC-32 once its range is in. Nothing is copied, and the one big
   buffer gets huge pages (NumPy advises them for big allocations), where a buffer per storage
-  cost a copy and a page fault per 4 KiB. Memory: the output plus the local headers between
+  cost a copy and a page fault per 4 KiB; its pages are faulted in on a thread meanwhile
+  (prefault.py). Memory: the output plus the local headers between
   entries (and a DEFLATE entry's compressed bytes until it is inflated).
 
 `verify=None` checks every CRC-32 of what is read (everything, remotely); memory-mapped views
@@ -32,6 +33,7 @@ from ..sources.local import _identity as file_identity
 from ..zipfmt import ZipEntry
 from ..zipfmt.structs import METHOD_STORED
 from .plan import LoadPlan, ReadRange
+from .prefault import prefaulting
 
 Buffers = dict[str, np.ndarray]
 # Ranges at most this big are read several at a time (each is a round trip more than bytes);
@@ -136,7 +138,8 @@ async def _read_range(source: ByteSource, fetcher: EntryFetcher, rng: ReadRange)
     """The range's bytes received into one buffer; its stored entries are views of it (CRC-checked
     on a thread), its DEFLATE entries inflated into buffers of their own."""
     whole = aligned_empty(rng.size, rng.start)
-    await source.read_into(rng.start, memoryview(whole))
+    async with prefaulting(whole):
+        await source.read_into(rng.start, memoryview(whole))
     return await asyncio.to_thread(_entries_of, whole, rng, fetcher.known_offsets)
 
 
