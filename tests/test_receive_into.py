@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 
 import numpy as np
 import pytest
@@ -20,6 +19,7 @@ from reader.sources import HttpOptions, HttpSource
 from reader.sources.bulk import BULK_MIN
 from reader.sources.parallel import split
 from testing.faultserver import ChangeObject, Drip, DropAfter, FaultServer, Status
+from tests.test_parallel_reads import _ranges
 
 SIZES = {"bulk": BULK_MIN, "aiohttp": 64 << 10}  # part size of each path
 DATA = os.urandom(5 * BULK_MIN + 4321)
@@ -39,15 +39,6 @@ async def server():
 def _options(part: int, **changes) -> HttpOptions:
     knobs = dict(part_size=part, parallel_parts=3, parallel_above=0, fast_connection=None, backoff_base=0.01)
     return HttpOptions(**{**knobs, **changes})
-
-
-def _ranges(server: FaultServer) -> list[tuple[int, int]]:
-    found = []
-    for record in server.requests("/blob", "GET"):
-        match = re.fullmatch(r"bytes=(\d+)-(\d+)", record.range or "")
-        if match:
-            found.append((int(match.group(1)), int(match.group(2)) + 1))
-    return found
 
 
 async def _read_into(source: HttpSource, start: int, end: int) -> bytes:

@@ -210,18 +210,22 @@ class HttpSource:
             buffer[:] = await self.read(start, end, purpose=purpose)
             return
         receive = functools.partial(self._receive_once, purpose=purpose, deadline=self._deadline())
-        options = self.options
-        if options.parallel_parts > 1 and end - start > max(options.parallel_above, options.part_size):
-            await parts_into(
-                receive,
-                start,
-                buffer,
-                part_size=options.part_size,
-                parts_in_flight=options.parallel_parts,
-                fast_connection=options.fast_connection,
-            )
+        parts = self._parts(end - start)
+        if parts is not None:
+            await parts_into(receive, start, buffer, **parts)
         else:
             await receive(start, buffer)
+
+    def _parts(self, size: int) -> dict[str, Any] | None:
+        """How the parallel reader splits a read of `size` bytes; None: one connection."""
+        options = self.options
+        if options.parallel_parts > 1 and size > max(options.parallel_above, options.part_size):
+            return {
+                "part_size": options.part_size,
+                "parts_in_flight": options.parallel_parts,
+                "fast_connection": options.fast_connection,
+            }
+        return None
 
     async def _receive_once(
         self, start: int, buffer: memoryview, *, purpose: str, deadline: float | None
@@ -251,17 +255,15 @@ class HttpSource:
                 yield data[at : at + chunk_size]
             return
         deadline = self._deadline()
-        options = self.options
-        if options.parallel_parts > 1 and end - start > max(options.parallel_above, options.part_size):
+        parts = self._parts(end - start)
+        if parts is not None:
             chunks = ordered_parts(
                 functools.partial(
                     self._stream_once, chunk_size=chunk_size, purpose=purpose, deadline=deadline
                 ),
                 start,
                 end,
-                part_size=options.part_size,
-                parts_in_flight=options.parallel_parts,
-                fast_connection=options.fast_connection,
+                **parts,
             )
         else:
             chunks = self._stream_once(start, end, chunk_size=chunk_size, purpose=purpose, deadline=deadline)
