@@ -433,3 +433,25 @@ def test_prefaulting_backs_the_pages_and_leaves_written_bytes_alone() -> None:
     stop = threading.Event()
     stop.set()
     prefault.populate(stopped, stop)  # a finished receive: nothing more is faulted in
+
+
+async def test_a_remote_selection_keeps_no_unselected_payload_in_memory(tmp_path) -> None:
+    """Storages are views of the range received; entries not selected between them are not kept."""
+    rng = np.random.default_rng(28)
+    tensors = {name: rng.standard_normal(2**16, dtype=np.float32).tobytes() for name in "abcd"}
+    path = tmp_path / "four.pt2"
+    write_pt2(path, {name: (7, [len(data) // 4], data) for name, data in tensors.items()})
+    async with FaultServer() as server:
+        server.put("/four.pt2", path.read_bytes())
+        async with reader.open_archive(server.url("/four.pt2"), tail_size=4096) as archive:
+            arrays = await archive.load(names=["a", "c", "d"])
+    assert {name: array.tobytes() for name, array in arrays.items()} == {n: tensors[n] for n in "acd"}
+
+    def root(array: np.ndarray) -> np.ndarray:
+        while isinstance(array.base, np.ndarray):
+            array = array.base
+        return array
+
+    held = {id(root(array)): root(array).nbytes for array in arrays.values()}
+    assert sum(held.values()) < 3 * len(tensors["a"]) + (64 << 10)  # not b's 256 KiB
+    assert np.shares_memory(root(arrays["c"]), arrays["d"])  # neighbours: one range, one buffer

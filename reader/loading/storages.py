@@ -6,7 +6,8 @@
 - Any other source (HTTP, S3, ...) receives each of the plan's ranges straight into one buffer of
   its size (`source.read_into`: parallel parts over several connections where they pay, each
   retried and resumed into its own slice, pinned to the object's version); the stored entries'
-  storages are views of it at their data offsets (the local headers between them stay in it),
+  storages are views of it at their data offsets (the local headers between them stay in it; a
+  range is split where more than IN_PLACE_GAP lies between two entries),
   each checked against its CRC-32 once its range is in. Nothing is copied, and the one big
   buffer gets huge pages (NumPy advises them for big allocations), where a buffer per storage
   cost a copy and a page fault per 4 KiB; its pages are faulted in on a thread meanwhile
@@ -32,7 +33,7 @@ from ..sources import ByteSource, LocalFileSource
 from ..sources.local import _identity as file_identity
 from ..zipfmt import ZipEntry
 from ..zipfmt.structs import METHOD_STORED
-from .plan import LoadPlan, ReadRange
+from .plan import LoadPlan, ReadRange, group_ranges
 from .prefault import prefaulting
 
 Buffers = dict[str, np.ndarray]
@@ -41,6 +42,9 @@ Buffers = dict[str, np.ndarray]
 SMALL_RANGE = 16 << 20
 SMALL_RANGES_AT_ONCE = 8
 ALIGNMENT = 64
+# A range received in place keeps what lies between its entries (local headers; entries not selected)
+# as long as the storages live: at most this much per gap. A whole model's gaps are its local headers.
+IN_PLACE_GAP = 64 << 10
 
 
 async def read_storages(
@@ -111,8 +115,10 @@ def _check_crc(entry: ZipEntry, data: np.ndarray) -> None:
 
 
 async def _received(source: ByteSource, fetcher: EntryFetcher, plan: LoadPlan) -> Buffers:
-    small = [rng for rng in plan.ranges if rng.size <= SMALL_RANGE]
-    big = [rng for rng in plan.ranges if rng.size > SMALL_RANGE]
+    # the bytes between a range's entries stay in memory with them: split where more lies between
+    ranges = [part for rng in plan.ranges for part in group_ranges(rng.entries, IN_PLACE_GAP)]
+    small = [rng for rng in ranges if rng.size <= SMALL_RANGE]
+    big = [rng for rng in ranges if rng.size > SMALL_RANGE]
     gate = asyncio.Semaphore(SMALL_RANGES_AT_ONCE)
     buffers: Buffers = {}
 
