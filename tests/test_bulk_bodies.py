@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from reader.sources import HttpOptions
-from reader.sources.bulk import BULK_MIN
+from reader.sources.bulk import BODY_INTO, BULK_MIN
 from reader.sources.http import make_client
 from testing.faultserver import Drip, DropAfter, FaultServer, ResetConnection, StallAfter
 
@@ -150,3 +150,46 @@ async def test_a_consumer_that_lags_gets_fewer_bigger_chunks() -> None:
             chunks = [bytes(chunk) async for chunk in r.aiter_raw()]
         assert b"".join(chunks) == DATA
         assert len(chunks) <= SIZE // (BULK_MIN - (64 << 10)) + 2
+
+
+async def _receive(client: httpx.AsyncClient, url: str, buffer: memoryview) -> list[int]:
+    """The whole object received into `buffer` through the response's BODY_INTO; what each wake added."""
+    async with client.stream("GET", url, headers={"Range": f"bytes=0-{len(buffer) - 1}"}) as response:
+        return [nbytes async for nbytes in response.extensions[BODY_INTO].receive_into(buffer)]
+
+
+async def test_a_body_received_into_the_callers_memory_is_exact_and_keeps_its_connection() -> None:
+    async with FaultServer() as server, make_client(HttpOptions()) as client:
+        server.put("/blob", DATA)
+        buffer = bytearray(SIZE)
+        landed = await _receive(client, server.url("/blob"), memoryview(buffer))
+        assert buffer == DATA and sum(landed) == SIZE
+        assert b"".join(await _get(client, server.url("/blob"), 0, SIZE)) == DATA
+        assert [record.connection for record in server.log] == [1, 1]  # its end released it to the pool
+        assert buffer == DATA  # the next body on that connection did not write into it
+
+
+@pytest.mark.parametrize("rst", [False, True], ids=["FIN", "RST"])
+async def test_a_body_cut_short_counts_what_landed_then_fails(rst: bool) -> None:
+    async with FaultServer() as server, make_client(HttpOptions()) as client:
+        server.put("/blob", DATA)
+        server.faults.append(DropAfter(BULK_MIN + 5, rst=rst))
+        buffer, landed = bytearray(SIZE), []
+        with pytest.raises((httpx.RemoteProtocolError, httpx.ReadError)):
+            async with client.stream(
+                "GET", server.url("/blob"), headers={"Range": f"bytes=0-{SIZE - 1}"}
+            ) as response:
+                async for nbytes in response.extensions[BODY_INTO].receive_into(memoryview(buffer)):
+                    landed.append(nbytes)
+        assert sum(landed) <= BULK_MIN + 5 and buffer[: sum(landed)] == DATA[: sum(landed)]
+        if not rst:  # a FIN: every byte sent was read
+            assert sum(landed) == BULK_MIN + 5
+        await _released(server)
+
+
+async def test_a_stalled_body_into_memory_times_out() -> None:
+    async with FaultServer() as server, make_client(HttpOptions(read_timeout=0.3)) as client:
+        server.put("/blob", DATA)
+        server.faults.append(StallAfter(BULK_MIN // 2))
+        with pytest.raises(httpx.ReadTimeout):
+            await _receive(client, server.url("/blob"), memoryview(bytearray(SIZE)))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
+import mmap
 import pathlib
 import tracemalloc
 import zipfile
@@ -97,6 +98,7 @@ async def test_http_load_equals_reads(path: pathlib.Path, model: str) -> None:
             payloads = {t.storage.entry.split("!/")[0] for t in archive.tensors(model) if t.readable}
             regions = sum(infos[name].compress_size + 30 + len(name) + 256 for name in payloads)
             assert data["bytes"] <= regions + (1 << 20)  # and what lies between them (gaps < 1 MiB)
+            assert all(array.flags.writeable for array in arrays.values())  # remote: owned memory
             await _expect_reads(archive, model, arrays)
         assert not server.errors
 
@@ -407,3 +409,49 @@ async def test_memory_is_output_plus_parts_in_flight(big_archive) -> None:
     assert sum(a.nbytes for a in arrays.values()) == output
     in_flight = PARALLEL.parallel_parts * PARALLEL.part_size
     assert peak <= output + 2 * in_flight + (4 << 20), (peak, output)
+
+
+def test_prefaulting_backs_the_pages_and_leaves_written_bytes_alone() -> None:
+    import threading
+
+    from reader.loading import prefault
+
+    if prefault._madvise() is None:
+        pytest.skip("MADV_POPULATE_WRITE is Linux's")
+    buffer = np.empty(prefault.STEP * 4 + 12345, dtype=np.uint8)  # a fresh mapping of its own
+    written = np.random.default_rng(27).integers(0, 256, prefault.STEP, dtype=np.uint8)
+    buffer[: len(written)] = written  # what a receive wrote before the thread got there
+
+    def resident() -> int:
+        return int(pathlib.Path("/proc/self/statm").read_text().split()[1]) * mmap.PAGESIZE
+
+    before = resident()
+    prefault.populate(buffer, threading.Event())
+    assert np.array_equal(buffer[: len(written)], written)
+    assert resident() - before >= 2 * prefault.STEP  # the pages not written yet are backed now
+    stopped = np.empty(prefault.STEP * 4, dtype=np.uint8)
+    stop = threading.Event()
+    stop.set()
+    prefault.populate(stopped, stop)  # a finished receive: nothing more is faulted in
+
+
+async def test_a_remote_selection_keeps_no_unselected_payload_in_memory(tmp_path) -> None:
+    """Storages are views of the range received; entries not selected between them are not kept."""
+    rng = np.random.default_rng(28)
+    tensors = {name: rng.standard_normal(2**16, dtype=np.float32).tobytes() for name in "abcd"}
+    path = tmp_path / "four.pt2"
+    write_pt2(path, {name: (7, [len(data) // 4], data) for name, data in tensors.items()})
+    async with FaultServer() as server:
+        server.put("/four.pt2", path.read_bytes())
+        async with reader.open_archive(server.url("/four.pt2"), tail_size=4096) as archive:
+            arrays = await archive.load(names=["a", "c", "d"])
+    assert {name: array.tobytes() for name, array in arrays.items()} == {n: tensors[n] for n in "acd"}
+
+    def root(array: np.ndarray) -> np.ndarray:
+        while isinstance(array.base, np.ndarray):
+            array = array.base
+        return array
+
+    held = {id(root(array)): root(array).nbytes for array in arrays.values()}
+    assert sum(held.values()) < 3 * len(tensors["a"]) + (64 << 10)  # not b's 256 KiB
+    assert np.shares_memory(root(arrays["c"]), arrays["d"])  # neighbours: one range, one buffer

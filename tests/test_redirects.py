@@ -205,3 +205,23 @@ def test_credentials_go_only_to_the_origin_they_were_given_for(url: str, keeps: 
     assert not keeps_credentials(
         "http://hub.example/x", origin_of("https://hub.example/x")
     )  # never downgraded
+
+
+async def test_a_read_into_a_buffer_follows_the_redirect_and_resumes_after_a_cut(
+    target, origin, path
+) -> None:
+    async with reader.open_archive(
+        origin.url("models/model.pt2"), tail_size=4096, http_options=fast(path)
+    ) as ar:
+        origin.take_log()
+        target.log.clear()
+        # the body going into the buffer is cut; the resume finds the signature expired: resolve, resume
+        target.faults += [DropAfter(nbytes=300_000, times=1), Status(403, times=1, after=1)]
+        loaded = await ar.load(names=["big"])
+    assert loaded["big"].tobytes() == BIG
+    cut, refused, resumed = target.log
+    assert (cut.status, refused.status, resumed.status) == (206, 403, 206)
+    resumed_at = int(resumed.range.removeprefix("bytes=").split("-")[0])
+    assert resumed_at == int(cut.range[6:].split("-")[0]) + 300_000
+    assert all("authorization" not in r.headers for r in target.log)
+    assert [(r["status"], r["if_match"]) for r in origin.take_log()] == [(302, target.etag(STORED))]

@@ -2,7 +2,8 @@
 
 plan.py     (sans-IO) which payload entries a selection needs, grouped into coalesced ranges
 demux.py    (sans-IO) archive bytes of one range -> each entry's content pieces, CRC-checked
-storages.py (I/O) the storages' bytes: memory-mapped locally, streamed in parallel parts remotely
+storages.py (I/O) the storages' bytes: memory-mapped locally, received in place remotely
+prefault.py a fresh buffer's pages faulted in on a thread while a receive fills it
 arrays.py   NumPy views of the storages with each tensor's sizes, strides and offset
 load.py     Archive.load: selection -> plan -> storages -> arrays
 sync.py     reader.load: the same from synchronous code, one call

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..pt2.tensorinfo import TensorInfo
+from ..sources import LocalFileSource
 from .arrays import ORDERS, view_array
 from .plan import LoadPlan, plan_load
 from .storages import Buffers, read_storages
@@ -58,7 +59,8 @@ async def load_arrays(
     plan, buffers = await load_storages(
         archive, model=model, prefix=prefix, names=names, copy=copy, verify=verify
     )
-    for buffer in buffers.values():
-        if not buffer.flags.owndata:  # a view of the mapped file: read-only, as documented
-            buffer.flags.writeable = False
+    if isinstance(archive.source, LocalFileSource):
+        for buffer in buffers.values():
+            if not buffer.flags.owndata:  # a view of the mapped file: read-only, as documented
+                buffer.flags.writeable = False
     return {info.name: view_array(info, buffers[info.storage.entry], order) for info in plan.tensors}

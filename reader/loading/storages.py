@@ -3,12 +3,16 @@
 - A local archive is memory-mapped (copy-on-write): a stored entry's buffer is a view of the
   mapping, so nothing is read until the bytes are touched. `copy=True` copies them into owned
   buffers (and checks each CRC-32 on the way); DEFLATE entries are always inflated.
-- Any other source (HTTP, S3, ...) reads the plan's ranges through `source.stream`, which
-  fetches a big range as parallel parts over several connections (retried and resumed, pinned
-  to the object's version); each piece is copied from the received chunk straight into its
-  storage's buffer, on a copying thread while the event loop receives the next bytes (the copy,
-  with its page faults, took as long as receiving did). Memory: the buffers plus the parts in
-  flight plus the few pieces waiting to be copied.
+- Any other source (HTTP, S3, ...) receives each of the plan's ranges straight into one buffer of
+  its size (`source.read_into`: parallel parts over several connections where they pay, each
+  retried and resumed into its own slice, pinned to the object's version); the stored entries'
+  storages are views of it at their data offsets (the local headers between them stay in it; a
+  range is split where more than IN_PLACE_GAP lies between two entries),
+  each checked against its CRC-32 once its range is in. Nothing is copied, and the one big
+  buffer gets huge pages (NumPy advises them for big allocations), where a buffer per storage
+  cost a copy and a page fault per 4 KiB; its pages are faulted in on a thread meanwhile
+  (prefault.py). Memory: the output plus the local headers between
+  entries (and a DEFLATE entry's compressed bytes until it is inflated).
 
 `verify=None` checks every CRC-32 of what is read (everything, remotely); memory-mapped views
 are not read, so they are checked only with `verify=True`.
@@ -17,12 +21,8 @@ are not read, so they are checked only with `verify=True`.
 from __future__ import annotations
 
 import asyncio
-import functools
 import mmap
 import os
-from collections import deque
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import aclosing
 
 import numpy as np
 
@@ -33,18 +33,18 @@ from ..sources import ByteSource, LocalFileSource
 from ..sources.local import _identity as file_identity
 from ..zipfmt import ZipEntry
 from ..zipfmt.structs import METHOD_STORED
-from .demux import Demux, Target, range_bounds
-from .plan import LoadPlan, ReadRange
+from .plan import LoadPlan, ReadRange, group_ranges
+from .prefault import prefaulting
 
 Buffers = dict[str, np.ndarray]
 # Ranges at most this big are read several at a time (each is a round trip more than bytes);
 # bigger ones are read one after the other, each as parallel parts (the parts bound the memory).
 SMALL_RANGE = 16 << 20
 SMALL_RANGES_AT_ONCE = 8
-STREAM_CHUNK = 4 << 20
-# Pieces at least this big are copied on the copying thread, with at most COPIES_AHEAD waiting.
-COPY_IN_THREAD = 256 << 10
-COPIES_AHEAD = 8
+ALIGNMENT = 64
+# A range received in place keeps what lies between its entries (local headers; entries not selected)
+# as long as the storages live: at most this much per gap. A whole model's gaps are its local headers.
+IN_PLACE_GAP = 64 << 10
 
 
 async def read_storages(
@@ -64,7 +64,7 @@ async def read_storages(
     if isinstance(source, LocalFileSource):
         buffers.update(await asyncio.to_thread(_mapped, source, fetcher, plan, copy, verify))
     else:
-        buffers.update(await _streamed(source, fetcher, plan))
+        buffers.update(await _received(source, fetcher, plan))
     return buffers
 
 
@@ -84,7 +84,7 @@ def _mapped(
     buffers: Buffers = {}
     for rng in plan.ranges:
         for entry in rng.entries:
-            start = _local_data_offset(entry, whole, fetcher.known_offsets)
+            start = _data_offset_in(entry, whole, 0, fetcher.known_offsets)
             stored = whole[start : start + entry.compressed_size]
             if entry.method != METHOD_STORED:
                 buffers[entry.name] = _inflate(entry, stored)
@@ -93,16 +93,6 @@ def _mapped(
                 _check_crc(entry, stored)
             buffers[entry.name] = stored.copy() if copy else stored
     return buffers
-
-
-def _local_data_offset(entry: ZipEntry, whole: np.ndarray, known: dict[str, int]) -> int:
-    found = known.get(entry.name)
-    if found is None:
-        header = memoryview(whole[entry.header_offset : entry.region_end])
-        located = zipfmt.locate_data(entry, header)
-        assert not isinstance(located, zipfmt.NeedUntil)  # the whole region is in hand
-        found = known[entry.name] = located
-    return found
 
 
 def _inflate(entry: ZipEntry, stored: np.ndarray) -> np.ndarray:
@@ -121,26 +111,24 @@ def _check_crc(entry: ZipEntry, data: np.ndarray) -> None:
         raise IntegrityError(f"entry {entry.name!r}: CRC-32 {crc:08x} does not match {entry.crc32:08x}")
 
 
-# -- remote: streamed ranges -----------------------------------------------------------------
+# -- remote: ranges received in place ---------------------------------------------------------
 
 
-async def _streamed(source: ByteSource, fetcher: EntryFetcher, plan: LoadPlan) -> Buffers:
-    buffers: Buffers = {
-        name: np.empty(storage.nbytes, dtype=np.uint8)
-        for name, storage in plan.storages.items()
-        if not storage.zeros
-    }
-    small = [rng for rng in plan.ranges if rng.size <= SMALL_RANGE]
-    big = [rng for rng in plan.ranges if rng.size > SMALL_RANGE]
+async def _received(source: ByteSource, fetcher: EntryFetcher, plan: LoadPlan) -> Buffers:
+    # the bytes between a range's entries stay in memory with them: split where more lies between
+    ranges = [part for rng in plan.ranges for part in group_ranges(rng.entries, IN_PLACE_GAP)]
+    small = [rng for rng in ranges if rng.size <= SMALL_RANGE]
+    big = [rng for rng in ranges if rng.size > SMALL_RANGE]
     gate = asyncio.Semaphore(SMALL_RANGES_AT_ONCE)
+    buffers: Buffers = {}
 
     async def read_small(rng: ReadRange) -> None:
         async with gate:
-            await _read_range(source, fetcher, rng, buffers)
+            buffers.update(await _read_range(source, fetcher, rng))
 
     async def read_big() -> None:
         for rng in big:
-            await _read_range(source, fetcher, rng, buffers)
+            buffers.update(await _read_range(source, fetcher, rng))
 
     try:
         async with asyncio.TaskGroup() as group:  # the first failure cancels the rest
@@ -152,49 +140,46 @@ async def _streamed(source: ByteSource, fetcher: EntryFetcher, plan: LoadPlan) -
     return buffers
 
 
-async def _read_range(source: ByteSource, fetcher: EntryFetcher, rng: ReadRange, buffers: Buffers) -> None:
-    targets = [Target(entry) for entry in rng.entries]
-    arrays = [buffers[entry.name] for entry in rng.entries]
-    offsets = fetcher.known_offsets
-    start, end = range_bounds(targets, offsets)
-    demux = Demux(start, targets, offsets)
-    copier = _Copier()
-    try:
-        async with aclosing(source.stream(start, end, chunk_size=STREAM_CHUNK)) as chunks:
-            async for chunk in chunks:
-                for index, at, piece in demux.feed(chunk):
-                    await copier.copy(arrays[index], at, piece)
-                if demux.done:
-                    break
-        demux.close()
-    finally:
-        await copier.drain()
+async def _read_range(source: ByteSource, fetcher: EntryFetcher, rng: ReadRange) -> Buffers:
+    """The range's bytes received into one buffer; its stored entries are views of it (CRC-checked
+    on a thread), its DEFLATE entries inflated into buffers of their own."""
+    whole = aligned_empty(rng.size, rng.start)
+    async with prefaulting(whole):
+        await source.read_into(rng.start, memoryview(whole))
+    return await asyncio.to_thread(_entries_of, whole, rng, fetcher.known_offsets)
 
 
-class _Copier:
-    """Copies received pieces into their buffers on a thread of its own (NumPy releases the GIL for
-    big copies), so the event loop goes on receiving while a piece is copied and its pages are
-    faulted in. At most COPIES_AHEAD pieces wait: that bounds the chunks held."""
-
-    def __init__(self) -> None:
-        self._pending: deque[asyncio.Future[None]] = deque()
-
-    async def copy(self, array: np.ndarray, at: int, piece: bytes | memoryview) -> None:
-        if len(piece) < COPY_IN_THREAD:
-            memoryview(array)[at : at + len(piece)] = piece
-            return
-        source = np.frombuffer(piece, dtype=np.uint8)
-        destination = array[at : at + len(piece)]
-        loop = asyncio.get_running_loop()
-        self._pending.append(loop.run_in_executor(_copy_thread(), np.copyto, destination, source))
-        while len(self._pending) > COPIES_AHEAD:
-            await self._pending.popleft()
-
-    async def drain(self) -> None:
-        while self._pending:
-            await asyncio.shield(self._pending.popleft())
+def _entries_of(whole: np.ndarray, rng: ReadRange, known: dict[str, int]) -> Buffers:
+    buffers: Buffers = {}
+    for entry in rng.entries:
+        start = _data_offset_in(entry, whole, rng.start, known) - rng.start
+        stored = whole[start : start + entry.compressed_size]
+        if len(stored) != entry.compressed_size:
+            raise IntegrityError(f"entry {entry.name!r}: its data runs past the range read")
+        if entry.method != METHOD_STORED:
+            buffers[entry.name] = _inflate(entry, stored)
+            continue
+        _check_crc(entry, stored)
+        buffers[entry.name] = stored
+    return buffers
 
 
-@functools.cache
-def _copy_thread() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(1, thread_name_prefix="pt2serve-load-copy")
+def _data_offset_in(entry: ZipEntry, whole: np.ndarray, base: int, known: dict[str, int]) -> int:
+    """Where `entry`'s data starts in the archive: known, or from its local header in `whole`
+    (checked against the central directory, as every read of the reader does)."""
+    found = known.get(entry.name)
+    if found is None:
+        region = memoryview(whole[entry.header_offset - base : entry.region_end - base])
+        located = zipfmt.locate_data(entry, region)
+        if isinstance(located, zipfmt.NeedUntil):
+            raise IntegrityError(f"entry {entry.name!r}: its local header runs past the range read")
+        found = known[entry.name] = located
+    return found
+
+
+def aligned_empty(size: int, offset: int) -> np.ndarray:
+    """An uninitialised buffer of `size` bytes that holds archive bytes from `offset`: placed so that
+    archive offsets keep their alignment to 64 in memory (the archive aligns payloads to 64)."""
+    spare = np.empty(size + ALIGNMENT, dtype=np.uint8)
+    shift = (offset - spare.ctypes.data) % ALIGNMENT
+    return spare[shift : shift + size]

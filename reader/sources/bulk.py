@@ -19,6 +19,11 @@ WAN); any other ending (cut, cancelled, extra bytes, `Connection: close`) closes
 pooled connection never has a byte of an earlier response left in it. A pooled connection the
 server closed meanwhile is replaced by a new one before any byte of the response is taken.
 
+A consumer that has the body's final memory (`HttpSource.read_into`) gets no chunks at all: the
+response's extension `BODY_INTO` is its `BodyStream`, whose `receive_into` hands the caller's
+buffer to the socket reads (`get_buffer`), so the body lands where it is kept, with no buffer and
+no copy in between.
+
 A read of a body waits until up to `GATHER` bytes of it are queued in the kernel (`SO_RCVLOWAT`,
 which Linux honours in epoll and grows the receive buffer for), so a fast body costs one trip
 through the event loop per MiB instead of one per ~170 KiB; a body that arrives slower than that is
@@ -54,6 +59,9 @@ HEAD_BUFFER = 64 << 10
 # it ~10,000 times a second, each wake a trip through every layer up to `ar.stream`.
 WAKE_AT = 256 << 10
 WAKE_DELAY = 0.001
+# A body received into the caller's memory (`BodyStream.receive_into`) wakes its consumer when it
+# ends, and at most this often meanwhile (its progress, and the read timeout's clock)
+SINK_WAKE_DELAY = 0.02
 # A socket read of a body waits for GATHER bytes of it (or what is left): at the ~170 KiB a read
 # found queued otherwise, `ar.stream` from loopback nginx made ~3,000 trips through the event loop
 # per 512 MiB and ran out of CPU before nginx did (profiled; 0.25 s of CPU against 0.18 s with
@@ -62,6 +70,7 @@ GATHER = 1 << 20
 GATHER_WAIT = 0.002
 
 _RANGE = re.compile(rb"bytes=(\d+)-(\d+)")
+BODY_INTO = "pt2serve.body_into"  # the response extension holding the BodyStream
 
 
 def wants(request: httpx.Request) -> bool:
@@ -165,12 +174,13 @@ class Pool:
         except BaseException:
             protocol.close()
             raise
+        body = BodyStream(protocol, read_timeout, lambda: self._release(origin, protocol))
         return httpx.Response(
             status_code=head.status_code,
             headers=list(head.headers.raw_items()),
-            stream=BodyStream(protocol, read_timeout, lambda: self._release(origin, protocol)),
+            stream=body,
             request=request,
-            extensions={"http_version": b"HTTP/1.1", "reason_phrase": head.reason},
+            extensions={"http_version": b"HTTP/1.1", "reason_phrase": head.reason, BODY_INTO: body},
         )
 
     def _release(self, origin: Origin, protocol: BodyProtocol) -> None:
@@ -234,6 +244,9 @@ class BodyProtocol(asyncio.BufferedProtocol):
         self.reusable = False  # ... exactly, and the server keeps the connection open
         self.error: Exception | None = None
         self.buffer, self.filled = self.head_buffer, 0  # `filled`: bytes of `buffer` handed on
+        self.sink: memoryview | None = None  # the consumer's memory the body goes into, if any
+        self.sunk = 0  # body bytes written into `sink`
+        self.sinking = False  # the last buffer handed to the transport was the sink's
         self._stop_gathering()
         if self.paused and self.transport is not None:
             self.paused = False
@@ -287,6 +300,9 @@ class BodyProtocol(asyncio.BufferedProtocol):
     def get_buffer(self, sizehint: int) -> memoryview:
         if self.head is None or self.remaining is None:
             return self.buffer  # the head, or a body h11 parses: copied into h11's buffer anyway
+        if self.sink is not None and self.remaining:
+            self.sinking = True
+            return self.sink[self.sunk : self.sunk + self.remaining]
         if len(self.buffer) - self.filled < BUFFER_MIN_LEFT:
             self.buffer, self.filled = _fresh(), 0
         return self.buffer[self.filled :]
@@ -298,6 +314,10 @@ class BodyProtocol(asyncio.BufferedProtocol):
             self._stop()
         elif self.head is None or self.remaining is None:
             self._parse(bytes(self.buffer[:nbytes]))
+        elif self.sinking:
+            self.sinking = False
+            self._sunk(nbytes)
+            return
         else:
             start, self.filled = self.filled, self.filled + nbytes
             self._body(self.buffer, start, self.filled)
@@ -308,6 +328,19 @@ class BodyProtocol(asyncio.BufferedProtocol):
                     self.wake_timer = self.loop.call_later(WAKE_DELAY, self._wake)
                 return
         self._wake()
+
+    def _sunk(self, nbytes: int) -> None:
+        """Body bytes landed in the sink (never more than `remaining`: get_buffer's slice)."""
+        assert self.remaining is not None
+        self.sunk += nbytes
+        self.remaining -= nbytes
+        self.done = self.remaining == 0
+        self.read_lately = True
+        self._gather()
+        if self.done:
+            self._wake()
+        elif self.wake_timer is None and self.waiter is not None:
+            self.wake_timer = self.loop.call_later(SINK_WAKE_DELAY, self._wake)
 
     def eof_received(self) -> bool:
         self.connection_lost(None)
@@ -497,6 +530,7 @@ class BodyProtocol(asyncio.BufferedProtocol):
     def close(self) -> None:
         """Drop the connection (an unfinished body with it)."""
         self.reusable = False
+        self.sink = None  # no read writes into the consumer's memory from here on
         if self.transport is None:
             return
         if self.done:
@@ -535,6 +569,43 @@ class BodyStream(httpx.AsyncByteStream):
                 return
             else:
                 await protocol.wait(self.timeout)
+
+    async def receive_into(self, view: memoryview) -> AsyncIterator[int]:
+        """The body written straight into `view` (as long as the body: the caller checked its
+        Content-Length), yielding how many more bytes landed at each wake. A body without a
+        Content-Length is copied in from its chunks. Its end releases the connection as `__aiter__`'s
+        does; a failure raises as `__aiter__`'s does, after the bytes that did land were yielded."""
+        protocol = self.protocol
+        at = 0
+        if protocol.remaining is not None:  # what came with the head first, then the sink
+            while (chunk := protocol.take()) is not None:
+                view[at : at + len(chunk)] = chunk
+                at += len(chunk)
+            if at:
+                yield at
+            if len(view) - at != protocol.remaining:
+                raise ValueError(f"a body of {at + protocol.remaining} bytes for {len(view)} bytes of memory")
+            protocol.sink, protocol.sunk = view[at:], 0
+            reported = 0
+            while True:
+                if protocol.sunk > reported:
+                    yield protocol.sunk - reported
+                    reported = protocol.sunk
+                if protocol.done:
+                    self._finish()
+                    return
+                try:
+                    await protocol.wait(self.timeout)
+                except Exception:
+                    if protocol.sunk > reported:  # what landed before the failure counts
+                        yield protocol.sunk - reported
+                    raise
+        async for chunk in self:
+            if len(chunk) > len(view) - at:
+                raise ValueError(f"a body longer than the {len(view)} bytes of memory")
+            view[at : at + len(chunk)] = chunk
+            at += len(chunk)
+            yield len(chunk)
 
     def _finish(self) -> None:
         if self.release is not None:

@@ -8,6 +8,10 @@
 - Connect errors, 408/429/5xx and bodies cut mid-stream are retried with capped,
   jittered exponential backoff (Retry-After honoured) within attempt and time
   budgets; a cut body resumes from the next byte.
+- `read_into` of a big range receives the body straight into the caller's memory (bulk.py's
+  `BodyStream.receive_into`), as parts over several connections when `stream` would use them
+  (parallel.py's `parts_into`), with the same checks, pinning and retries; a cut body resumes
+  writing at the first byte it did not receive.
 - Redirects are followed; later reads go straight to the final URL, without the
   origin's credentials, and an expired signed target is resolved again (redirects.py).
 """
@@ -27,9 +31,10 @@ from typing import Any, Self
 import httpx
 
 from ..errors import SourceChanged, SourceError
+from . import bulk
 from .base import DEFAULT_CHUNK_SIZE, DEFAULT_TAIL_SIZE, SourceStats, check_range, redact_location
 from .held import HeldBytes
-from .parallel import ordered_parts
+from .parallel import ordered_parts, parts_into
 from .proxies import Proxy, refusal
 from .proxies import mounts as proxy_mounts
 from .redirects import EXPIRED_STATUS, keeps_credentials, origin_of, without_credentials
@@ -195,9 +200,50 @@ class HttpSource:
         return await self._fetch(start, end, purpose)
 
     async def read_into(self, start: int, buffer: memoryview, *, purpose: str = "data") -> None:
-        """Through `read`: the copy into `buffer` costs microseconds where the request costs a round
-        trip, and every check and retry of `read` stays the one path remote bytes take."""
-        buffer[:] = await self.read(start, start + len(buffer), purpose=purpose)
+        """Bytes [start, start + len(buffer)) into `buffer`. A small range goes through `read` (the
+        copy costs microseconds where the request costs a round trip); a big one is received straight
+        into `buffer`, in parts over several connections as `stream` fetches it, each part retried
+        and resumed into its own slice."""
+        end = start + len(buffer)
+        check_range(self, start, end)
+        if end - start < bulk.BULK_MIN or (self._held and self._held.covers(start, end)):
+            buffer[:] = await self.read(start, end, purpose=purpose)
+            return
+        receive = functools.partial(self._receive_once, purpose=purpose, deadline=self._deadline())
+        parts = self._parts(end - start)
+        if parts is not None:
+            await parts_into(receive, start, buffer, **parts)
+        else:
+            await receive(start, buffer)
+
+    def _parts(self, size: int) -> dict[str, Any] | None:
+        """How the parallel reader splits a read of `size` bytes; None: one connection."""
+        options = self.options
+        if options.parallel_parts > 1 and size > max(options.parallel_above, options.part_size):
+            return {
+                "part_size": options.part_size,
+                "parts_in_flight": options.parallel_parts,
+                "fast_connection": options.fast_connection,
+            }
+        return None
+
+    async def _receive_once(
+        self, start: int, buffer: memoryview, *, purpose: str, deadline: float | None
+    ) -> None:
+        """`buffer`'s bytes over one connection at a time: retried, resumed into the next byte."""
+        filled = 0
+        attempt = 0
+        while filled < len(buffer):
+            try:
+                async with aclosing(self._range_into(start + filled, buffer[filled:], purpose)) as landed:
+                    async for nbytes in landed:
+                        filled += nbytes
+                        _check_deadline(deadline, self.location)
+                if filled < len(buffer):
+                    raise _Retry(f"body ended after {filled} of {len(buffer)} bytes")
+            except _Retry as problem:
+                attempt += 1
+                await self._back_off(problem, attempt, deadline)
 
     async def stream(
         self, start: int, end: int, *, chunk_size: int = DEFAULT_CHUNK_SIZE, purpose: str = "data"
@@ -209,17 +255,15 @@ class HttpSource:
                 yield data[at : at + chunk_size]
             return
         deadline = self._deadline()
-        options = self.options
-        if options.parallel_parts > 1 and end - start > max(options.parallel_above, options.part_size):
+        parts = self._parts(end - start)
+        if parts is not None:
             chunks = ordered_parts(
                 functools.partial(
                     self._stream_once, chunk_size=chunk_size, purpose=purpose, deadline=deadline
                 ),
                 start,
                 end,
-                part_size=options.part_size,
-                parts_in_flight=options.parallel_parts,
-                fast_connection=options.fast_connection,
+                **parts,
             )
         else:
             chunks = self._stream_once(start, end, chunk_size=chunk_size, purpose=purpose, deadline=deadline)
@@ -253,6 +297,58 @@ class HttpSource:
             raise SourceError(f"{self.location}: got {len(data)} bytes for a {end - start}-byte range")
         return data
 
+    async def _range_into(self, start: int, view: memoryview, purpose: str) -> AsyncIterator[int]:
+        """One ranged GET whose body goes into `view`; yields how many bytes landed as they land (so
+        a cut loses nothing already here); raises _Retry for transient trouble."""
+        end = start + len(view)
+        request = self._request("GET", {"Range": f"bytes={start}-{end - 1}", **self._pin()})
+        response = await self._send(request, purpose)
+        try:
+            if response.status_code == 200:
+                whole = await self._whole_body(response, purpose)
+                self._check_same_object(response, len(whole))
+                view[:] = whole[start:end]
+                yield len(view)
+                return
+            self._check_partial(response, start, end)
+            body = response.extensions.get(bulk.BODY_INTO)
+            received = 0
+            try:
+                if body is None:  # the aiohttp path: its chunks, copied in
+                    async for data in response.aiter_raw():
+                        if received + len(data) > len(view):
+                            raise SourceError(
+                                f"{self.location}: body longer than the range {start}-{end - 1}"
+                            )
+                        view[received : received + len(data)] = data
+                        received += len(data)
+                        self.stats.add_bytes(purpose, len(data))
+                        yield len(data)
+                else:
+                    async for nbytes in body.receive_into(view):
+                        received += nbytes
+                        self.stats.add_bytes(purpose, nbytes)
+                        yield nbytes
+            except httpx.TransportError as exc:
+                raise _Retry(f"body cut after {received} bytes ({type(exc).__name__})") from None
+        finally:
+            await response.aclose()
+
+    def _check_partial(self, response: httpx.Response, start: int, end: int) -> None:
+        """A 206 of the object opened, with exactly bytes [start, end) to come."""
+        self._check_status(response, allow=(206,))
+        self._check_same_object(response, None)
+        got = self._content_range(response)
+        if got[:2] != (start, end - 1):
+            raise SourceError(
+                f"{self.location}: asked for bytes {start}-{end - 1}, server sent {got[0]}-{got[1]}"
+            )
+        length = response.headers.get("content-length")
+        if length is not None and length != str(end - start):
+            raise SourceError(
+                f"{self.location}: Content-Length {length} does not match range {start}-{end - 1}"
+            )
+
     async def _range_chunks(
         self, start: int, end: int, chunk_size: int, purpose: str
     ) -> AsyncIterator[bytes]:
@@ -265,18 +361,7 @@ class HttpSource:
                 self._check_same_object(response, len(whole))
                 yield whole[start:end]
                 return
-            self._check_status(response, allow=(206,))
-            self._check_same_object(response, None)
-            got = self._content_range(response)
-            if got[:2] != (start, end - 1):
-                raise SourceError(
-                    f"{self.location}: asked for bytes {start}-{end - 1}, server sent {got[0]}-{got[1]}"
-                )
-            length = response.headers.get("content-length")
-            if length is not None and length != str(end - start):
-                raise SourceError(
-                    f"{self.location}: Content-Length {length} does not match range {start}-{end - 1}"
-                )
+            self._check_partial(response, start, end)
             received = 0
             try:
                 async for data in response.aiter_raw():
