@@ -20,6 +20,7 @@ from reader.sources import azure as azure_source
 from reader.sources.azure import TOKEN_REFRESH_BEFORE, AzureSettings, open_azure, parse_az_location
 from reader.sources.blob import is_blob_url
 from testing.azurite import ACCOUNT, ACCOUNT_KEY, Azurite
+from testing.compare import assert_same_as_local
 from testing.faultserver import DropAfter, FaultServer, Status
 from testing.zipbytes import write_pt2
 from tests.conftest import ARCHIVES, SHARED_LINEAR
@@ -55,18 +56,7 @@ def clean_environment(monkeypatch) -> None:
 
 
 async def _same_as_local(remote: reader.Archive, local_path: pathlib.Path) -> None:
-    async with reader.open_archive(local_path) as local:
-        assert [t.to_dict() for t in remote.tensors()] == [t.to_dict() for t in local.tensors()]
-        tensors = local.tensors()
-        for info in tensors[:: max(5, len(tensors) // 12)]:  # about a dozen: each read is a request
-            if info.readable:
-                for order in ("default", "contiguous"):
-                    want = await local.read(info.name, model=info.model, order=order)
-                    assert await remote.read(info.name, model=info.model, order=order) == want
-                    streamed = [
-                        bytes(c) async for c in remote.stream(info.name, model=info.model, order=order)
-                    ]
-                    assert b"".join(streamed) == want
+    await assert_same_as_local(remote, local_path, most=12)  # about a dozen: each read is a request
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -7,6 +7,7 @@ import pytest
 
 import reader
 from reader.sources import S3Settings
+from testing.compare import assert_same_as_local
 from testing.seaweed import SeaweedS3
 from tests.conftest import ARCHIVES
 
@@ -33,17 +34,7 @@ def _settings(server: SeaweedS3, *, anonymous: bool = False) -> S3Settings:
 
 
 async def _same_as_local(remote: reader.Archive, name: str) -> None:
-    async with reader.open_archive(ARCHIVES / name) as local:
-        assert [t.to_dict() for t in remote.tensors()] == [t.to_dict() for t in local.tensors()]
-        for info in local.tensors()[::5]:
-            if info.readable:
-                for order in ("default", "contiguous"):
-                    want = await local.read(info.name, model=info.model, order=order)
-                    assert await remote.read(info.name, model=info.model, order=order) == want
-                    streamed = [
-                        bytes(c) async for c in remote.stream(info.name, model=info.model, order=order)
-                    ]
-                    assert b"".join(streamed) == want
+    await assert_same_as_local(remote, ARCHIVES / name)
 
 
 @pytest.mark.parametrize("name", NAMES)
