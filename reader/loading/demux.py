@@ -157,11 +157,8 @@ class Demux:
         at = self._position
         self._position += take
         if self._position >= target.end:
-            if target.whole and self._crc != target.entry.crc32:
-                raise IntegrityError(
-                    f"entry {target.entry.name!r}: CRC-32 {self._crc:08x} does not match "
-                    f"{target.entry.crc32:08x}"
-                )
+            if target.whole:
+                zipfmt.verify_crc(target.entry, self._crc)
             self._next()
         if take:
             out.append((index, at, piece))

@@ -106,9 +106,7 @@ def _inflate(entry: ZipEntry, stored: np.ndarray) -> np.ndarray:
 
 
 def _check_crc(entry: ZipEntry, data: np.ndarray) -> None:
-    crc = zipfmt.crc32(memoryview(data))
-    if crc != entry.crc32:
-        raise IntegrityError(f"entry {entry.name!r}: CRC-32 {crc:08x} does not match {entry.crc32:08x}")
+    zipfmt.verify_crc(entry, zipfmt.crc32(memoryview(data)))
 
 
 # -- remote: ranges received in place ---------------------------------------------------------

@@ -175,7 +175,7 @@ class EntryFetcher:
                     yield held
                 held = chunk
         if crc:
-            _verify_crc(entry, value)
+            zipfmt.verify_crc(entry, value)
         if held is not None:
             yield held
 
@@ -282,9 +282,4 @@ def _verify_whole(entry: ZipEntry, start: int, end: int, data: bytes | memoryvie
     """Bytes [start, end) of a stored entry, checked against its CRC-32 when they are all of it
     (the CRC covers the whole entry; a part of it cannot be checked on its own)."""
     if start == 0 and end == entry.size:
-        _verify_crc(entry, zipfmt.crc32(data))
-
-
-def _verify_crc(entry: ZipEntry, crc: int) -> None:
-    if crc != entry.crc32:
-        raise IntegrityError(f"entry {entry.name!r}: CRC-32 {crc:08x} does not match {entry.crc32:08x}")
+        zipfmt.verify_crc(entry, zipfmt.crc32(data))

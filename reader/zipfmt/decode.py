@@ -20,6 +20,12 @@ INFLATE_PIECE = 4 << 20
 crc32 = zlib_ng.crc32
 
 
+def verify_crc(entry: ZipEntry, crc: int) -> None:
+    """Raise IntegrityError unless `crc` (of the entry's whole content) is the directory's CRC-32."""
+    if crc != entry.crc32:
+        raise IntegrityError(f"entry {entry.name!r}: CRC-32 {crc:08x} does not match {entry.crc32:08x}")
+
+
 def check_decodable(entry: ZipEntry) -> None:
     """Raise ArchiveFormatError if the entry's bytes cannot be decoded here."""
     if entry.flags & FLAG_ENCRYPTED:
@@ -73,10 +79,8 @@ class EntryDecoder:
             raise IntegrityError(
                 f"entry {self._entry.name!r} decoded to {self.produced} bytes, expected {self._entry.size}"
             )
-        if self._verify and self._crc != self._entry.crc32:
-            raise IntegrityError(
-                f"entry {self._entry.name!r}: CRC-32 {self._crc:08x} does not match {self._entry.crc32:08x}"
-            )
+        if self._verify:
+            verify_crc(self._entry, self._crc)
 
     def _account(self, piece: bytes | memoryview) -> bytes | memoryview:
         self.produced += len(piece)
