@@ -30,7 +30,7 @@ from .. import zipfmt
 from ..errors import IntegrityError, SourceChanged
 from ..reading.entries import EntryFetcher
 from ..sources import ByteSource, LocalFileSource
-from ..sources.local import _identity as file_identity
+from ..sources.local import file_identity
 from ..zipfmt import ZipEntry
 from ..zipfmt.structs import METHOD_STORED
 from .plan import LoadPlan, ReadRange, group_ranges

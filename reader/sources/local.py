@@ -53,7 +53,8 @@ class _Scratch(threading.local):
 _scratch = _Scratch()
 
 
-def _identity(status: os.stat_result) -> str:
+def file_identity(status: os.stat_result) -> str:
+    """What names a local file's bytes: size, modification time and inode (changes on any rewrite)."""
     return f"{status.st_size:x}-{status.st_mtime_ns:x}-{status.st_ino:x}"
 
 
@@ -70,7 +71,7 @@ class LocalFileSource:
         self.location = path
         self._fd = fd
         self.size = status.st_size
-        self.identity = _identity(status)
+        self.identity = file_identity(status)
         self.stats = SourceStats()
         self._nowait = _RWF_NOWAIT is not None
         self._closed = False
@@ -181,7 +182,7 @@ class LocalFileSource:
 
     async def _raise_short_read(self, start: int, wanted: int, got: int) -> None:
         try:
-            now = _identity(os.fstat(self._fd))
+            now = file_identity(os.fstat(self._fd))
         except OSError:
             now = None
         if now != self.identity:
@@ -191,7 +192,7 @@ class LocalFileSource:
     async def revalidate(self) -> bool:
         """True if the file is still the one opened (same size, mtime and inode)."""
         try:
-            return _identity(os.stat(self.location)) == self.identity
+            return file_identity(os.stat(self.location)) == self.identity
         except OSError:
             return False
 
