@@ -24,7 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from . import encoding
 from .fields import Fields
-from .httpranges import _matches_weakly as matches_weakly
+from .httpranges import matches_weakly
 
 IMMUTABLE = "public, max-age=31536000, immutable"
 IMMUTABLE_PRIVATE = "private, max-age=31536000, immutable"

@@ -31,7 +31,7 @@ def decide(
     if_none_match: str | None,
     if_range: str | None,
 ) -> Decision:
-    if if_none_match is not None and _matches_weakly(if_none_match, etag):
+    if if_none_match is not None and matches_weakly(if_none_match, etag):
         return Decision(304)
     if range_header is None:
         return Decision(200)
@@ -99,7 +99,7 @@ def content_range(start: int, end: int, length: int) -> bytes:
     return b"bytes %d-%d/%d" % (start, end - 1, length)
 
 
-def _matches_weakly(header: str, etag: str) -> bool:
+def matches_weakly(header: str, etag: str) -> bool:
     """If-None-Match uses weak comparison: W/ prefixes are ignored; * matches anything."""
     if header.strip() == "*":
         return True
