@@ -392,6 +392,47 @@ async def test_corrupt_payload_raises_integrity_error(tmp_path, big_archive) -> 
             await _served_load(server)
 
 
+async def test_corrupt_entry_fails_the_load_while_the_body_still_runs(tmp_path, big_archive) -> None:
+    """Entries are checked as they land: a corrupt first entry fails the load although the server
+    stalls the rest of the body (checked only at the end, the load would wait on the stall)."""
+    path, _ = big_archive
+    data = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as archive:
+        info = archive.getinfo("synthetic/data/weights/weight_0")
+    data[info.header_offset + 200_000] ^= 0xFF
+    one_stream = HttpOptions(parallel_parts=1, read_timeout=120, max_attempts=1)
+    async with FaultServer() as server:
+        server.put("/big.pt2", bytes(data))
+        async with reader.open_archive(server.url("/big.pt2"), http_options=one_stream) as archive:
+            server.faults.append(StallAfter(nbytes=4 << 20, method="GET", times=None))  # the load's GET
+            with pytest.raises(reader.IntegrityError, match="weight_0"):
+                await asyncio.wait_for(archive.load(), 60)  # a guard against a hang, not a timing
+        assert server.faults[0].applied == 1
+
+
+@pytest.mark.parametrize("order", ["in order", "reversed", "interleaved"])
+def test_arrivals_find_where_the_first_gap_begins(order: str) -> None:
+    from reader.loading.landing import Arrivals
+
+    spans = [(100 + 10 * i, 10) for i in range(10)]
+    if order == "reversed":
+        spans.reverse()
+    elif order == "interleaved":
+        spans = spans[::2] + spans[1::2]
+    arrivals = Arrivals(100, 200)
+    seen = []
+    for at, nbytes in spans:
+        arrivals.add(at, nbytes)
+        seen.append(arrivals.prefix)
+    assert seen[-1] == 200
+    assert seen == sorted(seen)  # the prefix never moves back
+    landed = set()
+    for (at, nbytes), prefix in zip(spans, seen, strict=True):
+        landed.update(range(at, at + nbytes))
+        gap = next(x for x in range(100, 201) if x not in landed or x == 200)
+        assert prefix == gap
+
+
 async def test_memory_is_output_plus_parts_in_flight(big_archive) -> None:
     """Peak allocations of a remote load (tracemalloc sees NumPy's buffers and every bytes
     object): the output plus parts in flight x part size, with a generous margin."""

@@ -86,3 +86,37 @@ async def test_wrong_buffers_are_refused_with_typed_errors() -> None:
             await tensor.read_into(bytes(info.nbytes))
         with pytest.raises(ValueError, match="outside"):
             await tensor.read_into(bytearray(2), info.nbytes - 1)
+
+
+@pytest.mark.parametrize("parts", [1, 4])
+async def test_landed_hears_of_every_byte_once_across_parts_and_resumes(parts: int) -> None:
+    """HttpSource.read_into(landed=...) reports spans that tile the range exactly, each after its
+    bytes are in the buffer, also when a part is cut mid-body and resumed."""
+    from testing.faultserver import DropAfter
+
+    payload = np.random.default_rng(3).integers(0, 256, 6 << 20, dtype=np.uint8).tobytes()
+    options = HttpOptions(
+        parallel_parts=parts, part_size=1 << 20, parallel_above=1 << 20, fast_connection=None,
+        backoff_base=0.01, backoff_cap=0.05, max_attempts=4,
+    )  # fmt: skip
+    async with FaultServer() as server:
+        server.put("/blob", payload)
+        source = await reader.sources.HttpSource.open(server.url("/blob"), tail_size=1024, options=options)
+        try:
+            server.faults.append(DropAfter(nbytes=300_000, after=parts // 2, method="GET"))
+            buffer = np.zeros(len(payload) - 1000, dtype=np.uint8)
+            spans: list[tuple[int, int]] = []
+
+            def landed(at: int, nbytes: int) -> None:
+                assert buffer[at - 500 : at - 500 + nbytes].tobytes() == payload[at : at + nbytes]
+                spans.append((at, nbytes))
+
+            await source.read_into(500, memoryview(buffer), landed=landed)
+        finally:
+            await source.close()
+        assert server.faults[0].applied == 1
+    assert buffer.tobytes() == payload[500:-500]
+    covered = np.zeros(len(payload), dtype=np.int32)
+    for at, nbytes in spans:
+        covered[at : at + nbytes] += 1
+    assert (covered[500:-500] == 1).all() and not covered[:500].any() and not covered[-500:].any()

@@ -21,18 +21,21 @@ are not read, so they are checked only with `verify=True`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import mmap
 import os
+from collections.abc import Sequence
 
 import numpy as np
 
 from .. import zipfmt
 from ..errors import IntegrityError, SourceChanged
 from ..reading.entries import EntryFetcher
-from ..sources import ByteSource, LocalFileSource
+from ..sources import ByteSource, HttpSource, LocalFileSource
 from ..sources.local import file_identity
 from ..zipfmt import ZipEntry
 from ..zipfmt.structs import METHOD_STORED
+from .landing import Arrivals, Follower
 from .plan import LoadPlan, ReadRange, group_ranges
 from .prefault import prefaulting
 
@@ -140,17 +143,39 @@ async def _received(source: ByteSource, fetcher: EntryFetcher, plan: LoadPlan) -
 
 async def _read_range(source: ByteSource, fetcher: EntryFetcher, rng: ReadRange) -> Buffers:
     """The range's bytes received into one buffer; its stored entries are views of it (CRC-checked
-    on a thread), its DEFLATE entries inflated into buffers of their own."""
+    on a thread as they land, where the source says what landed), its DEFLATE entries inflated into
+    buffers of their own."""
     whole = aligned_empty(rng.size, rng.start)
-    async with prefaulting(whole):
-        await source.read_into(rng.start, memoryview(whole))
-    return await asyncio.to_thread(_entries_of, whole, rng, fetcher.known_offsets)
+    known = fetcher.known_offsets
+    follower = Follower(
+        rng.entries,
+        Arrivals(rng.start, rng.end),
+        functools.partial(_entries_of, whole, rng.start, known=known),
+    )
+
+    async def receive() -> None:
+        async with prefaulting(whole):
+            if isinstance(source, HttpSource):
+                await source.read_into(rng.start, memoryview(whole), landed=follower.landed)
+            else:
+                await source.read_into(rng.start, memoryview(whole))
+        follower.complete()
+
+    try:
+        async with asyncio.TaskGroup() as group:  # a corrupt entry stops the receive at once
+            group.create_task(follower.run())
+            group.create_task(receive())
+    except BaseExceptionGroup as failed:  # the caller gets the first failure itself, not a group
+        raise failed.exceptions[0] from None
+    return follower.results
 
 
-def _entries_of(whole: np.ndarray, rng: ReadRange, known: dict[str, int]) -> Buffers:
+def _entries_of(whole: np.ndarray, base: int, entries: Sequence[ZipEntry], known: dict[str, int]) -> Buffers:
+    """`entries` out of `whole` (archive bytes from `base`): stored ones as views, CRC-checked;
+    DEFLATE ones inflated."""
     buffers: Buffers = {}
-    for entry in rng.entries:
-        start = _data_offset_in(entry, whole, rng.start, known) - rng.start
+    for entry in entries:
+        start = _data_offset_in(entry, whole, base, known) - base
         stored = whole[start : start + entry.compressed_size]
         if len(stored) != entry.compressed_size:
             raise IntegrityError(f"entry {entry.name!r}: its data runs past the range read")

@@ -6,7 +6,7 @@ object and counts requests and bytes by purpose ("open" vs "data").
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -53,6 +53,10 @@ class SourceStats:
 
     def to_dict(self) -> dict[str, dict[str, int]]:
         return {purpose: {"requests": s.requests, "bytes": s.bytes} for purpose, s in self.by_purpose.items()}
+
+
+# told of archive bytes [at, at + nbytes) as they land in a read_into's buffer (HttpSource's)
+Landed = Callable[[int, int], None]
 
 
 class ByteSource(Protocol):

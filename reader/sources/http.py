@@ -32,7 +32,14 @@ import httpx
 
 from ..errors import SourceChanged, SourceError
 from . import bulk
-from .base import DEFAULT_CHUNK_SIZE, DEFAULT_TAIL_SIZE, SourceStats, check_range, redact_location
+from .base import (
+    DEFAULT_CHUNK_SIZE,
+    DEFAULT_TAIL_SIZE,
+    Landed,
+    SourceStats,
+    check_range,
+    redact_location,
+)
 from .held import HeldBytes
 from .parallel import ordered_parts, parts_into
 from .proxies import Proxy, refusal
@@ -199,17 +206,24 @@ class HttpSource:
             return self._held.data[offset : offset + end - start]
         return await self._fetch(start, end, purpose)
 
-    async def read_into(self, start: int, buffer: memoryview, *, purpose: str = "data") -> None:
+    async def read_into(
+        self, start: int, buffer: memoryview, *, purpose: str = "data", landed: Landed | None = None
+    ) -> None:
         """Bytes [start, start + len(buffer)) into `buffer`. A small range goes through `read` (the
         copy costs microseconds where the request costs a round trip); a big one is received straight
         into `buffer`, in parts over several connections as `stream` fetches it, each part retried
-        and resumed into its own slice."""
+        and resumed into its own slice. `landed(at, nbytes)` hears of archive bytes [at, at + nbytes)
+        as they land (so a caller can check what is in while the rest arrives)."""
         end = start + len(buffer)
         check_range(self, start, end)
         if end - start < bulk.BULK_MIN or (self._held and self._held.covers(start, end)):
             buffer[:] = await self.read(start, end, purpose=purpose)
+            if landed is not None:
+                landed(start, end - start)
             return
-        receive = functools.partial(self._receive_once, purpose=purpose, deadline=self._deadline())
+        receive = functools.partial(
+            self._receive_once, purpose=purpose, deadline=self._deadline(), landed=landed
+        )
         parts = self._parts(end - start)
         if parts is not None:
             await parts_into(receive, start, buffer, **parts)
@@ -228,15 +242,23 @@ class HttpSource:
         return None
 
     async def _receive_once(
-        self, start: int, buffer: memoryview, *, purpose: str, deadline: float | None
+        self,
+        start: int,
+        buffer: memoryview,
+        *,
+        purpose: str,
+        deadline: float | None,
+        landed: Landed | None = None,
     ) -> None:
         """`buffer`'s bytes over one connection at a time: retried, resumed into the next byte."""
         filled = 0
         attempt = 0
         while filled < len(buffer):
             try:
-                async with aclosing(self._range_into(start + filled, buffer[filled:], purpose)) as landed:
-                    async for nbytes in landed:
+                async with aclosing(self._range_into(start + filled, buffer[filled:], purpose)) as arrivals:
+                    async for nbytes in arrivals:
+                        if landed is not None:
+                            landed(start + filled, nbytes)
                         filled += nbytes
                         _check_deadline(deadline, self.location)
                 if filled < len(buffer):
