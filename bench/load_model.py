@@ -15,10 +15,14 @@ rows (target):
 - s3: `reader.load("s3://…")` vs `curl --aws-sigv4` of the whole object to /dev/null (>= 0.8x), vs
   runai-model-streamer's SafetensorsStreamer on the .safetensors from the same S3 (>= 2.5x; each tensor
   cloned out of its reused buffer, as a dict of weights needs), and obstore's whole-object GET
-  (informational; when installed). runai-model-streamer and obstore are the bench's, not the project's
+  (informational; when installed), and the memory floor: backing the output's memory alone in a fresh
+  process (informational: on a VM it swings with what the host has backed, and curl to /dev/null
+  never pays it). runai-model-streamer and obstore are the bench's, not the project's
   (`pip install runai-model-streamer runai-model-streamer-s3 obstore`).
 - service: `pt2serve serve s3://…` (a separate process) answering /archives/m/ptd and /safetensors,
-  fetched by curl, vs curl of the whole object (>= 0.8x each).
+  fetched by curl, vs curl of the whole object (>= 0.8x each); a bare relay of the object
+  (bench/_relay.py: the hop alone, no framework) vs curl and /ptd vs it (informational), and
+  /safetensors by rate (its bundle is bigger than the object).
 - local: `reader.load(path)` then every byte touched (CRC-32 of each array) vs
   `safetensors.numpy.load_file` then the same (>= 1.0x).
 - torch: `reader.torch.load(path)` then every byte touched vs `safetensors.torch.load_file` then the
@@ -48,6 +52,7 @@ for folder in (ROOT, ROOT / "bench"):
 
 import numpy as np  # noqa: E402
 from _host import cpu_times, steal_note  # noqa: E402
+from _relay import BareRelay  # noqa: E402
 from _rounds import alternate, compare  # noqa: E402
 from make_gpt2 import CONFIGS, DEFAULT_CACHE, ensure_gpt2  # noqa: E402
 from zlib_ng import zlib_ng  # noqa: E402
@@ -154,6 +159,29 @@ class S3Rig:
         return float(done.stdout.split()[-1])
 
 
+FLOOR_SCRIPT = """
+import ctypes, mmap, sys, time
+import numpy as np
+started = time.perf_counter()
+memory = np.empty(int(sys.argv[1]), dtype=np.uint8)
+madvise = ctypes.CDLL(None, use_errno=True).madvise
+madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+low = -(-memory.ctypes.data // mmap.PAGESIZE) * mmap.PAGESIZE
+high = (memory.ctypes.data + memory.nbytes) // mmap.PAGESIZE * mmap.PAGESIZE
+if madvise(low, high - low, 23):  # MADV_POPULATE_WRITE; refused (before Linux 5.14): touch each page
+    memory[:: mmap.PAGESIZE] = 0
+print(time.perf_counter() - started)
+"""
+
+
+def memory_floor(nbytes: int) -> float:
+    """Backing `nbytes` of fresh memory in a fresh process, and nothing else: what any load into
+    memory pays at least, and curl to /dev/null does not (timed in the child)."""
+    done = subprocess.run([sys.executable, "-c", FLOOR_SCRIPT, str(nbytes)], capture_output=True,
+                          text=True, check=True)  # fmt: skip
+    return float(done.stdout)
+
+
 def have(module: str) -> bool:
     import importlib.util
 
@@ -172,6 +200,7 @@ def bench_s3(rig: S3Rig, nbytes: int, repeat: int) -> None:
               "runai-model-streamer-s3): its row is skipped")  # fmt: skip
     if have("obstore"):
         contenders["obstore"] = rig.obstore_get
+    contenders["memory floor"] = lambda: memory_floor(nbytes)
     contenders["reader.load"]()  # warm SeaweedFS's caches and the imports once
     since = cpu_times()
     runs = alternate(contenders, repeat)
@@ -183,6 +212,8 @@ def bench_s3(rig: S3Rig, nbytes: int, repeat: int) -> None:
             TARGETS["runai"])  # fmt: skip
     if "obstore" in runs:
         row("obstore whole-object GET vs curl, informational", nbytes, runs, "obstore", "curl", None)
+    row("backing the model's memory alone (a fresh process) vs curl, informational", nbytes, runs,
+        "memory floor", "curl", None)  # fmt: skip
     print(f"  {steal_note(since)}")
 
 
@@ -204,17 +235,33 @@ def bench_service(rig: S3Rig, nbytes: int, repeat: int) -> None:
             sizes[route] = next(int(line.split(":")[1]) for line in head.stdout.splitlines()
                                 if line.lower().startswith("content-length"))  # fmt: skip
             rig.curl(f"{base}/{route}", sign=False)  # warm
+        presigned = rig.s3.client().generate_presigned_url(
+            "get_object", Params={"Bucket": rig.s3.private_bucket, "Key": rig.archive_key}, ExpiresIn=3600
+        )
+        relay = BareRelay(presigned)
+        relayed = f"http://127.0.0.1:{relay.port}/"
+        rig.curl(relayed, sign=False)  # warm
         since = cpu_times()
         runs = alternate({
             "ptd": lambda: rig.curl(f"{base}/ptd", sign=False),
             "safetensors": lambda: rig.curl(f"{base}/safetensors", sign=False),
             "curl": rig.curl,
+            "bare relay": lambda: rig.curl(relayed, sign=False),
         }, repeat)  # fmt: skip
+        relay.close()
     finally:
         stop_process(server)
     for route in ("ptd", "safetensors"):
         row(f"/{route} ({sizes[route] / 1e6:.0f} MB) vs curl of the object ({nbytes / 1e6:.0f} MB)", nbytes,
             runs, route, "curl", TARGETS["service"])  # fmt: skip
+    row("a bare relay of the object (bench/_relay.py: recv_into, CRC-32, sendall) vs curl, informational",
+        nbytes, runs, "bare relay", "curl", None)  # fmt: skip
+    row("/ptd vs the bare relay, informational", nbytes, runs, "ptd", "bare relay", None)
+    rate = (sizes["safetensors"] / statistics.median(runs["safetensors"])) / (
+        nbytes / statistics.median(runs["curl"])
+    )
+    print(f"  /safetensors by rate (bytes of bundle per second over bytes of object per second): {rate:.2f}x",
+          flush=True)  # fmt: skip
     print(f"  {steal_note(since)}")
 
 
