@@ -65,7 +65,10 @@ async def read_storages(
         if storage.zeros
     }
     if isinstance(source, LocalFileSource):
-        buffers.update(await asyncio.to_thread(_mapped, source, fetcher, plan, copy, verify))
+        if copy or verify or _deflated(plan):  # reads every byte: on a thread
+            buffers.update(await asyncio.to_thread(_mapped, source, fetcher, plan, copy, verify))
+        else:  # a mapping and views of it: microseconds, where a thread hop cost a millisecond
+            buffers.update(_mapped(source, fetcher, plan, copy, verify))
     else:
         buffers.update(await _received(source, fetcher, plan))
     return buffers
@@ -96,6 +99,10 @@ def _mapped(
                 _check_crc(entry, stored)
             buffers[entry.name] = stored.copy() if copy else stored
     return buffers
+
+
+def _deflated(plan: LoadPlan) -> bool:
+    return any(entry.method != METHOD_STORED for rng in plan.ranges for entry in rng.entries)
 
 
 def _inflate(entry: ZipEntry, stored: np.ndarray) -> np.ndarray:
