@@ -8,7 +8,8 @@
   retried and resumed into its own slice, pinned to the object's version); the stored entries'
   storages are views of it at their data offsets (the local headers between them stay in it; a
   range is split where more than IN_PLACE_GAP lies between two entries),
-  each checked against its CRC-32 once its range is in. Nothing is copied, and the one big
+  each checked against its CRC-32 on a thread as soon as its bytes are in (landing.py: remote
+  sources say what landed). Nothing is copied, and the one big
   buffer gets huge pages (NumPy advises them for big allocations), where a buffer per storage
   cost a copy and a page fault per 4 KiB; its pages are faulted in on a thread meanwhile
   (prefault.py). Memory: the output plus the local headers between
