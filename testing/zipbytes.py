@@ -66,11 +66,17 @@ def build_zip(
     return bytes(target.buffer if streamed else target.getvalue())
 
 
-def write_pt2(path, tensors: dict[str, tuple[int, list[int], bytes]], root: str = "synthetic") -> None:
+def write_pt2(
+    path,
+    tensors: dict[str, tuple[int, list[int], bytes]],
+    root: str = "synthetic",
+    tied: dict[str, str] | None = None,
+) -> None:
     """A minimal PT2 archive (what torch writes, minus the graph) with raw float payloads.
 
     tensors: name → (serialized dtype, sizes, payload bytes); each gets its own payload,
-    row-major strides, offset 0.
+    row-major strides, offset 0. tied: name → a name of `tensors` whose payload it views too (as
+    torch writes a tied weight: two names, one payload).
     """
     import json
 
@@ -89,6 +95,8 @@ def write_pt2(path, tensors: dict[str, tuple[int, list[int], bytes]], root: str 
                             "layout": 7},
         }  # fmt: skip
         payloads[f"{root}/data/weights/weight_{index}"] = payload
+    for alias, name in (tied or {}).items():
+        config[alias] = config[name]
     files = {
         f"{root}/archive_format": b"pt2",
         f"{root}/archive_version": b"0",

@@ -87,6 +87,52 @@ async def test_big_bundle_is_one_range_and_survives_a_cut(big_archive: pathlib.P
                 assert len(server.log) - before <= 3  # the run, and a data offset resolved at an end
 
 
+async def test_a_tied_weight_is_read_once_and_sent_twice(tmp_path) -> None:
+    """A safetensors bundle writes a tied weight under both names; from remote storage its payload
+    is read once (the second copy comes from the spool), byte-identical to the local bundle, and a
+    Range request that starts inside the first copy or only reaches the second still answers."""
+    rng = np.random.default_rng(5)
+    tensors = {name: rng.standard_normal(3 << 18, dtype=np.float32).tobytes() for name in ("a", "b", "c")}
+    path = tmp_path / "tied.pt2"
+    write_pt2(path, {n: (7, [len(d) // 4], d) for n, d in tensors.items()}, tied={"z": "a", "m": "a"})
+    async with FaultServer() as server:
+        server.put("/tied.pt2", path.read_bytes())
+        async with in_process(make_app([f"m={path}"])) as local:
+            want = (await local.get("/archives/m/safetensors")).content
+        async with in_process(make_app([f"m={server.url('/tied.pt2')}"])) as remote:
+            sent_before = sum(record.body_bytes for record in server.log)
+            got = await remote.get("/archives/m/safetensors")
+            fetched = sum(record.body_bytes for record in server.log) - sent_before
+            assert got.status_code == 200 and got.content == want
+            payloads = sum(map(len, tensors.values()))
+            assert len(want) > payloads + 2 * len(tensors["a"])  # "a" goes out three times...
+            assert payloads <= fetched < payloads + (1 << 20)  # ...and is read once
+            header = 8 + int.from_bytes(want[:8], "little")
+            for low, high in ((header + 100, len(want) - 1), (len(want) - 5000, len(want) - 1)):
+                part = await remote.get("/archives/m/safetensors", headers={"Range": f"bytes={low}-{high}"})
+                assert part.status_code == 206 and part.content == want[low : high + 1]
+        assert not server.errors
+
+
+async def test_a_spooled_copy_changed_on_disk_is_refused(tmp_path) -> None:
+    import os
+
+    import reader
+    from reader.formats.spool import Spool
+
+    spool = Spool(["w"])
+    try:
+        for piece in (b"x" * 1000, b"y" * 500):
+            await spool.write("w", piece)
+        spool.seal("w")
+        assert b"".join([chunk async for chunk in spool.read("w", 700)]) == b"x" * 1000 + b"y" * 500
+        os.pwrite(spool._file, b"Z", 1200)  # the disk gives back other bytes than were written
+        with pytest.raises(reader.IntegrityError, match="changed on disk"):
+            _ = [chunk async for chunk in spool.read("w", 700)]
+    finally:
+        spool.close()
+
+
 async def test_s3_bundle_equals_local(seaweed_s3, monkeypatch) -> None:
     path = ARCHIVES / "many.pt2"
     seaweed_s3.upload(seaweed_s3.private_bucket, "bundles/many.pt2", path)

@@ -9,6 +9,8 @@ resumed and retried, pinned to the object) and demultiplexed across the local he
 between (reader.loading.demux), with the in-memory parts in between sent in their place. Memory
 stays what one stream holds; every whole payload is CRC-checked before its last byte goes out.
 Any byte range of the body maps onto the same runs, so Range requests are served by them too.
+Bytes a body sends twice (a tied weight in a safetensors file) are read once: the first copy is
+spooled to local disk as it goes out and the second is sent from there (spool.py).
 
 Local archives keep reading part by part (a pread per tensor from the page cache costs less than
 the demultiplexing), and so do tensors that are gathered or zeros.
@@ -16,7 +18,8 @@ the demultiplexing), and so do tensors that are gathered or zeros.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections import Counter
+from collections.abc import AsyncIterator, Hashable, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 
@@ -27,6 +30,7 @@ from ..sources import LocalFileSource
 from ..tensor import TensorBytes
 from ..zipfmt.structs import METHOD_STORED
 from .body import Body, BytesBody, Chunk, ConcatBody
+from .spool import Spool
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,16 +57,31 @@ class PlannedBody(ConcatBody):
         self.gap = gap
 
     async def chunks(self, start: int, end: int, chunk_size: int) -> AsyncIterator[Chunk]:
-        for run in self._runs(self._slices(start, end)):
-            if len(run) == 1 and not _plannable(run[0].part):
-                only = run[0]
-                async with aclosing(only.part.chunks(only.low, only.high, chunk_size)) as chunks:
+        slices = self._slices(start, end)
+        counts = Counter(_key(piece) for piece in slices if _plannable(piece.part))
+        spool = Spool(key for key, count in counts.items() if count > 1)
+        try:
+            for run in self._runs(slices, spool):
+                if len(run) == 1 and (not _plannable(run[0].part) or spool.has(_key(run[0]))):
+                    async with aclosing(self._part_chunks(run[0], spool, chunk_size)) as chunks:
+                        async for chunk in chunks:
+                            yield chunk
+                    continue
+                async with aclosing(self._run_chunks(run, spool, chunk_size)) as chunks:
                     async for chunk in chunks:
                         yield chunk
-                continue
-            async with aclosing(self._run_chunks(run, chunk_size)) as chunks:
-                async for chunk in chunks:
-                    yield chunk
+        finally:
+            spool.close()
+
+    async def _part_chunks(self, piece: _Slice, spool: Spool, chunk_size: int) -> AsyncIterator[Chunk]:
+        """One slice on its own: from the spool when its bytes went out before, else from its part."""
+        if _plannable(piece.part) and spool.has(_key(piece)):
+            chunks = spool.read(_key(piece), chunk_size)
+        else:
+            chunks = piece.part.chunks(piece.low, piece.high, chunk_size)
+        async with aclosing(chunks) as pieces:
+            async for chunk in pieces:
+                yield chunk
 
     def _slices(self, start: int, end: int) -> list[_Slice]:
         slices, offset = [], 0
@@ -73,12 +92,14 @@ class PlannedBody(ConcatBody):
             offset += part.length
         return slices
 
-    def _runs(self, slices: list[_Slice]) -> list[list[_Slice]]:
+    def _runs(self, slices: list[_Slice], spool: Spool) -> list[list[_Slice]]:
         """Slices grouped: a run holds tensors in archive order (and the in-memory parts between
-        them); anything else is a run of its own."""
+        them); anything else is a run of its own, and so is a tensor slice sent before (its second
+        copy comes from the spool)."""
         runs: list[list[_Slice]] = []
         current: list[_Slice] = []
         last: TensorBytes | None = None
+        sent: set[Hashable] = set()
 
         def close() -> None:
             nonlocal current, last
@@ -88,7 +109,13 @@ class PlannedBody(ConcatBody):
 
         for piece in slices:
             part = piece.part
-            if _plannable(part):
+            repeated = _plannable(part) and _key(piece) in sent
+            if _plannable(part) and _key(piece) in spool.wanted:
+                sent.add(_key(piece))
+            if repeated:
+                close()
+                runs.append([piece])
+            elif _plannable(part):
                 assert isinstance(part, TensorBytes)
                 if last is not None and not self._follows(last, part):
                     close()
@@ -110,7 +137,7 @@ class PlannedBody(ConcatBody):
             and after.entry.header_offset - before.entry.region_end <= self.gap
         )
 
-    async def _run_chunks(self, run: list[_Slice], chunk_size: int) -> AsyncIterator[Chunk]:
+    async def _run_chunks(self, run: list[_Slice], spool: Spool, chunk_size: int) -> AsyncIterator[Chunk]:
         tensors = [piece for piece in run if isinstance(piece.part, TensorBytes)]
         fetcher = tensors[0].part.fetcher  # type: ignore[attr-defined]
         targets = [_target(piece) for piece in tensors]
@@ -132,15 +159,26 @@ class PlannedBody(ConcatBody):
                 for index, at, data in demux.feed(received):
                     async for chunk in send_memory():
                         yield chunk
+                    key = _key(tensors[index])
+                    await spool.write(key, data)
                     for cut in range(0, len(data), chunk_size):
                         yield data[cut : cut + chunk_size]
                     if at + len(data) >= targets[index].end:
                         pending.pop(0)  # this tensor's slice is sent
+                        spool.seal(key)
                 if demux.done:
                     break
         demux.close()
         async for chunk in send_memory():
             yield chunk
+
+
+def _key(piece: _Slice) -> Hashable:
+    """What a tensor slice sends: the same archive bytes of the same source, whichever name."""
+    tensor = piece.part
+    assert isinstance(tensor, TensorBytes)
+    first = tensor.span[0]
+    return (tensor.fetcher, tensor.entry.name, first + piece.low, first + piece.high)
 
 
 def _target(piece: _Slice) -> Target:
