@@ -22,7 +22,9 @@ rows (target):
 - service: `pt2serve serve s3://…` (a separate process) answering /archives/m/ptd and /safetensors,
   fetched by curl, vs curl of the whole object (>= 0.8x each); a bare relay of the object
   (bench/_relay.py: the hop alone, no framework) vs curl and /ptd vs it (informational), and
-  /safetensors by rate (its bundle is bigger than the object).
+  /safetensors by rate (its bundle is bigger than the object); then the same service rows with the
+  storage's link capped (`--link 4gbit`, bench/_link.py: tc on lo, root only), where the link and
+  not the two cores is the limit.
 - local: `reader.load(path)` then every byte touched (CRC-32 of each array) vs
   `safetensors.numpy.load_file` then the same (>= 1.0x).
 - torch: `reader.torch.load(path)` then every byte touched vs `safetensors.torch.load_file` then the
@@ -52,6 +54,7 @@ for folder in (ROOT, ROOT / "bench"):
 
 import numpy as np  # noqa: E402
 from _host import cpu_times, steal_note  # noqa: E402
+from _link import can_shape, capped_link  # noqa: E402
 from _relay import BareRelay  # noqa: E402
 from _rounds import alternate, compare  # noqa: E402
 from make_gpt2 import CONFIGS, DEFAULT_CACHE, ensure_gpt2  # noqa: E402
@@ -222,7 +225,7 @@ def bench_s3(rig: S3Rig, nbytes: int, repeat: int) -> None:
     print(f"  {steal_note(since)}")
 
 
-def bench_service(rig: S3Rig, nbytes: int, repeat: int) -> None:
+def bench_service(rig: S3Rig, nbytes: int, repeat: int, link: str | None) -> None:
     print("\nthe service (pt2serve serve s3://…, its own process): bundles of the S3 archive, fetched by "
           "curl", flush=True)  # fmt: skip
     port = free_port()
@@ -254,6 +257,16 @@ def bench_service(rig: S3Rig, nbytes: int, repeat: int) -> None:
             "bare relay": lambda: rig.curl(relayed, sign=False),
         }, repeat)  # fmt: skip
         relay.close()
+        capped = None
+        why = can_shape() if link else "--link none"
+        if why is None:
+            storage_port = int(rig.s3.endpoint.rsplit(":", 1)[1])
+            with capped_link(storage_port, link):
+                capped = alternate({
+                    "ptd": lambda: rig.curl(f"{base}/ptd", sign=False),
+                    "safetensors": lambda: rig.curl(f"{base}/safetensors", sign=False),
+                    "curl": rig.curl,
+                }, repeat)  # fmt: skip
     finally:
         stop_process(server)
     for route in ("ptd", "safetensors"):
@@ -267,6 +280,13 @@ def bench_service(rig: S3Rig, nbytes: int, repeat: int) -> None:
     )
     print(f"  /safetensors by rate (bytes of bundle per second over bytes of object per second): {rate:.2f}x",
           flush=True)  # fmt: skip
+    if capped is None:
+        print(f"  the rows through a capped storage link are skipped: {why}")
+    else:
+        print(f"  through a storage link capped at {link} (bench/_link.py; the answers to curl unshaped):")
+        for route in ("ptd", "safetensors"):
+            row(f"/{route} ({sizes[route] / 1e6:.0f} MB) vs curl of the object, {link} link", nbytes, capped,
+                route, "curl", TARGETS["service"])  # fmt: skip
     print(f"  {steal_note(since)}")
 
 
@@ -388,6 +408,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=5, help="rounds per row (default 5)")
     parser.add_argument("--rows", default="s3,service,local,torch,rss")
     parser.add_argument("--strict", action="store_true", help="exit 1 if a target is missed")
+    parser.add_argument(
+        "--link", default="4gbit", help="the storage link's rate in the capped service rows (none: skip)"
+    )
     args = parser.parse_args(argv)
     rows = {name.strip() for name in args.rows.split(",") if name.strip()}
     if shutil.which("curl") is None:
@@ -409,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
                 if "s3" in rows:
                     bench_s3(rig, nbytes, args.repeat)
                 if "service" in rows:
-                    bench_service(rig, nbytes, args.repeat)
+                    bench_service(rig, nbytes, args.repeat, None if args.link == "none" else args.link)
                 if "rss" in rows:
                     bench_rss(rig)
     if "local" in rows:
