@@ -112,6 +112,32 @@ async def test_a_tied_weight_is_read_once_and_sent_twice(tmp_path) -> None:
                 part = await remote.get("/archives/m/safetensors", headers={"Range": f"bytes={low}-{high}"})
                 assert part.status_code == 206 and part.content == want[low : high + 1]
         assert not server.errors
+    from reader.formats import spool
+
+    assert spool._reserved == 0  # every body gave its reservation back
+
+
+async def test_copies_beyond_the_spool_budget_are_read_again(tmp_path, monkeypatch) -> None:
+    """With no room left on the spool's disk budget the tied weight is read twice, and the bundle
+    is the same."""
+    from reader.formats import spool
+
+    rng = np.random.default_rng(6)
+    tensors = {name: rng.standard_normal(3 << 18, dtype=np.float32).tobytes() for name in ("a", "b")}
+    path = tmp_path / "tied.pt2"
+    write_pt2(path, {n: (7, [len(d) // 4], d) for n, d in tensors.items()}, tied={"z": "a"})
+    monkeypatch.setattr(spool, "BUDGET", len(tensors["a"]) - 1)
+    async with FaultServer() as server:
+        server.put("/tied.pt2", path.read_bytes())
+        async with in_process(make_app([f"m={path}"])) as local:
+            want = (await local.get("/archives/m/safetensors")).content
+        async with in_process(make_app([f"m={server.url('/tied.pt2')}"])) as remote:
+            sent_before = sum(record.body_bytes for record in server.log)
+            got = await remote.get("/archives/m/safetensors")
+            fetched = sum(record.body_bytes for record in server.log) - sent_before
+    assert got.content == want
+    assert fetched >= sum(map(len, tensors.values())) + len(tensors["a"])  # "a" read twice
+    assert spool._reserved == 0
 
 
 async def test_a_spooled_copy_changed_on_disk_is_refused(tmp_path) -> None:
@@ -120,7 +146,7 @@ async def test_a_spooled_copy_changed_on_disk_is_refused(tmp_path) -> None:
     import reader
     from reader.formats.spool import Spool
 
-    spool = Spool(["w"])
+    spool = Spool([("w", 1500)])
     try:
         for piece in (b"x" * 1000, b"y" * 500):
             await spool.write("w", piece)

@@ -59,7 +59,7 @@ class PlannedBody(ConcatBody):
     async def chunks(self, start: int, end: int, chunk_size: int) -> AsyncIterator[Chunk]:
         slices = self._slices(start, end)
         counts = Counter(_key(piece) for piece in slices if _plannable(piece.part))
-        spool = Spool(key for key, count in counts.items() if count > 1)
+        spool = Spool((key, key[3] - key[2]) for key, count in counts.items() if count > 1)
         try:
             for run in self._runs(slices, spool):
                 if len(run) == 1 and (not _plannable(run[0].part) or spool.has(_key(run[0]))):

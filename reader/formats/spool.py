@@ -8,6 +8,10 @@ storage is read once, and memory stays one chunk (the file lives in the temporar
 `/tmp`, a volume in the Dockerfile and an emptyDir in deploy/kubernetes). Each copy's CRC-32 is
 taken on the way in and checked on the way out, so a spool that lost or changed bytes fails the
 response instead of sending them.
+
+The disk a process spools to is bounded: at most `BUDGET` bytes across all its bodies at once
+(reserved when a body starts, released when it ends). Copies that do not fit are read again instead,
+as before.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import os
 import tempfile
+import threading
 from collections.abc import AsyncIterator, Hashable, Iterable
 from dataclasses import dataclass
 
@@ -32,11 +37,25 @@ class _Copy:
     complete: bool = False
 
 
-class Spool:
-    """Copies of the bytes of `keys`, each written once in order, then read any number of times."""
+BUDGET = 1 << 30  # bytes spooled at once by this process, all bodies together
+_reserved = 0
+_reserving = threading.Lock()  # bodies may run on several event loops' threads
 
-    def __init__(self, keys: Iterable[Hashable]) -> None:
-        self.wanted = set(keys)
+
+class Spool:
+    """Copies of the bytes of `sizes`' keys (key -> length), each written once in order, then read
+    any number of times; the keys that do not fit in what is left of BUDGET are not wanted."""
+
+    def __init__(self, sizes: Iterable[tuple[Hashable, int]]) -> None:
+        global _reserved
+        self.wanted: set[Hashable] = set()
+        self.reserved = 0
+        with _reserving:
+            for key, length in sizes:
+                if _reserved + length <= BUDGET:
+                    _reserved += length
+                    self.reserved += length
+                    self.wanted.add(key)
         self._copies: dict[Hashable, _Copy] = {}
         self._file: int | None = None
         self._end = 0
@@ -81,6 +100,10 @@ class Spool:
             yield chunk
 
     def close(self) -> None:
+        global _reserved
+        with _reserving:
+            _reserved -= self.reserved
+            self.reserved = 0
         if self._file is not None:
             os.close(self._file)
             self._file = None
