@@ -87,33 +87,46 @@ async def test_big_bundle_is_one_range_and_survives_a_cut(big_archive: pathlib.P
                 assert len(server.log) - before <= 3  # the run, and a data offset resolved at an end
 
 
+def _tied_archive(path: pathlib.Path, tied: dict[str, str]) -> dict[str, bytes]:
+    """Tensors "a", "b", "c" of 3 MiB each, and `tied` names viewing their payloads."""
+    rng = np.random.default_rng(5)
+    tensors = {name: rng.standard_normal(3 << 18, dtype=np.float32).tobytes() for name in ("a", "b", "c")}
+    write_pt2(path, {n: (7, [len(d) // 4], d) for n, d in tensors.items()}, tied=tied)
+    return tensors
+
+
+async def _bundles(path: pathlib.Path, server: FaultServer) -> tuple[bytes, bytes, int]:
+    """The local and the remote /safetensors of `path`, and the bytes the remote one fetched."""
+    server.put("/tied.pt2", path.read_bytes())
+    async with in_process(make_app([f"m={path}"])) as local:
+        want = (await local.get("/archives/m/safetensors")).content
+    async with in_process(make_app([f"m={server.url('/tied.pt2')}"])) as remote:
+        sent_before = sum(record.body_bytes for record in server.log)
+        got = await remote.get("/archives/m/safetensors")
+        assert got.status_code == 200
+        return want, got.content, sum(record.body_bytes for record in server.log) - sent_before
+
+
 async def test_a_tied_weight_is_read_once_and_sent_twice(tmp_path) -> None:
     """A safetensors bundle writes a tied weight under both names; from remote storage its payload
     is read once (the second copy comes from the spool), byte-identical to the local bundle, and a
     Range request that starts inside the first copy or only reaches the second still answers."""
-    rng = np.random.default_rng(5)
-    tensors = {name: rng.standard_normal(3 << 18, dtype=np.float32).tobytes() for name in ("a", "b", "c")}
+    from reader.formats import spool
+
     path = tmp_path / "tied.pt2"
-    write_pt2(path, {n: (7, [len(d) // 4], d) for n, d in tensors.items()}, tied={"z": "a", "m": "a"})
+    tensors = _tied_archive(path, {"z": "a", "m": "a"})
+    payloads = sum(map(len, tensors.values()))
     async with FaultServer() as server:
-        server.put("/tied.pt2", path.read_bytes())
-        async with in_process(make_app([f"m={path}"])) as local:
-            want = (await local.get("/archives/m/safetensors")).content
+        want, got, fetched = await _bundles(path, server)
+        assert got == want
+        assert len(want) > payloads + 2 * len(tensors["a"])  # "a" goes out three times...
+        assert payloads <= fetched < payloads + (1 << 20)  # ...and is read once
+        header = 8 + int.from_bytes(want[:8], "little")
         async with in_process(make_app([f"m={server.url('/tied.pt2')}"])) as remote:
-            sent_before = sum(record.body_bytes for record in server.log)
-            got = await remote.get("/archives/m/safetensors")
-            fetched = sum(record.body_bytes for record in server.log) - sent_before
-            assert got.status_code == 200 and got.content == want
-            payloads = sum(map(len, tensors.values()))
-            assert len(want) > payloads + 2 * len(tensors["a"])  # "a" goes out three times...
-            assert payloads <= fetched < payloads + (1 << 20)  # ...and is read once
-            header = 8 + int.from_bytes(want[:8], "little")
             for low, high in ((header + 100, len(want) - 1), (len(want) - 5000, len(want) - 1)):
                 part = await remote.get("/archives/m/safetensors", headers={"Range": f"bytes={low}-{high}"})
                 assert part.status_code == 206 and part.content == want[low : high + 1]
         assert not server.errors
-    from reader.formats import spool
-
     assert spool._reserved == 0  # every body gave its reservation back
 
 
@@ -122,20 +135,12 @@ async def test_copies_beyond_the_spool_budget_are_read_again(tmp_path, monkeypat
     is the same."""
     from reader.formats import spool
 
-    rng = np.random.default_rng(6)
-    tensors = {name: rng.standard_normal(3 << 18, dtype=np.float32).tobytes() for name in ("a", "b")}
     path = tmp_path / "tied.pt2"
-    write_pt2(path, {n: (7, [len(d) // 4], d) for n, d in tensors.items()}, tied={"z": "a"})
+    tensors = _tied_archive(path, {"z": "a"})
     monkeypatch.setattr(spool, "BUDGET", len(tensors["a"]) - 1)
     async with FaultServer() as server:
-        server.put("/tied.pt2", path.read_bytes())
-        async with in_process(make_app([f"m={path}"])) as local:
-            want = (await local.get("/archives/m/safetensors")).content
-        async with in_process(make_app([f"m={server.url('/tied.pt2')}"])) as remote:
-            sent_before = sum(record.body_bytes for record in server.log)
-            got = await remote.get("/archives/m/safetensors")
-            fetched = sum(record.body_bytes for record in server.log) - sent_before
-    assert got.content == want
+        want, got, fetched = await _bundles(path, server)
+    assert got == want
     assert fetched >= sum(map(len, tensors.values())) + len(tensors["a"])  # "a" read twice
     assert spool._reserved == 0
 
