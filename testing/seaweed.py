@@ -90,9 +90,12 @@ class SeaweedS3:
     private_bucket = PRIVATE_BUCKET
     public_bucket = PUBLIC_BUCKET
 
-    def __init__(self, weed: str | None = None, start_timeout: float = START_TIMEOUT) -> None:
+    def __init__(
+        self, weed: str | None = None, start_timeout: float = START_TIMEOUT, volumes: int = 64
+    ) -> None:
         self.weed = weed or weed_binary()
         self.start_timeout = start_timeout
+        self.volumes = volumes  # of 64 MB each: what the server holds
         self.dir: pathlib.Path | None = None
         self.proc: subprocess.Popen | None = None
         self.ports: dict[str, int] = {}
@@ -157,7 +160,7 @@ class SeaweedS3:
             f"-master.port={p['master']}", f"-master.port.grpc={p['master.grpc']}",
             "-master.volumeSizeLimitMB=64",
             f"-volume.port={p['volume']}", f"-volume.port.grpc={p['volume.grpc']}",
-            "-volume.max=64", "-volume.preStopSeconds=0",
+            f"-volume.max={self.volumes}", "-volume.preStopSeconds=0",
             "-filer", f"-filer.port={p['filer']}", f"-filer.port.grpc={p['filer.grpc']}",
             f"-filer.localSocket={self.dir / 'filer.sock'}",
             "-s3", f"-s3.port={p['s3']}", f"-s3.port.grpc={p['s3.grpc']}",
