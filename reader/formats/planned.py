@@ -19,9 +19,10 @@ the demultiplexing), and so do tensors that are gathered or zeros.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import AsyncIterator, Hashable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..loading.demux import Demux, Target, range_bounds
 from ..loading.plan import RANGE_GAP
@@ -59,29 +60,22 @@ class PlannedBody(ConcatBody):
     async def chunks(self, start: int, end: int, chunk_size: int) -> AsyncIterator[Chunk]:
         slices = self._slices(start, end)
         counts = Counter(_key(piece) for piece in slices if _plannable(piece.part))
-        spool = Spool((key, key[3] - key[2]) for key, count in counts.items() if count > 1)
+        spool = Spool((key, key.high - key.low) for key, count in counts.items() if count > 1)
         try:
             for run in self._runs(slices, spool):
-                if len(run) == 1 and (not _plannable(run[0].part) or spool.has(_key(run[0]))):
-                    async with aclosing(self._part_chunks(run[0], spool, chunk_size)) as chunks:
-                        async for chunk in chunks:
-                            yield chunk
-                    continue
-                async with aclosing(self._run_chunks(run, spool, chunk_size)) as chunks:
-                    async for chunk in chunks:
+                only = run[0] if len(run) == 1 else None
+                chunks: AsyncIterator[Chunk]
+                if only is not None and not _plannable(only.part):
+                    chunks = only.part.chunks(only.low, only.high, chunk_size)
+                elif only is not None and spool.has(_key(only)):  # its bytes went out before
+                    chunks = spool.read(_key(only), chunk_size)
+                else:
+                    chunks = self._run_chunks(run, spool, chunk_size)
+                async with aclosing(chunks) as pieces:
+                    async for chunk in pieces:
                         yield chunk
         finally:
             spool.close()
-
-    async def _part_chunks(self, piece: _Slice, spool: Spool, chunk_size: int) -> AsyncIterator[Chunk]:
-        """One slice on its own: from the spool when its bytes went out before, else from its part."""
-        if _plannable(piece.part) and spool.has(_key(piece)):
-            chunks = spool.read(_key(piece), chunk_size)
-        else:
-            chunks = piece.part.chunks(piece.low, piece.high, chunk_size)
-        async with aclosing(chunks) as pieces:
-            async for chunk in pieces:
-                yield chunk
 
     def _slices(self, start: int, end: int) -> list[_Slice]:
         slices, offset = [], 0
@@ -99,7 +93,7 @@ class PlannedBody(ConcatBody):
         runs: list[list[_Slice]] = []
         current: list[_Slice] = []
         last: TensorBytes | None = None
-        sent: set[Hashable] = set()
+        sent: set[_Sent] = set()
 
         def close() -> None:
             nonlocal current, last
@@ -109,9 +103,10 @@ class PlannedBody(ConcatBody):
 
         for piece in slices:
             part = piece.part
-            repeated = _plannable(part) and _key(piece) in sent
-            if _plannable(part) and _key(piece) in spool.wanted:
-                sent.add(_key(piece))
+            key = _key(piece) if _plannable(part) else None
+            repeated = key in sent
+            if key in spool.wanted:
+                sent.add(key)
             if repeated:
                 close()
                 runs.append([piece])
@@ -139,6 +134,7 @@ class PlannedBody(ConcatBody):
 
     async def _run_chunks(self, run: list[_Slice], spool: Spool, chunk_size: int) -> AsyncIterator[Chunk]:
         tensors = [piece for piece in run if isinstance(piece.part, TensorBytes)]
+        spooled = [key if key in spool.wanted else None for key in map(_key, tensors)]
         fetcher = tensors[0].part.fetcher  # type: ignore[attr-defined]
         targets = [_target(piece) for piece in tensors]
         offsets = fetcher.known_offsets
@@ -159,13 +155,15 @@ class PlannedBody(ConcatBody):
                 for index, at, data in demux.feed(received):
                     async for chunk in send_memory():
                         yield chunk
-                    key = _key(tensors[index])
-                    await spool.write(key, data)
+                    key = spooled[index]
+                    if key is not None:  # its bytes go out again later: keep a copy
+                        await spool.write(key, data)
                     for cut in range(0, len(data), chunk_size):
                         yield data[cut : cut + chunk_size]
                     if at + len(data) >= targets[index].end:
                         pending.pop(0)  # this tensor's slice is sent
-                        spool.seal(key)
+                        if key is not None:
+                            spool.seal(key)
                 if demux.done:
                     break
         demux.close()
@@ -173,12 +171,20 @@ class PlannedBody(ConcatBody):
             yield chunk
 
 
-def _key(piece: _Slice) -> Hashable:
-    """What a tensor slice sends: the same archive bytes of the same source, whichever name."""
+class _Sent(NamedTuple):
+    """What a tensor slice sends: content bytes [low, high) of an entry of a source, whichever name."""
+
+    fetcher: EntryFetcher
+    entry: str
+    low: int
+    high: int
+
+
+def _key(piece: _Slice) -> _Sent:
     tensor = piece.part
     assert isinstance(tensor, TensorBytes)
     first = tensor.span[0]
-    return (tensor.fetcher, tensor.entry.name, first + piece.low, first + piece.high)
+    return _Sent(tensor.fetcher, tensor.entry.name, first + piece.low, first + piece.high)
 
 
 def _target(piece: _Slice) -> Target:
