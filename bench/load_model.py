@@ -165,16 +165,12 @@ class S3Rig:
 
 
 FLOOR_SCRIPT = """
-import ctypes, mmap, sys, time
+import sys, threading, time
 import numpy as np
+from reader.loading.prefault import populate
 started = time.perf_counter()
 memory = np.empty(int(sys.argv[1]), dtype=np.uint8)
-madvise = ctypes.CDLL(None, use_errno=True).madvise
-madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-low = -(-memory.ctypes.data // mmap.PAGESIZE) * mmap.PAGESIZE
-high = (memory.ctypes.data + memory.nbytes) // mmap.PAGESIZE * mmap.PAGESIZE
-if madvise(low, high - low, 23):  # MADV_POPULATE_WRITE; refused (before Linux 5.14): touch each page
-    memory[:: mmap.PAGESIZE] = 0
+populate(memory, threading.Event())  # as a load backs its buffer (MADV_POPULATE_WRITE)
 print(time.perf_counter() - started)
 """
 
@@ -182,8 +178,8 @@ print(time.perf_counter() - started)
 def memory_floor(nbytes: int) -> float:
     """Backing `nbytes` of fresh memory in a fresh process, and nothing else: what any load into
     memory pays at least, and curl to /dev/null does not (timed in the child)."""
-    done = subprocess.run([sys.executable, "-c", FLOOR_SCRIPT, str(nbytes)], capture_output=True,
-                          text=True, check=True)  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", FLOOR_SCRIPT, str(nbytes)], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True)  # fmt: skip
     return float(done.stdout)
 
 
@@ -245,23 +241,18 @@ def bench_service(rig: S3Rig, nbytes: int, repeat: int, link: str | None) -> Non
         relayed = f"http://127.0.0.1:{relay.port}/"
         rig.curl(relayed, sign=False)  # warm
         since = cpu_times()
-        runs = alternate({
+        bundles = {
             "ptd": lambda: rig.curl(f"{base}/ptd", sign=False),
             "safetensors": lambda: rig.curl(f"{base}/safetensors", sign=False),
             "curl": rig.curl,
-            "bare relay": lambda: rig.curl(relayed, sign=False),
-        }, repeat)  # fmt: skip
+        }
+        runs = alternate({**bundles, "bare relay": lambda: rig.curl(relayed, sign=False)}, repeat)
         relay.close()
         capped = None
         why = can_shape() if link else "--link none"
         if why is None:
-            storage_port = int(rig.s3.endpoint.rsplit(":", 1)[1])
-            with capped_link(storage_port, link):
-                capped = alternate({
-                    "ptd": lambda: rig.curl(f"{base}/ptd", sign=False),
-                    "safetensors": lambda: rig.curl(f"{base}/safetensors", sign=False),
-                    "curl": rig.curl,
-                }, repeat)  # fmt: skip
+            with capped_link(rig.s3.ports["s3"], link):
+                capped = alternate(bundles, repeat)
     finally:
         stop_process(server)
     for route in ("ptd", "safetensors"):
