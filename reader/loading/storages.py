@@ -34,6 +34,7 @@ from ..errors import IntegrityError, SourceChanged
 from ..reading.entries import EntryFetcher
 from ..sources import ByteSource, HttpSource, LocalFileSource
 from ..sources.local import file_identity
+from ..tasks import task_group
 from ..zipfmt import ZipEntry
 from ..zipfmt.structs import METHOD_STORED
 from .landing import Arrivals, Follower
@@ -139,13 +140,10 @@ async def _received(source: ByteSource, fetcher: EntryFetcher, plan: LoadPlan) -
         for rng in big:
             buffers.update(await _read_range(source, fetcher, rng))
 
-    try:
-        async with asyncio.TaskGroup() as group:  # the first failure cancels the rest
-            for rng in small:
-                group.create_task(read_small(rng))
-            group.create_task(read_big())
-    except BaseExceptionGroup as failed:  # the caller gets the first failure itself, not a group
-        raise failed.exceptions[0] from None
+    async with task_group() as group:  # the first failure cancels the rest
+        for rng in small:
+            group.create_task(read_small(rng))
+        group.create_task(read_big())
     return buffers
 
 
@@ -169,12 +167,9 @@ async def _read_range(source: ByteSource, fetcher: EntryFetcher, rng: ReadRange)
                 await source.read_into(rng.start, memoryview(whole))
         follower.complete()
 
-    try:
-        async with asyncio.TaskGroup() as group:  # a corrupt entry stops the receive at once
-            group.create_task(follower.run())
-            group.create_task(receive())
-    except BaseExceptionGroup as failed:  # the caller gets the first failure itself, not a group
-        raise failed.exceptions[0] from None
+    async with task_group() as group:  # a corrupt entry stops the receive at once
+        group.create_task(follower.run())
+        group.create_task(receive())
     return follower.results
 
 

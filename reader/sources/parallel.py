@@ -21,6 +21,8 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 
+from ..tasks import task_group
+
 # How much of the first part is timed before deciding whether to open more connections.
 PROBE_BYTES = 4 << 20
 
@@ -155,9 +157,6 @@ async def parts_into(
         async with gate:
             await fetch_into(start + low, buffer[low:high])
 
-    try:
-        async with asyncio.TaskGroup() as group:  # the first failure cancels the other parts
-            for low, high in parts:
-                group.create_task(receive(low, high))
-    except BaseExceptionGroup as failed:  # the caller gets the first failure itself, not a group
-        raise failed.exceptions[0] from None
+    async with task_group() as group:  # the first failure cancels the other parts
+        for low, high in parts:
+            group.create_task(receive(low, high))
