@@ -31,12 +31,19 @@ def local_header_guess(entry: ZipEntry) -> int:
 
 def local_header_size(entry: ZipEntry, header: bytes | memoryview) -> int:
     """The whole local header's length, from at least its first 30 bytes."""
+    fields = _fields(entry, header)
+    return LOCAL_HEADER.size + fields[9] + fields[10]
+
+
+def _fields(entry: ZipEntry, header: bytes | memoryview) -> tuple:
+    """The fixed part of the local header, its signature checked (parsed once per lookup: a whole
+    model's load locates every entry)."""
     if len(header) < LOCAL_HEADER.size:
         raise ArchiveFormatError(f"local header of {entry.name!r} at {entry.header_offset} is truncated")
-    if bytes(header[:4]) != LOCAL_HEADER_SIGNATURE:
+    fields = LOCAL_HEADER.unpack_from(header)
+    if fields[0] != LOCAL_HEADER_SIGNATURE:
         raise ArchiveFormatError(f"bad local header signature for {entry.name!r} at {entry.header_offset}")
-    name_length, extra_length = LOCAL_HEADER.unpack_from(header)[9:11]
-    return LOCAL_HEADER.size + name_length + extra_length
+    return fields
 
 
 def locate_data(entry: ZipEntry, window: bytes | memoryview, data_length: int = 0) -> int | NeedUntil:
@@ -46,38 +53,43 @@ def locate_data(entry: ZipEntry, window: bytes | memoryview, data_length: int = 
         if entry.header_offset + LOCAL_HEADER.size > entry.region_end:
             raise ArchiveFormatError(f"local header of {entry.name!r} at {entry.header_offset} is truncated")
         return NeedUntil(entry.header_offset + local_header_guess(entry) + data_length)
-    needed = local_header_size(entry, window) + data_length
+    fields = _fields(entry, window)
+    needed = LOCAL_HEADER.size + fields[9] + fields[10] + data_length
     if entry.header_offset + needed > entry.region_end:
         raise ArchiveFormatError(
             f"local header of {entry.name!r} at {entry.header_offset} leaves no room for its data"
         )
     if len(window) < needed:
         return NeedUntil(entry.header_offset + needed)
-    return data_offset(entry, window)
+    return _data_start(entry, window, fields)
 
 
 def data_offset(entry: ZipEntry, header: bytes | memoryview) -> int:
     """Archive offset of the entry's data, from bytes holding its whole local header."""
-    size = local_header_size(entry, header)
+    return _data_start(entry, header, _fields(entry, header))
+
+
+def _data_start(entry: ZipEntry, header: bytes | memoryview, fields: tuple) -> int:
+    (_, _, flags, method, _, _, crc, compressed, uncompressed, name_length, extra_length) = fields
+    size = LOCAL_HEADER.size + name_length + extra_length
     if len(header) < size:
         raise ArchiveFormatError(
             f"local header of {entry.name!r} at {entry.header_offset} needs {size} bytes, got {len(header)}"
         )
-    (_, _, flags, method, _, _, crc, compressed, uncompressed, name_length, extra_length) = (
-        LOCAL_HEADER.unpack_from(header)
-    )
-    where = f"local header of {entry.name!r} at {entry.header_offset}"
     if flags & FLAG_ENCRYPTED:
         raise ArchiveFormatError(f"entry {entry.name!r} is encrypted")
     if method != entry.method:
-        raise ArchiveFormatError(f"{where} says method {method}, central directory says {entry.method}")
+        raise ArchiveFormatError(
+            f"{_where(entry)} says method {method}, central directory says {entry.method}"
+        )
     name = bytes(header[LOCAL_HEADER.size : LOCAL_HEADER.size + name_length])
     if name != entry.raw_name:
-        raise ArchiveFormatError(f"{where} names {name!r}, central directory says {entry.raw_name!r}")
-    extra_at = LOCAL_HEADER.size + name_length
-    _check_extra_tiles(header[extra_at : extra_at + extra_length], where)
+        raise ArchiveFormatError(f"{_where(entry)} names {name!r}, central directory says {entry.raw_name!r}")
+    if extra_length:
+        extra_at = LOCAL_HEADER.size + name_length
+        _check_extra_tiles(entry, header[extra_at : extra_at + extra_length])
     if not flags & FLAG_DATA_DESCRIPTOR:
-        _check_matches_directory(entry, crc, compressed, uncompressed, where)
+        _check_matches_directory(entry, crc, compressed, uncompressed)
     start = entry.header_offset + size
     if start + entry.compressed_size > entry.region_end:
         raise ArchiveFormatError(
@@ -87,22 +99,30 @@ def data_offset(entry: ZipEntry, header: bytes | memoryview) -> int:
     return start
 
 
-def _check_extra_tiles(extra: bytes | memoryview, where: str) -> None:
+def _where(entry: ZipEntry) -> str:
+    """How errors name a local header (formatted only when something is wrong)."""
+    return f"local header of {entry.name!r} at {entry.header_offset}"
+
+
+def _check_extra_tiles(entry: ZipEntry, extra: bytes | memoryview) -> None:
     """Extra records (id, size, data) must fill the extra field exactly."""
     at = 0
-    while at < len(extra):
-        if at + EXTRA_HEADER.size > len(extra):
-            raise ArchiveFormatError(f"{where}: extra field ends inside a record header")
+    length = len(extra)
+    while at < length:
+        if at + EXTRA_HEADER.size > length:
+            raise ArchiveFormatError(f"{_where(entry)}: extra field ends inside a record header")
         _, data_size = EXTRA_HEADER.unpack_from(extra, at)
         at += EXTRA_HEADER.size + data_size
-    if at != len(extra):
-        raise ArchiveFormatError(f"{where}: extra field records overrun its length")
+    if at != length:
+        raise ArchiveFormatError(f"{_where(entry)}: extra field records overrun its length")
 
 
-def _check_matches_directory(entry: ZipEntry, crc: int, compressed: int, size: int, where: str) -> None:
+def _check_matches_directory(entry: ZipEntry, crc: int, compressed: int, size: int) -> None:
     if crc != entry.crc32:
-        raise ArchiveFormatError(f"{where}: CRC {crc:08x} differs from the central directory's")
-    pairs = ((compressed, entry.compressed_size, "compressed size"), (size, entry.size, "size"))
-    for local, central, what in pairs:
-        if local != central and local != SENTINEL_32:
-            raise ArchiveFormatError(f"{where}: {what} {local}, central directory says {central}")
+        raise ArchiveFormatError(f"{_where(entry)}: CRC {crc:08x} differs from the central directory's")
+    if compressed != entry.compressed_size and compressed != SENTINEL_32:
+        raise ArchiveFormatError(
+            f"{_where(entry)}: compressed size {compressed}, central directory says {entry.compressed_size}"
+        )
+    if size != entry.size and size != SENTINEL_32:
+        raise ArchiveFormatError(f"{_where(entry)}: size {size}, central directory says {entry.size}")
