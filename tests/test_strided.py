@@ -39,6 +39,15 @@ def test_matches_torch(view: tuple[list[int], list[int]]) -> None:
     assert strided.dim_order(sizes, strides) == tuple(tensor.dim_order())
 
 
+@settings(max_examples=3000, deadline=None)
+@given(views(), st.integers(0, 7))
+def test_a_dense_view_reaches_exactly_its_elements(view: tuple[list[int], list[int]], offset: int) -> None:
+    """What a load's plan takes for granted of dense views (their extent, without the arithmetic)."""
+    sizes, strides = view
+    if strided.is_dense(sizes, strides) and strided.numel(sizes):
+        assert strided.element_extent(sizes, strides, offset) == (offset, offset + strided.numel(sizes))
+
+
 @pytest.mark.parametrize(
     ("sizes", "strides", "order", "dense"),
     [

@@ -66,16 +66,19 @@ def plan_load(
     for info in chosen:
         if info.unsupported:
             raise UnsupportedPayload(f"{info.model}/{info.name}: {info.unsupported}")
-        entry = entries[info.storage.entry]
-        zipfmt.check_decodable(entry)
+        name = info.storage.entry
+        known = storages.get(name)
+        entry = known.entry if known else entries[name]
+        if known is None:
+            zipfmt.check_decodable(entry)
         extent = _extent_bytes(info)
-        known = storages.get(entry.name)
         if entry.size:
             if extent > entry.size:
                 raise UnsupportedPayload(
                     f"{info.model}/{info.name} reaches byte {extent} of a {entry.size}-byte payload"
                 )
-            storages[entry.name] = Storage(entry, entry.size, False)
+            if known is None:
+                storages[name] = Storage(entry, entry.size, False)
         else:
             nbytes = max(extent, known.nbytes if known else 0)
             if nbytes > MAX_ZERO_STORAGE:
@@ -83,7 +86,7 @@ def plan_load(
                     f"{info.model}/{info.name}: {nbytes} bytes of zeros from an empty payload "
                     f"(limit {MAX_ZERO_STORAGE})"
                 )
-            storages[entry.name] = Storage(entry, nbytes, True)
+            storages[name] = Storage(entry, nbytes, True)
     backed = [storage.entry for storage in storages.values() if not storage.zeros]
     return LoadPlan(chosen, storages, tuple(group_ranges(backed, gap)))
 
@@ -108,8 +111,12 @@ def _range(run: list[ZipEntry]) -> ReadRange:
 
 
 def _extent_bytes(info: TensorInfo) -> int:
-    """Bytes of storage the view reaches (0 for an empty view)."""
-    sizes, strides, offset = info.sizes or (), info.strides or (), info.storage_offset or 0
-    if strided.numel(sizes) == 0:
+    """Bytes of storage the view reaches (0 for an empty view). A dense view (in any dimension
+    order) covers exactly its elements from its offset on: most of a model, and no arithmetic."""
+    if not info.numel:
         return 0
-    return strided.element_extent(sizes, strides, offset)[1] * (info.itemsize or 1)
+    itemsize = info.itemsize or 1
+    if info.dense:
+        return ((info.storage_offset or 0) + info.numel) * itemsize
+    sizes, strides, offset = info.sizes or (), info.strides or (), info.storage_offset or 0
+    return strided.element_extent(sizes, strides, offset)[1] * itemsize
