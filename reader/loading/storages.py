@@ -23,17 +23,14 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import mmap
-import os
 from collections.abc import Sequence
 
 import numpy as np
 
 from .. import zipfmt
-from ..errors import IntegrityError, SourceChanged
+from ..errors import IntegrityError
 from ..reading.entries import EntryFetcher
 from ..sources import ByteSource, HttpSource, LocalFileSource
-from ..sources.local import file_identity
 from ..tasks import task_group
 from ..zipfmt import ZipEntry
 from ..zipfmt.structs import METHOD_STORED
@@ -82,17 +79,15 @@ async def read_storages(
 def _mapped(
     source: LocalFileSource, fetcher: EntryFetcher, plan: LoadPlan, copy: bool, verify: bool | None
 ) -> Buffers:
-    with open(source.location, "rb") as file:
-        if file_identity(os.fstat(file.fileno())) != source.identity:
-            raise SourceChanged(f"{source.location} changed since it was opened")
-        if source.size == 0:
-            return {}
-        mapping = mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_COPY)
+    if source.size == 0:
+        return {}
+    mapping = source.map()
     whole = np.frombuffer(mapping, dtype=np.uint8)
+    headers = memoryview(mapping)
     buffers: Buffers = {}
     for rng in plan.ranges:
         for entry in rng.entries:
-            start = _data_offset_in(entry, whole, 0, fetcher.known_offsets)
+            start = _data_offset_in(entry, headers, 0, fetcher.known_offsets)
             stored = whole[start : start + entry.compressed_size]
             if entry.method != METHOD_STORED:
                 buffers[entry.name] = _inflate(entry, stored)
@@ -177,8 +172,9 @@ def _entries_of(whole: np.ndarray, base: int, entries: Sequence[ZipEntry], known
     """`entries` out of `whole` (archive bytes from `base`): stored ones as views, CRC-checked;
     DEFLATE ones inflated."""
     buffers: Buffers = {}
+    headers = memoryview(whole)
     for entry in entries:
-        start = _data_offset_in(entry, whole, base, known) - base
+        start = _data_offset_in(entry, headers, base, known) - base
         stored = whole[start : start + entry.compressed_size]
         if len(stored) != entry.compressed_size:
             raise IntegrityError(f"entry {entry.name!r}: its data runs past the range read")
@@ -190,12 +186,13 @@ def _entries_of(whole: np.ndarray, base: int, entries: Sequence[ZipEntry], known
     return buffers
 
 
-def _data_offset_in(entry: ZipEntry, whole: np.ndarray, base: int, known: dict[str, int]) -> int:
-    """Where `entry`'s data starts in the archive: known, or from its local header in `whole`
-    (checked against the central directory, as every read of the reader does)."""
+def _data_offset_in(entry: ZipEntry, held: memoryview, base: int, known: dict[str, int]) -> int:
+    """Where `entry`'s data starts in the archive: known, or from its local header in `held`
+    (archive bytes from `base`; checked against the central directory, as every read of the
+    reader does)."""
     found = known.get(entry.name)
     if found is None:
-        region = memoryview(whole[entry.header_offset - base : entry.region_end - base])
+        region = held[entry.header_offset - base : entry.region_end - base]
         located = zipfmt.locate_data(entry, region)
         if isinstance(located, zipfmt.NeedUntil):
             raise IntegrityError(f"entry {entry.name!r}: its local header runs past the range read")

@@ -11,6 +11,7 @@ Reads are positionless (pread), so concurrent reads share one descriptor safely.
 
 from __future__ import annotations
 
+import mmap
 import os
 import stat
 import threading
@@ -188,6 +189,15 @@ class LocalFileSource:
         if now != self.identity:
             raise SourceChanged(f"{self.location} changed while being read (was {self.identity}, now {now})")
         raise SourceError(f"short read from {self.location}: {got} of {wanted} bytes at {start}")
+
+    def map(self) -> mmap.mmap:
+        """The opened file mapped copy-on-write (writes stay in the process), checked unchanged
+        first: the very file the index was read from, even if its path now names another."""
+        self._check_open()
+        now = file_identity(os.fstat(self._fd))
+        if now != self.identity:
+            raise SourceChanged(f"{self.location} changed since it was opened ({self.identity}, now {now})")
+        return mmap.mmap(self._fd, 0, access=mmap.ACCESS_COPY)
 
     async def revalidate(self) -> bool:
         """True if the file is still the one opened (same size, mtime and inode)."""
