@@ -199,7 +199,7 @@ async def _fetch_metadata(
     missing = coalesce(
         [region for region in regions.values() if not any(run.covers(*region) for run in held)]
     )
-    fetched = await asyncio.gather(*(source.read(start, end, purpose="open") for start, end in missing))
+    fetched = await _read_all(source, missing)
     runs = [*held, *(HeldBytes(start, data) for (start, _), data in zip(missing, fetched))]
     contents, offsets = {}, {}
     for entry in entries:
@@ -213,3 +213,11 @@ async def _fetch_metadata(
         decoder.finish()
         offsets[entry.name] = offset
     return contents, offsets
+
+
+async def _read_all(source: ByteSource, regions: list[tuple[int, int]]) -> list[bytes]:
+    """Each region's bytes, read in parallel; one region is awaited as it is (a task costs a turn
+    of the event loop, a tenth of opening a local archive's index)."""
+    if len(regions) == 1:
+        return [await source.read(*regions[0], purpose="open")]
+    return await asyncio.gather(*(source.read(start, end, purpose="open") for start, end in regions))
