@@ -11,7 +11,10 @@ import asyncio
 import collections
 import json
 import mmap
+import os
 import pathlib
+import subprocess
+import sys
 import tracemalloc
 import zipfile
 
@@ -496,3 +499,83 @@ async def test_a_remote_selection_keeps_no_unselected_payload_in_memory(tmp_path
     held = {id(root(array)): root(array).nbytes for array in arrays.values()}
     assert sum(held.values()) < 3 * len(tensors["a"]) + (64 << 10)  # not b's 256 KiB
     assert np.shares_memory(root(arrays["c"]), arrays["d"])  # neighbours: one range, one buffer
+
+
+# -- the synchronous form ----------------------------------------------------------------------
+
+FORKED_LOADS = """
+import os, sys
+import reader
+
+path = sys.argv[1]
+first = reader.load(path, copy=True)  # a copy: done on a thread, whose result wakes the loop
+pid = os.fork()
+if pid == 0:
+    os._exit(0 if reader.load(path, copy=True).keys() == first.keys() else 1)
+_, status = os.waitpid(pid, 0)
+again = reader.load(path, copy=True)  # after the child's loop closed at its exit
+print(os.waitstatus_to_exitcode(status), again.keys() == first.keys())
+"""
+
+
+def test_sync_loads_keep_working_across_fork(tmp_path) -> None:
+    """reader.load keeps one event loop on the main thread between calls; a forked child makes its
+    own and leaves the parent's alone (it shares the parent's epoll instance), so loads in both go
+    on working."""
+    script = tmp_path / "forked.py"
+    script.write_text(FORKED_LOADS)
+    done = subprocess.run(
+        [sys.executable, str(script), str(ARCHIVES / "layouts.pt2")],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(pathlib.Path(__file__).resolve().parents[1])},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["0", "True"]
+
+
+def test_sync_load_leaves_no_event_loop_behind() -> None:
+    """The kept loop is never the thread's current one: asyncio code around reader.load runs as if
+    it were not there."""
+    path = ARCHIVES / "layouts.pt2"
+    reader.load(path)
+
+    async def inside() -> asyncio.AbstractEventLoop:
+        return asyncio.get_running_loop()
+
+    outer = asyncio.run(inside())
+    assert set(reader.load(path)) == {t.name for t in asyncio.run(_infos(path)) if t.readable}
+    assert not outer.is_running()
+    with pytest.raises(RuntimeError):
+        asyncio.get_running_loop()
+
+
+async def _infos(path: pathlib.Path) -> list:
+    async with reader.open_archive(path) as archive:
+        return archive.tensors()
+
+
+# -- a local file that changes ----------------------------------------------------------------
+
+
+async def test_local_file_rewritten_in_place_after_open_raises_source_changed(tmp_path) -> None:
+    path = tmp_path / "layouts.pt2"
+    path.write_bytes((ARCHIVES / "layouts.pt2").read_bytes())
+    async with reader.open_archive(path) as archive:
+        with path.open("r+b") as file:  # same inode, new bytes and modification time
+            file.write(file.read()[::-1])
+        os.utime(path, ns=(0, 12345))
+        with pytest.raises(reader.SourceChanged):
+            await archive.load()
+
+
+async def test_local_file_replaced_after_open_loads_the_opened_file(tmp_path) -> None:
+    """A path that names a new file now (an atomic rename over it) does not change what an open
+    archive loads: the bytes its index was read from."""
+    path = tmp_path / "layouts.pt2"
+    path.write_bytes((ARCHIVES / "layouts.pt2").read_bytes())
+    async with reader.open_archive(path) as archive:
+        replacement = tmp_path / "other.pt2"
+        replacement.write_bytes((ARCHIVES / "dtypes.pt2").read_bytes())
+        os.replace(replacement, path)
+        arrays = await archive.load()
+        await _expect_reads(archive, archive.models[0], arrays)
