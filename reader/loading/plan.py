@@ -8,8 +8,10 @@ across the local headers between them (the demultiplexer finds each entry's data
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from .. import zipfmt
 from ..errors import UnsupportedPayload
@@ -21,11 +23,12 @@ from ..zipfmt import ZipEntry
 RANGE_GAP = 1 << 20
 # A zero-byte payload means zeros: its views' extent is allocated, up to this much.
 MAX_ZERO_STORAGE = 1 << 30
+_header_offset = operator.attrgetter("header_offset")
 
 
-@dataclass(frozen=True, slots=True)
-class Storage:
-    """One payload entry and the bytes its buffer holds (`nbytes`; zeros when `zeros`)."""
+class Storage(NamedTuple):
+    """One payload entry and the bytes its buffer holds (`nbytes`; zeros when `zeros`). A
+    NamedTuple: a load makes one per payload, and a frozen dataclass costs three times as much."""
 
     entry: ZipEntry
     nbytes: int
@@ -96,7 +99,7 @@ def group_ranges(entries: Iterable[ZipEntry], gap: int = RANGE_GAP) -> list[Read
     data, descriptor) lies in one range, and entries less than `gap` apart share one."""
     ranges: list[ReadRange] = []
     run: list[ZipEntry] = []
-    for entry in sorted(entries, key=lambda e: e.header_offset):
+    for entry in sorted(entries, key=_header_offset):
         if run and entry.header_offset - run[-1].region_end > gap:
             ranges.append(_range(run))
             run = []
