@@ -22,7 +22,8 @@ T = TypeVar("T")
 
 class _MainLoop:
     """The main thread's event loop, kept from one synchronous call to the next: a fresh loop per
-    call (asyncio.run) cost about 0.5 ms, a quarter of loading a model from a local file.
+    call (asyncio.run) cost 0.1 - 0.5 ms with cold caches, up to a fifth of loading a model from a
+    local file.
 
     An asyncio.Runner, so Ctrl-C cancels the call as under asyncio.run; made by a loop factory, so
     it is never the thread's current event loop for other code. A forked child leaves the parent's
@@ -33,11 +34,11 @@ class _MainLoop:
         self._runner: asyncio.Runner | None = None
         self._abandoned: list[asyncio.Runner] = []  # inherited through fork: kept, never closed
         os.register_at_fork(after_in_child=self._forked)
+        atexit.register(self.close)
 
     def run(self, coroutine: Coroutine[Any, Any, None]) -> None:
         if self._runner is None:
             self._runner = asyncio.Runner(loop_factory=asyncio.new_event_loop)
-            atexit.register(self.close)
         self._runner.run(coroutine)
 
     def close(self) -> None:

@@ -39,7 +39,7 @@ def _fields(entry: ZipEntry, header: bytes | memoryview) -> tuple:
     """The fixed part of the local header, its signature checked (parsed once per lookup: a whole
     model's load locates every entry)."""
     if len(header) < LOCAL_HEADER.size:
-        raise ArchiveFormatError(f"local header of {entry.name!r} at {entry.header_offset} is truncated")
+        raise ArchiveFormatError(f"{_where(entry)} is truncated")
     fields = LOCAL_HEADER.unpack_from(header)
     if fields[0] != LOCAL_HEADER_SIGNATURE:
         raise ArchiveFormatError(f"bad local header signature for {entry.name!r} at {entry.header_offset}")
@@ -51,14 +51,12 @@ def locate_data(entry: ZipEntry, window: bytes | memoryview, data_length: int = 
     the whole header and `data_length` bytes of data; else how far they must reach."""
     if len(window) < LOCAL_HEADER.size:
         if entry.header_offset + LOCAL_HEADER.size > entry.region_end:
-            raise ArchiveFormatError(f"local header of {entry.name!r} at {entry.header_offset} is truncated")
+            raise ArchiveFormatError(f"{_where(entry)} is truncated")
         return NeedUntil(entry.header_offset + local_header_guess(entry) + data_length)
     fields = _fields(entry, window)
     needed = LOCAL_HEADER.size + fields[9] + fields[10] + data_length
     if entry.header_offset + needed > entry.region_end:
-        raise ArchiveFormatError(
-            f"local header of {entry.name!r} at {entry.header_offset} leaves no room for its data"
-        )
+        raise ArchiveFormatError(f"{_where(entry)} leaves no room for its data")
     if len(window) < needed:
         return NeedUntil(entry.header_offset + needed)
     return _data_start(entry, window, fields)
@@ -70,12 +68,11 @@ def data_offset(entry: ZipEntry, header: bytes | memoryview) -> int:
 
 
 def _data_start(entry: ZipEntry, header: bytes | memoryview, fields: tuple) -> int:
+    """The data offset from a parsed header, every field checked against the central directory."""
     (_, _, flags, method, _, _, crc, compressed, uncompressed, name_length, extra_length) = fields
     size = LOCAL_HEADER.size + name_length + extra_length
     if len(header) < size:
-        raise ArchiveFormatError(
-            f"local header of {entry.name!r} at {entry.header_offset} needs {size} bytes, got {len(header)}"
-        )
+        raise ArchiveFormatError(f"{_where(entry)} needs {size} bytes, got {len(header)}")
     if flags & FLAG_ENCRYPTED:
         raise ArchiveFormatError(f"entry {entry.name!r} is encrypted")
     if method != entry.method:
