@@ -579,3 +579,31 @@ async def test_local_file_replaced_after_open_loads_the_opened_file(tmp_path) ->
         os.replace(replacement, path)
         arrays = await archive.load()
         await _expect_reads(archive, archive.models[0], arrays)
+
+
+@needs_torch
+def test_zeros_viewed_with_two_item_sizes_share_one_storage(tmp_path) -> None:
+    """A zero-byte payload is zeros of its views' extent; views of several item sizes on it (12
+    bytes as 3 float32 and as 1 float64) each come out whole, on one storage."""
+    import torch
+
+    import reader.torch
+
+    plain = tmp_path / "plain.pt2"
+    write_pt2(plain, {"a": (7, [3], b"")}, tied={"b": "a"})
+    path = tmp_path / "mixed.pt2"
+    with zipfile.ZipFile(plain) as source, zipfile.ZipFile(path, "w") as target:
+        for item in source.infolist():
+            data = source.read(item)
+            if item.filename.endswith("model_weights_config.json"):
+                config = json.loads(data)
+                meta = config["config"]["b"]["tensor_meta"]
+                meta.update(dtype=8, sizes=[{"as_int": 1}], strides=[{"as_int": 1}])  # one float64
+                data = json.dumps(config).encode()
+            target.writestr(item.filename, data)
+    tensors = reader.torch.load(path)
+    assert tensors["a"].dtype == torch.float32 and tensors["a"].tolist() == [0.0, 0.0, 0.0]
+    assert tensors["b"].dtype == torch.float64 and tensors["b"].tolist() == [0.0]
+    assert tensors["a"].untyped_storage().data_ptr() == tensors["b"].untyped_storage().data_ptr()
+    arrays = reader.load(path)
+    assert arrays["a"].tolist() == [0.0, 0.0, 0.0] and arrays["b"].tolist() == [0.0]
