@@ -22,8 +22,8 @@ T = TypeVar("T")
 
 class _MainLoop:
     """The main thread's event loop, kept from one synchronous call to the next: a fresh loop per
-    call (asyncio.run) cost 0.1 - 0.5 ms with cold caches, up to a fifth of loading a model from a
-    local file.
+    call (asyncio.run) cost 0.3 ms more with cold caches, an eighth of loading GPT-2 from a local
+    file.
 
     An asyncio.Runner, so Ctrl-C cancels the call as under asyncio.run; made by a loop factory, so
     it is never the thread's current event loop for other code. A forked child leaves the parent's
