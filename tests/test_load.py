@@ -607,3 +607,26 @@ def test_zeros_viewed_with_two_item_sizes_share_one_storage(tmp_path) -> None:
     assert tensors["a"].untyped_storage().data_ptr() == tensors["b"].untyped_storage().data_ptr()
     arrays = reader.load(path)
     assert arrays["a"].tolist() == [0.0, 0.0, 0.0] and arrays["b"].tolist() == [0.0]
+
+
+def test_each_sync_load_runs_in_the_callers_context() -> None:
+    """As under asyncio.run, a call sees the context variables its caller has set (a tracing span,
+    say), each call its own, though the main thread keeps one loop for them."""
+    import contextvars
+
+    from reader.sources import LocalFileSource
+
+    trace: contextvars.ContextVar[str] = contextvars.ContextVar("trace", default="none")
+    seen: list[str] = []
+
+    class Traced(LocalFileSource):
+        async def read(self, start: int, end: int, *, purpose: str = "data") -> bytes:
+            seen.append(trace.get())
+            return await super().read(start, end, purpose=purpose)
+
+    path = ARCHIVES / "layouts.pt2"
+    for span in ("first", "second"):
+        trace.set(span)
+        reader.load(asyncio.run(Traced.open(path)))
+        assert seen and set(seen) == {span}
+        seen.clear()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextvars
 import os
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -26,9 +27,10 @@ class _MainLoop:
     file.
 
     An asyncio.Runner, so Ctrl-C cancels the call as under asyncio.run; made by a loop factory, so
-    it is never the thread's current event loop for other code. A forked child leaves the parent's
-    loop alone, unclosed (closing it would unregister the parent's descriptors from the epoll
-    instance they share), and makes its own."""
+    it is never the thread's current event loop for other code; each call runs in a copy of the
+    caller's context, as under asyncio.run (the runner's own would be the first caller's). A forked
+    child leaves the parent's loop alone, unclosed (closing it would unregister the parent's
+    descriptors from the epoll instance they share), and makes its own."""
 
     def __init__(self) -> None:
         self._runner: asyncio.Runner | None = None
@@ -39,7 +41,7 @@ class _MainLoop:
     def run(self, coroutine: Coroutine[Any, Any, None]) -> None:
         if self._runner is None:
             self._runner = asyncio.Runner(loop_factory=asyncio.new_event_loop)
-        self._runner.run(coroutine)
+        self._runner.run(coroutine, context=contextvars.copy_context())
 
     def close(self) -> None:
         if self._runner is not None:
