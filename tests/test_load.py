@@ -630,3 +630,20 @@ def test_each_sync_load_runs_in_the_callers_context() -> None:
         reader.load(asyncio.run(Traced.open(path)))
         assert seen and set(seen) == {span}
         seen.clear()
+
+
+def test_a_sync_call_leaves_no_task_running() -> None:
+    """What a call leaves running is cancelled before it returns, as asyncio.run does, though the
+    main thread keeps its loop for the next call."""
+    from reader.loading.sync import run_sync
+
+    started: list[asyncio.Task] = []
+
+    async def spawn() -> str:
+        started.append(asyncio.create_task(asyncio.sleep(3600)))
+        await asyncio.sleep(0)
+        return "done"
+
+    assert run_sync(spawn) == "done"
+    assert started[0].cancelled()
+    assert run_sync(spawn) == "done"  # the kept loop goes on working

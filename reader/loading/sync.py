@@ -41,7 +41,12 @@ class _MainLoop:
     def run(self, coroutine: Coroutine[Any, Any, None]) -> None:
         if self._runner is None:
             self._runner = asyncio.Runner(loop_factory=asyncio.new_event_loop)
-        self._runner.run(coroutine, context=contextvars.copy_context())
+        runner = self._runner
+        try:
+            runner.run(coroutine, context=contextvars.copy_context())
+        finally:
+            if asyncio.all_tasks(runner.get_loop()):  # what asyncio.run cancels before it returns
+                runner.run(_cancel_leftovers())
 
     def close(self) -> None:
         if self._runner is not None:
@@ -55,6 +60,16 @@ class _MainLoop:
 
 
 _main_loop = _MainLoop()
+
+
+async def _cancel_leftovers() -> None:
+    """Cancel the tasks a call left running and wait for them: nothing of one call runs on into
+    the next."""
+    current = asyncio.current_task()
+    leftovers = [task for task in asyncio.all_tasks() if task is not current]
+    for task in leftovers:
+        task.cancel()
+    await asyncio.gather(*leftovers, return_exceptions=True)
 
 
 def run_sync(make: Callable[[], Awaitable[T]]) -> T:
