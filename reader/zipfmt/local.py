@@ -117,9 +117,7 @@ def _check_extra_tiles(entry: ZipEntry, extra: bytes | memoryview) -> None:
 def _check_matches_directory(entry: ZipEntry, crc: int, compressed: int, size: int) -> None:
     if crc != entry.crc32:
         raise ArchiveFormatError(f"{_where(entry)}: CRC {crc:08x} differs from the central directory's")
-    if compressed != entry.compressed_size and compressed != SENTINEL_32:
-        raise ArchiveFormatError(
-            f"{_where(entry)}: compressed size {compressed}, central directory says {entry.compressed_size}"
-        )
-    if size != entry.size and size != SENTINEL_32:
-        raise ArchiveFormatError(f"{_where(entry)}: size {size}, central directory says {entry.size}")
+    pairs = ((compressed, entry.compressed_size, "compressed size"), (size, entry.size, "size"))
+    for local, central, what in pairs:
+        if local != central and local != SENTINEL_32:
+            raise ArchiveFormatError(f"{_where(entry)}: {what} {local}, central directory says {central}")
