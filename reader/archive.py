@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import difflib
 import os
 from collections.abc import AsyncIterator, Generator, Iterable, Sequence
@@ -18,6 +19,7 @@ from .pt2.graph import MAX_PROGRAM_BYTES, Graph, TensorConsumers, consumers_of, 
 from .pt2.tensorinfo import TensorInfo
 from .reading.entries import EntryFetcher
 from .reading.opening import OpenedIndex, read_index
+from .sharded import ShardedArchive, is_shard_index, open_sharded
 from .sources import (
     DEFAULT_CHUNK_SIZE,
     ByteSource,
@@ -230,7 +232,9 @@ class open_archive:  # noqa: N801 - used like a function: `async with open_archi
     """Open a .pt2 archive: `async with open_archive(path) as ar` or `ar = await open_archive(path)`.
 
     `location` is a path, an http(s):// URL, s3://bucket/key, gs://bucket/object,
-    az://container/blob, hf://[datasets/]repo[@revision]/path, or an open ByteSource. `tail_size` is
+    az://container/blob, hf://[datasets/]repo[@revision]/path, or an open ByteSource; a location ending in
+    `.index.json` is a sharded checkpoint's index, opened as one `ShardedArchive` over the shards it
+    names (reader.sharded), each opened with these same options. `tail_size` is
     how much of the end the first read takes (enough for typical central directories; by default 256
     KiB remotely, 64 KiB for local files, where one more read is cheap); `chunk_size` is the default
     stream chunk; `http_options` tune remote reads (timeouts, retries, budgets); `s3_settings`
@@ -251,9 +255,9 @@ class open_archive:  # noqa: N801 - used like a function: `async with open_archi
         self._chunk_size = chunk_size
         self._http_options = http_options
         self._s3_settings = s3_settings
-        self._archive: Archive | None = None
+        self._archive: Archive | ShardedArchive | None = None
 
-    async def _open(self) -> Archive:
+    async def _open(self) -> Archive | ShardedArchive:
         location = self._location
         tail_size = tail_size_for(location) if self._tail_size is None else self._tail_size
         if isinstance(location, (str, os.PathLike)):
@@ -265,6 +269,8 @@ class open_archive:  # noqa: N801 - used like a function: `async with open_archi
             )
         else:
             source = location
+        if is_shard_index(location):  # a sharded checkpoint: its shards, each opened as this one is
+            return await open_sharded(os.fspath(location), source, lambda shard: self._at(shard)._open())
         try:
             opened = await read_index(source, tail_size)
         except BaseException:
@@ -272,10 +278,16 @@ class open_archive:  # noqa: N801 - used like a function: `async with open_archi
             raise
         return Archive(source, opened, EntryFetcher(source, self._chunk_size, opened.data_offsets))
 
-    def __await__(self) -> Generator[Any, None, Archive]:
+    def _at(self, location: str) -> open_archive:
+        """The same options at another location (a shard beside a sharded checkpoint's index)."""
+        other = copy.copy(self)
+        other._location, other._archive = location, None
+        return other
+
+    def __await__(self) -> Generator[Any, None, Archive | ShardedArchive]:
         return self._open().__await__()
 
-    async def __aenter__(self) -> Archive:
+    async def __aenter__(self) -> Archive | ShardedArchive:
         self._archive = await self._open()
         return self._archive
 

@@ -26,10 +26,11 @@ if TYPE_CHECKING:
     import torch as _torch
 
     from .archive import Archive
+    from .sharded import ShardedArchive
 
 
 async def load_archive(
-    archive: Archive,
+    archive: Archive | ShardedArchive,
     *,
     model: str | None = None,
     prefix: str | None = None,
@@ -42,9 +43,15 @@ async def load_archive(
     import torch
 
     from .loading.load import load_storages
+    from .sharded import ShardedArchive
 
     if order not in ORDERS:
         raise ValueError(f"order must be one of {ORDERS}, not {order!r}")
+    if isinstance(archive, ShardedArchive):  # each shard's part as from its own file, merged
+        return await archive.load_with(
+            lambda shard, part: load_archive(shard, names=part, order=order, copy=copy, verify=verify),
+            model=model, prefix=prefix, names=names,
+        )  # fmt: skip
     plan, buffers = await load_storages(
         archive, model=model, prefix=prefix, names=names, copy=copy, verify=verify
     )

@@ -1,0 +1,378 @@
+"""ShardedArchive: the shards a sharded checkpoint's index names, as one archive.
+
+The rule for what is read when:
+- opening reads the index, then opens every shard it names, concurrently (at most
+  OPEN_CONCURRENCY at once): each shard's tail and its data.pkl, as opening any torch.save
+  checkpoint does, and nothing of its tensors' bytes. The layouts live in the shards' pickles and
+  `tensors()` / `layout()` are synchronous, so they are known once `open_archive` returns;
+- every read, stream and load goes to the shard(s) holding the names asked for; `load` groups
+  its selection by shard and loads those shards concurrently, each as one `Archive.load`: a
+  selection inside one shard reads that shard's bytes and no other's.
+
+Each shard is its own `Archive` with its own source, so its version is pinned when it opens
+(ETag, generation, commit; a shard that changes raises SourceChanged as any archive does). On
+the Hugging Face Hub the shards are read at the commit the index was read at.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import difflib
+import hashlib
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import (
+    ArchiveFormatError,
+    FileNotFound,
+    LocationError,
+    ModelNotFound,
+    ReaderError,
+    SourceChanged,
+    SourceError,
+    TensorNotFound,
+)
+from ..pt2.checkpoint import CHECKPOINT_MODEL
+from ..pt2.tensorinfo import TensorInfo
+from ..sources import ByteSource, SourceStats, redact_location
+from ..versions import version_basis
+from .index import INDEX_SUFFIX, MAX_INDEX_BYTES, ShardIndex, parse_shard_index, shard_location
+
+if TYPE_CHECKING:
+    from ..archive import Archive
+    from ..embedded import EntryBytes
+    from ..pt2.executorch import EmbeddedFile
+    from ..pt2.graph import Graph, TensorConsumers
+    from ..tensor import TensorBytes, WritableBuffer
+
+CONTAINER = "sharded-checkpoint"
+OPEN_CONCURRENCY = 16  # shards opened at once (each open is two small reads)
+SHARD_CONTAINERS = ("checkpoint",)  # what a shard may be: a torch.save checkpoint
+
+OpenShard = Callable[[str], Awaitable["Archive"]]
+
+
+class ShardSources:
+    """The index's source and every shard's, as one: what `archive.source` offers the service
+    (`location`, `identity`, `stats`, `revalidate`, `close`) for versions, metrics and ETags."""
+
+    def __init__(self, index: ByteSource, shards: dict[str, Archive]) -> None:
+        self.index = index
+        self.shards = shards
+        self.location = index.location
+        self.size = index.size + sum(shard.source.size for shard in shards.values())
+        self.etag = None  # versions come from `identity`, which covers every shard
+        self.identity = _combined_identity(index, shards)
+
+    @property
+    def stats(self) -> SourceStats:
+        total = SourceStats()
+        for source in (self.index, *(shard.source for shard in self.shards.values())):
+            for purpose, counted in source.stats.by_purpose.items():
+                total.record(purpose, counted.bytes, requests=counted.requests)
+        return total
+
+    async def revalidate(self) -> bool:
+        checks = [self.index.revalidate(), *(shard.revalidate() for shard in self.shards.values())]
+        return all(await asyncio.gather(*checks))
+
+    async def close(self) -> None:
+        closing = [self.index.close(), *(shard.close() for shard in self.shards.values())]
+        results = await asyncio.gather(*closing, return_exceptions=True)
+        failed = next((r for r in results if isinstance(r, BaseException)), None)
+        if failed is not None:
+            raise failed
+
+
+def _combined_identity(index: ByteSource, shards: dict[str, Archive]) -> str:
+    """Names the bytes of the index and of every shard (as reader.versions names one source's),
+    so every replica reading the same objects derives the same version."""
+    parts = [f"index={version_basis(index)}", *(f"{n}={version_basis(a.source)}" for n, a in shards.items())]
+    return "sharded-" + hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
+
+
+class ShardedArchive:
+    """A sharded checkpoint (`*.bin.index.json` and its shards) behind the API of `Archive`.
+
+    One model, "checkpoint", whose tensors are the names of the index's `weight_map`, listed shard
+    by shard (shards in file-name order, each in its own order: the state dict's). Layouts are the
+    shards' own, but for `storage.entry`, which is prefixed with the shard's file name
+    (`pytorch_model-00001-of-00002.bin!/pytorch_model-00001-of-00002/data/0`): names that share
+    one entry share storage, and two shards never do. `shards` maps each shard file to its
+    `Archive`; `shard_stats` gives each one's requests and bytes, `stats` their sum.
+    """
+
+    container = CONTAINER
+
+    def __init__(self, location: str, source: ShardSources, index: ShardIndex) -> None:
+        self._location = location
+        self.source = source
+        self.index = index
+        self.shards = source.shards
+        self.root = os.path.basename(_path_of(location))[: -len(INDEX_SUFFIX)]
+        self._tensors = self._listing()
+
+    def _listing(self) -> dict[str, TensorInfo]:
+        """Every weight_map name's layout, checked to be in the shard the index says."""
+        listed: dict[str, TensorInfo] = {}
+        wanted: dict[str, set[str]] = {}
+        for name, shard in self.index.weight_map.items():
+            wanted.setdefault(shard, set()).add(name)
+        for shard, archive in self.shards.items():
+            held = {info.name: info for info in archive.tensors()}
+            missing = sorted(wanted[shard] - held.keys())
+            if missing:
+                raise ArchiveFormatError(
+                    f"{self.location}: weight_map puts {missing[0]!r} in shard {shard!r}, which does not "
+                    f"hold it ({len(missing)} such name{'s' if len(missing) > 1 else ''})"
+                )
+            for name, info in held.items():
+                if name in wanted[shard]:
+                    entry = f"{shard}!/{info.storage.entry}"
+                    listed[name] = dataclasses.replace(
+                        info, storage=dataclasses.replace(info.storage, entry=entry)
+                    )
+        return listed
+
+    # -- what it is ------------------------------------------------------------------------------
+
+    @property
+    def location(self) -> str:
+        return redact_location(self._location)
+
+    @property
+    def identity(self) -> str:
+        """Changes whenever the index or any shard may have changed (for ETags)."""
+        return self.source.identity
+
+    @property
+    def stats(self) -> dict[str, dict[str, int]]:
+        """Requests made and bytes read so far, by purpose, over the index and every shard."""
+        return self.source.stats.to_dict()
+
+    @property
+    def shard_stats(self) -> dict[str, dict[str, dict[str, int]]]:
+        """Each shard's `stats`, by shard file name."""
+        return {name: archive.stats for name, archive in self.shards.items()}
+
+    @property
+    def total_size(self) -> int | None:
+        """The index's `metadata.total_size` as written (not checked: writers count it differently)."""
+        return self.index.total_size
+
+    @property
+    def unreadable(self) -> dict[str, str]:
+        """Models present but unreadable: none (a shard with such a model is refused at open)."""
+        return {}
+
+    @property
+    def models(self) -> list[str]:
+        return [CHECKPOINT_MODEL]
+
+    def resolve_model(self, model: str | None) -> str:
+        if model is None or model == CHECKPOINT_MODEL:
+            return CHECKPOINT_MODEL
+        raise ModelNotFound(f"no model {model!r} (models: {CHECKPOINT_MODEL})")
+
+    def tensors(self, model: str | None = None) -> list[TensorInfo]:
+        self.resolve_model(model)
+        return list(self._tensors.values())
+
+    def layout(self, name: str, model: str | None = None) -> TensorInfo:
+        self.resolve_model(model)
+        info = self._tensors.get(name)
+        if info is None:
+            close = difflib.get_close_matches(name, list(self._tensors), n=5, cutoff=0.6)
+            hint = f"; close matches: {', '.join(close)}" if close else ""
+            raise TensorNotFound(f"no tensor {name!r} in model {CHECKPOINT_MODEL!r}{hint}")
+        return info
+
+    def shard_of(self, name: str, model: str | None = None) -> Archive:
+        """The open shard that holds `name` (TensorNotFound if the index does not name it)."""
+        self.layout(name, model)
+        return self.shards[self.index.weight_map[name]]
+
+    # -- reading: each call goes to the shard holding the name ----------------------------------
+
+    def tensor(self, name: str, model: str | None = None, order: str = "default") -> TensorBytes:
+        return self.shard_of(name, model).tensor(name, None, order)
+
+    async def read(
+        self, name: str, model: str | None = None, order: str = "default", **options: Any
+    ) -> bytes:
+        return await self.shard_of(name, model).read(name, None, order, **options)
+
+    async def read_into(
+        self,
+        name: str,
+        buffer: WritableBuffer,
+        model: str | None = None,
+        order: str = "default",
+        **options: Any,
+    ) -> None:
+        await self.shard_of(name, model).read_into(name, buffer, None, order, **options)
+
+    async def read_numpy(self, name: str, model: str | None = None, **options: Any) -> np.ndarray:
+        return await self.shard_of(name, model).read_numpy(name, None, **options)
+
+    def stream(
+        self,
+        name: str,
+        model: str | None = None,
+        order: str = "default",
+        start: int = 0,
+        end: int | None = None,
+        chunk_size: int | None = None,
+        **options: Any,
+    ) -> AsyncIterator[bytes | memoryview]:
+        return self.shard_of(name, model).stream(name, None, order, start, end, chunk_size, **options)
+
+    async def read_many(
+        self, names: Iterable[str], model: str | None = None, order: str = "default"
+    ) -> dict[str, bytes]:
+        """As `Archive.read_many`: each shard's names in one call, the shards concurrently."""
+        wanted = list(dict.fromkeys(names))
+        found = await self._by_shard(wanted, model, lambda shard, part: shard.read_many(part, None, order))
+        return {name: found[name] for name in wanted}
+
+    async def load(
+        self,
+        model: str | None = None,
+        prefix: str | None = None,
+        names: Sequence[str] | None = None,
+        order: str = "default",
+        *,
+        copy: bool = False,
+        verify: bool | None = None,
+        **options: Any,
+    ) -> dict[str, np.ndarray]:
+        """As `Archive.load`; only the shards holding the selection are read, concurrently, each
+        as one `Archive.load` of its part (so tied names in a shard share memory as there)."""
+        return await self.load_with(
+            lambda shard, part: shard.load(names=part, order=order, copy=copy, verify=verify, **options),
+            model=model, prefix=prefix, names=names,
+        )  # fmt: skip
+
+    async def load_with(
+        self,
+        load_part: Callable[[Archive, list[str]], Awaitable[dict[str, Any]]],
+        *,
+        model: str | None = None,
+        prefix: str | None = None,
+        names: Sequence[str] | None = None,
+    ) -> dict[str, Any]:
+        """The selection `Archive.load` makes (exactly `names`, else every readable tensor whose
+        name starts with `prefix`), loaded shard by shard with `load_part(shard, its names)` and
+        merged in the selection's order (reader.torch loads through this too)."""
+        if names is not None:
+            selected = [self.layout(name, model).name for name in dict.fromkeys(names)]
+        else:
+            selected = [t.name for t in self.tensors(model) if t.readable and t.name.startswith(prefix or "")]
+        found = await self._by_shard(selected, model, load_part)
+        return {name: found[name] for name in selected}
+
+    async def _by_shard(
+        self,
+        names: list[str],
+        model: str | None,
+        call: Callable[[Archive, list[str]], Awaitable[dict[str, Any]]],
+    ) -> dict[str, Any]:
+        parts: dict[str, list[str]] = {}
+        for name in names:
+            self.layout(name, model)
+            parts.setdefault(self.index.weight_map[name], []).append(name)
+        results = await asyncio.gather(*(call(self.shards[shard], part) for shard, part in parts.items()))
+        return {name: value for result in results for name, value in result.items()}
+
+    # -- what a checkpoint does not have --------------------------------------------------------
+
+    @property
+    def executorch_files(self) -> list[EmbeddedFile]:
+        return []
+
+    def executorch_file(self, name: str) -> EntryBytes:
+        raise FileNotFound(f"no ExecuTorch file {name!r} in this archive (files: none)")
+
+    async def graph(self, model: str | None = None, **options: Any) -> Graph:
+        model = self.resolve_model(model)
+        raise ArchiveFormatError(f"model {model!r} of a sharded checkpoint has no exported program")
+
+    async def consumers(self, name: str, model: str | None = None) -> TensorConsumers:
+        self.layout(name, model)
+        return await self.graph(model)
+
+    # -- life ------------------------------------------------------------------------------------
+
+    async def revalidate(self) -> bool:
+        """True if the index and every shard are still the ones opened."""
+        return await self.source.revalidate()
+
+    async def close(self) -> None:
+        await self.source.close()
+
+    async def __aenter__(self) -> ShardedArchive:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+
+async def open_sharded(location: str, source: ByteSource, open_shard: OpenShard) -> ShardedArchive:
+    """The sharded checkpoint whose index `source` holds (it is closed if opening fails); each
+    shard is opened by `open_shard(its location)`, which carries the options the index was
+    opened with (credentials, HTTP options, ...)."""
+    opened: dict[str, Archive] = {}
+    try:
+        if source.size > MAX_INDEX_BYTES:
+            raise ArchiveFormatError(
+                f"{source.location}: {source.size} bytes is over the {MAX_INDEX_BYTES}-byte cap for an index"
+            )
+        index = parse_shard_index(await source.read(0, source.size, purpose="open"), source.location)
+        commit = getattr(source, "commit", None)  # a Hub source's pinned commit
+        limit = asyncio.Semaphore(OPEN_CONCURRENCY)
+
+        async def open_one(shard: str) -> None:
+            async with limit:
+                opened[shard] = await _open_shard(
+                    open_shard, shard, shard_location(location, shard, commit), source
+                )
+
+        await asyncio.gather(*(open_one(shard) for shard in index.shards))
+        return ShardedArchive(location, ShardSources(source, {s: opened[s] for s in index.shards}), index)
+    except BaseException:
+        await asyncio.gather(source.close(), *(a.close() for a in opened.values()), return_exceptions=True)
+        raise
+
+
+async def _open_shard(open_shard: OpenShard, shard: str, location: str, index: ByteSource) -> Archive:
+    """One shard, or an error that names it: FileNotFound if it is missing."""
+    where = f"shard {shard!r} of {index.location}"
+    try:
+        archive = await open_shard(location)
+    except (SourceChanged, LocationError):
+        raise
+    except SourceError as exc:
+        if _is_missing(location, exc):
+            raise FileNotFound(f"{where} is missing: {exc}") from None
+        raise SourceError(f"{where}: {exc}") from None
+    except ArchiveFormatError as exc:
+        raise ArchiveFormatError(f"{where}: {exc}") from None
+    if archive.container not in SHARD_CONTAINERS:
+        await archive.close()
+        raise ArchiveFormatError(f"{where} is a {archive.container!r} archive, not a torch.save checkpoint")
+    return archive
+
+
+def _is_missing(location: str, error: ReaderError) -> bool:
+    """A local shard that does not exist, or a remote one its server answered 404 for at open."""
+    if "://" not in location:
+        return not os.path.lexists(location)
+    return "HTTP 404" in str(error)
+
+
+def _path_of(location: str) -> str:
+    return location.split("#", 1)[0].split("?", 1)[0] if "://" in location else location
