@@ -25,6 +25,7 @@ from .errors import (
 from .loading.sync import load
 from .pt2.executorch import EmbeddedFile
 from .pt2.tensorinfo import StorageRef, TensorInfo
+from .sharded import ShardedArchive
 
 __all__ = [
     "Archive",
@@ -36,6 +37,7 @@ __all__ = [
     "ModelNotFound",
     "NoReadableWeights",
     "ReaderError",
+    "ShardedArchive",
     "SourceChanged",
     "SourceError",
     "StorageRef",
