@@ -304,3 +304,46 @@ def test_from_s3(big, seaweed_s3):
     denied = S3Settings(region=seaweed_s3.region, endpoint=seaweed_s3.endpoint)  # anonymous: refused
     with pytest.raises(reader.SourceError):
         reader.load(uri, s3_settings=denied)
+
+
+def test_from_the_hugging_face_hub_each_shard_at_the_revision(big, tmp_path, monkeypatch):
+    from testing.fakehub import FakeHub, HubRepo, commit_of
+
+    expected = truth(big)
+    files = {path.name: path for path in big.parent.iterdir()}
+    changed = tmp_path / "changed"  # the next commit: shard 2's first tensor changed
+    changed_index = copy_checkpoint(big, changed)
+    shard = changed / shard_file(big, 2)
+    state = torch.load(shard, weights_only=True)
+    name = next(iter(state))
+    state[name] = state[name] * 2
+    torch.save(state, shard)
+    first, second, broken = commit_of("sharded-1"), commit_of("sharded-2"), commit_of("sharded-3")
+    commits = {
+        first: files,
+        second: {path.name: path for path in changed_index.parent.iterdir()},
+        broken: {name: path for name, path in files.items() if name != shard_file(big, 3)},
+    }
+    for variable in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_PATH", "XDG_CACHE_HOME"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    with FakeHub([HubRepo("org/gpt", commits, {"main": first, "broken": broken})]) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        location = f"hf://org/gpt/{INDEX_NAME}"
+
+        async def check() -> None:
+            async with reader.open_archive(location) as ar:
+                assert {archive.source.commit for archive in ar.shards.values()} == {first}
+                assert await ar.read(name, order="contiguous") == raw(expected[name])
+                hub.rotate({("org/gpt", "main"): second})
+                assert await ar.read(name, order="contiguous") == raw(expected[name])  # still pinned
+                assert not await ar.revalidate()  # main now names other bytes for shard 2
+            async with reader.open_archive(location) as again:
+                assert await again.read(name, order="contiguous") == raw(state[name])
+
+        run_sync(check)
+        arrays = reader.load(f"hf://org/gpt@{first}/{INDEX_NAME}", names=[name, "lm_head.weight"])
+        same_array(arrays[name], expected[name])
+        same_array(arrays["lm_head.weight"], expected["lm_head.weight"])
+        with pytest.raises(reader.FileNotFound, match=shard_file(big, 3)):
+            reader.load(f"hf://org/gpt@broken/{INDEX_NAME}")

@@ -10,8 +10,9 @@ The rule for what is read when:
   selection inside one shard reads that shard's bytes and no other's.
 
 Each shard is its own `Archive` with its own source, so its version is pinned when it opens
-(ETag, generation, commit; a shard that changes raises SourceChanged as any archive does). On
-the Hugging Face Hub the shards are read at the commit the index was read at.
+(ETag, generation, commit; a shard that changes raises SourceChanged as any archive does) and
+`revalidate` asks each one. On the Hugging Face Hub each source pins the commit its revision
+named at open; they must all be the index's (else SourceChanged: the revision moved meanwhile).
 """
 
 from __future__ import annotations
@@ -332,16 +333,18 @@ async def open_sharded(location: str, source: ByteSource, open_shard: OpenShard)
                 f"{source.location}: {source.size} bytes is over the {MAX_INDEX_BYTES}-byte cap for an index"
             )
         index = parse_shard_index(await source.read(0, source.size, purpose="open"), source.location)
-        commit = getattr(source, "commit", None)  # a Hub source's pinned commit
         limit = asyncio.Semaphore(OPEN_CONCURRENCY)
 
         async def open_one(shard: str) -> None:
             async with limit:
-                opened[shard] = await _open_shard(
-                    open_shard, shard, shard_location(location, shard, commit), source
-                )
+                opened[shard] = await _open_shard(open_shard, shard, shard_location(location, shard), source)
 
-        await asyncio.gather(*(open_one(shard) for shard in index.shards))
+        # every open ends before any failure is raised: the shards opened meanwhile are then closed
+        results = await asyncio.gather(*(open_one(shard) for shard in index.shards), return_exceptions=True)
+        failed = next((result for result in results if isinstance(result, BaseException)), None)
+        if failed is not None:
+            raise failed
+        _check_one_commit(source, opened)
         return ShardedArchive(location, ShardSources(source, {s: opened[s] for s in index.shards}), index)
     except BaseException:
         await asyncio.gather(source.close(), *(a.close() for a in opened.values()), return_exceptions=True)
@@ -365,6 +368,19 @@ async def _open_shard(open_shard: OpenShard, shard: str, location: str, index: B
         await archive.close()
         raise ArchiveFormatError(f"{where} is a {archive.container!r} archive, not a torch.save checkpoint")
     return archive
+
+
+def _check_one_commit(index: ByteSource, shards: dict[str, Archive]) -> None:
+    """On the Hugging Face Hub every source pins the commit its revision named when it opened: all
+    must be one commit, or the revision moved while the shards were opening (open again)."""
+    commit = getattr(index, "commit", None)
+    for shard, archive in shards.items():
+        other = getattr(archive.source, "commit", None)
+        if commit and other and other != commit:
+            raise SourceChanged(
+                f"{index.location} was read at commit {commit}, shard {shard!r} at {other}: the "
+                "revision moved while opening; open it again"
+            )
 
 
 def _is_missing(location: str, error: ReaderError) -> bool:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import posixpath
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -73,26 +72,16 @@ def check_shard_name(shard: str, where: str) -> None:
         raise ArchiveFormatError(f"{where}: weight_map names another index, {shard!r}, as a shard")
 
 
-def shard_location(index_location: str, shard: str, hub_commit: str | None = None) -> str:
+def shard_location(index_location: str, shard: str) -> str:
     """Where `shard` lives: beside the index, with everything else of its location kept (scheme,
-    host, bucket, a URL's query); on the Hugging Face Hub at the commit the index was read at."""
+    host, bucket, a Hub revision, a URL's query)."""
     if "://" not in index_location:
         return os.path.join(os.path.dirname(index_location), shard)
     scheme = index_location.split("://", 1)[0].lower()
-    if scheme == "hf" and hub_commit:
-        from ..sources.hf import parse_hf_location
-
-        hub = parse_hf_location(index_location)
-        return f"hf://{hub.prefix}{hub.repo_id}@{hub_commit}/{_beside(hub.path, shard)}"
     base, mark, rest = _split_suffix(index_location)
     folder = base.rsplit("/", 1)[0]
     name = quote(shard, safe="") if scheme in ("http", "https") else shard
     return f"{folder}/{name}{mark}{rest}"
-
-
-def _beside(path: str, shard: str) -> str:
-    folder = posixpath.dirname(path)
-    return f"{folder}/{shard}" if folder else shard
 
 
 def _split_suffix(url: str) -> tuple[str, str, str]:
