@@ -101,7 +101,13 @@ class Served(NamedTuple):
     @property
     def local(self) -> bool:
         """A local file: reading a tensor once more (for its digest) costs little."""
-        return isinstance(self.opened.archive.source, LocalFileSource)
+        return is_local(self.opened.archive)
+
+
+def is_local(archive: reader.Archive | reader.ShardedArchive) -> bool:
+    """Read from local files: a local archive, or a sharded checkpoint all of whose files are local."""
+    source = archive.source
+    return isinstance(source, LocalFileSource) or getattr(source, "local", False)
 
 
 GONE_REMEMBERED = 64  # retired versions per archive answered with 410 rather than 404
@@ -285,7 +291,7 @@ class Registry:
 
     def _digests_ahead(self, archive: reader.Archive) -> bool:
         mode = self.settings.digests_ahead
-        return mode == "all" or (mode == "local" and isinstance(archive.source, LocalFileSource))
+        return mode == "all" or (mode == "local" and is_local(archive))
 
     @staticmethod
     async def _compute_ahead(archive_id: str, opened: Opened) -> None:

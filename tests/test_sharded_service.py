@@ -47,7 +47,12 @@ async def layouts(index: pathlib.Path) -> list[dict]:
 async def test_service_serves_an_index_in_process(index):
     expected = truth(index)
     listed = await layouts(index)
-    async with in_process(make_app([f"x={index}"])) as client:
+    app = make_app([f"x={index}"])
+    async with in_process(app) as client:
+        opened = app.state.registry.slots["x"].current
+        assert opened.ahead is not None  # local files: every digest computed after opening, as for one file
+        await opened.ahead
+        assert opened.digests.cached(("checkpoint", "lm_head.weight", "default", "raw"))
         archives = (await client.get("/archives")).json()
         (described,) = archives["archives"] if isinstance(archives, dict) else archives
         assert described["status"] == "open" and described["container"] == "sharded-checkpoint"

@@ -39,7 +39,7 @@ from ..errors import (
 )
 from ..pt2.checkpoint import CHECKPOINT_MODEL
 from ..pt2.tensorinfo import TensorInfo
-from ..sources import ByteSource, SourceStats, redact_location
+from ..sources import ByteSource, LocalFileSource, SourceStats, redact_location
 from ..versions import version_basis
 from .index import INDEX_SUFFIX, MAX_INDEX_BYTES, ShardIndex, parse_shard_index, shard_location
 
@@ -59,7 +59,8 @@ OpenShard = Callable[[str], Awaitable["Archive"]]
 
 class ShardSources:
     """The index's source and every shard's, as one: what `archive.source` offers the service
-    (`location`, `identity`, `stats`, `revalidate`, `close`) for versions, metrics and ETags."""
+    (`location`, `identity`, `stats`, `revalidate`, `close`) for versions, metrics and ETags;
+    `local` if every one is a local file."""
 
     def __init__(self, index: ByteSource, shards: dict[str, Archive]) -> None:
         self.index = index
@@ -68,11 +69,15 @@ class ShardSources:
         self.size = index.size + sum(shard.source.size for shard in shards.values())
         self.etag = None  # versions come from `identity`, which covers every shard
         self.identity = _combined_identity(index, shards)
+        self.local = all(isinstance(source, LocalFileSource) for source in self._sources())
+
+    def _sources(self) -> list[ByteSource]:
+        return [self.index, *(shard.source for shard in self.shards.values())]
 
     @property
     def stats(self) -> SourceStats:
         total = SourceStats()
-        for source in (self.index, *(shard.source for shard in self.shards.values())):
+        for source in self._sources():
             for purpose, counted in source.stats.by_purpose.items():
                 total.record(purpose, counted.bytes, requests=counted.requests)
         return total
