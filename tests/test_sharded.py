@@ -18,6 +18,7 @@ from reader.loading.sync import run_sync
 from reader.sources import S3Settings
 from reader.versions import source_version
 from testing.faultserver import FaultServer
+from testing.gcs import fake_gcs  # noqa: F401 - session fixture: fake-gcs-server on loopback
 from tests.fixtures.make_sharded import INDEX_NAME, small_gpt_state_dict, write_sharded
 
 torch = pytest.importorskip("torch")
@@ -347,3 +348,16 @@ def test_from_the_hugging_face_hub_each_shard_at_the_revision(big, tmp_path, mon
         same_array(arrays["lm_head.weight"], expected["lm_head.weight"])
         with pytest.raises(reader.FileNotFound, match=shard_file(big, 3)):
             reader.load(f"hf://org/gpt@broken/{INDEX_NAME}")
+
+
+def test_from_gcs(big, fake_gcs, monkeypatch):  # noqa: F811
+    expected = truth(big)
+    fake_gcs.create_bucket("pt2serve-sharded")
+    for path in big.parent.iterdir():
+        fake_gcs.upload("pt2serve-sharded", f"gpt/{path.name}", path)
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", fake_gcs.endpoint.removeprefix("http://"))
+    names = [*names_in(big, 2), "lm_head.weight"]
+    arrays = reader.load(f"gs://pt2serve-sharded/gpt/{INDEX_NAME}", names=names)
+    assert list(arrays) == names
+    for name in names:
+        same_array(arrays[name], expected[name])
