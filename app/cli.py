@@ -41,7 +41,8 @@ from .settings import Settings, ca_bundle_from
 
 EPILOG = """\
 LOCATION is a file path, an http(s):// URL (redirects followed), s3://bucket/key,
-gs://bucket/object, az://container/blob or hf://[datasets/]repo[@revision]/path.
+gs://bucket/object, az://container/blob or hf://[datasets/]repo[@revision]/path; a
+*.index.json (pytorch_model.bin.index.json) is the sharded checkpoint it indexes.
   s3://  credentials, region and endpoint as the AWS CLI finds them (AWS_* variables,
          ~/.aws/credentials and ~/.aws/config with AWS_PROFILE, SSO, roles, container and instance
          credentials); PT2SERVE_S3_ENDPOINT overrides the endpoint, --no-sign-request skips signing
@@ -57,6 +58,7 @@ examples:
   pt2serve serve gpt2=s3://models/gpt2.pt2         serve an archive from S3 under the id gpt2
   pt2serve ls model.pt2                            table of every tensor
   pt2serve ls https://host/model.pt2 --json        the same as JSON
+  pt2serve ls hf://org/model/pytorch_model.bin.index.json   every shard's tensors, as one
   pt2serve layout model.pt2 linear.weight          one tensor's layout (dtype, sizes, strides, ...)
   pt2serve get model.pt2 linear.weight -o w.npy --format npy
   pt2serve get s3://models/big.pt2 embed.weight -o embed.bin     (run again to resume)
