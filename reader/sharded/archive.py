@@ -6,8 +6,8 @@ The rule for what is read when:
   checkpoint does, and nothing of its tensors' bytes. The layouts live in the shards' pickles and
   `tensors()` / `layout()` are synchronous, so they are known once `open_archive` returns;
 - every read, stream and load goes to the shard(s) holding the names asked for; `load` groups
-  its selection by shard and loads those shards concurrently, each as one `Archive.load`: a
-  selection inside one shard reads that shard's bytes and no other's.
+  its selection by shard and loads those shards concurrently (READ_CONCURRENCY at once), each as
+  one `Archive.load`: a selection inside one shard reads that shard's bytes and no other's.
 
 Each shard is its own `Archive` with its own source, so its version is pinned when it opens
 (ETag, generation, commit; a shard that changes raises SourceChanged as any archive does) and
@@ -52,6 +52,9 @@ if TYPE_CHECKING:
 
 CONTAINER = "sharded-checkpoint"
 OPEN_CONCURRENCY = 16  # shards opened at once (each open is two small reads)
+# shards a load or read_many reads at once: each one's load already reads in parallel parts
+# (HttpOptions.parallel_parts), so more would multiply connections and buffers, not speed
+READ_CONCURRENCY = 4
 SHARD_CONTAINERS = ("checkpoint",)  # what a shard may be: a torch.save checkpoint
 
 OpenShard = Callable[[str], Awaitable["Archive"]]
@@ -291,7 +294,13 @@ class ShardedArchive:
         for name in names:
             self.layout(name, model)
             parts.setdefault(self.index.weight_map[name], []).append(name)
-        results = await asyncio.gather(*(call(self.shards[shard], part) for shard, part in parts.items()))
+        limit = asyncio.Semaphore(READ_CONCURRENCY)
+
+        async def one(shard: str, part: list[str]) -> dict[str, Any]:
+            async with limit:
+                return await call(self.shards[shard], part)
+
+        results = await asyncio.gather(*(one(shard, part) for shard, part in parts.items()))
         return {name: value for result in results for name, value in result.items()}
 
     # -- what a checkpoint does not have --------------------------------------------------------
