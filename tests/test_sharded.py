@@ -160,6 +160,24 @@ async def test_selection_prefix_names_and_errors(small):
             await ar.graph()
 
 
+async def test_iter_load_yields_each_name_once_as_shards_land(small):
+    expected = truth(small)
+    async with reader.open_archive(small) as ar:
+        seen = {}
+        async for name, array in ar.iter_load(prefix="transformer.h."):
+            assert name not in seen
+            seen[name] = array
+        assert sorted(seen) == sorted(n for n in expected if n.startswith("transformer.h."))
+        for name, array in seen.items():
+            same_array(array, expected[name])
+        async for _name, _array in ar.iter_load():  # stopping early leaves nothing running
+            break
+        with pytest.raises(reader.TensorNotFound):
+            async for _ in ar.iter_load(names=["lm_head.weight", "nope"]):
+                pass
+        assert await ar.read("lm_head.weight", order="contiguous") == raw(expected["lm_head.weight"])
+
+
 async def test_revalidate_and_version_cover_every_shard(small, tmp_path):
     index = copy_checkpoint(small, tmp_path / "copy")
     async with reader.open_archive(index) as ar:

@@ -40,6 +40,7 @@ from ..errors import (
 from ..pt2.checkpoint import CHECKPOINT_MODEL
 from ..pt2.tensorinfo import TensorInfo
 from ..sources import ByteSource, LocalFileSource, SourceStats, redact_location
+from ..tasks import task_group
 from ..versions import version_basis
 from .index import INDEX_SUFFIX, MAX_INDEX_BYTES, ShardIndex, parse_shard_index, shard_location
 
@@ -274,15 +275,59 @@ class ShardedArchive:
         prefix: str | None = None,
         names: Sequence[str] | None = None,
     ) -> dict[str, Any]:
-        """The selection `Archive.load` makes (exactly `names`, else every readable tensor whose
-        name starts with `prefix`), loaded shard by shard with `load_part(shard, its names)` and
-        merged in the selection's order (reader.torch loads through this too)."""
-        if names is not None:
-            selected = [self.layout(name, model).name for name in dict.fromkeys(names)]
-        else:
-            selected = [t.name for t in self.tensors(model) if t.readable and t.name.startswith(prefix or "")]
+        """The selection `Archive.load` makes, loaded shard by shard with `load_part(shard, its
+        names)` and merged in the selection's order (reader.torch loads through this too)."""
+        selected = self._select(model, prefix, names)
         found = await self._by_shard(selected, model, load_part)
         return {name: found[name] for name in selected}
+
+    async def iter_load(
+        self,
+        model: str | None = None,
+        prefix: str | None = None,
+        names: Sequence[str] | None = None,
+        order: str = "default",
+        *,
+        copy: bool = False,
+        verify: bool | None = None,
+        **options: Any,
+    ) -> AsyncIterator[tuple[str, np.ndarray]]:
+        """`(name, array)` for the selection `load` makes, in completion order: each shard's part
+        through its own `iter_load` where shards have one (else its `load`, yielded when it
+        lands), READ_CONCURRENCY shards at once. Stopping early cancels what is still reading."""
+        selected = self._select(model, prefix, names)
+        arguments = {"order": order, "copy": copy, "verify": verify, **options}
+        landed: asyncio.Queue[tuple[str, np.ndarray] | None] = asyncio.Queue()
+
+        async def part(shard: Archive, names: list[str]) -> dict[str, Any]:
+            if hasattr(shard, "iter_load"):
+                async for item in shard.iter_load(names=names, **arguments):
+                    landed.put_nowait(item)
+            else:
+                for item in (await shard.load(names=names, **arguments)).items():
+                    landed.put_nowait(item)
+            return {}
+
+        async def run() -> None:
+            try:
+                await self._by_shard(selected, model, part)
+            finally:
+                landed.put_nowait(None)
+
+        task = asyncio.ensure_future(run())
+        try:
+            while (item := await landed.get()) is not None:
+                yield item
+            await task  # raises what a shard raised
+        finally:
+            task.cancel()
+
+    def _select(self, model: str | None, prefix: str | None, names: Sequence[str] | None) -> list[str]:
+        """What `Archive.load` selects: exactly `names` (each must exist), else every readable
+        tensor whose name starts with `prefix`."""
+        if names is not None:
+            return [self.layout(name, model).name for name in dict.fromkeys(names)]
+        return [t.name for t in self.tensors(model) if t.readable and t.name.startswith(prefix or "")]
 
     async def _by_shard(
         self,
@@ -290,6 +335,8 @@ class ShardedArchive:
         model: str | None,
         call: Callable[[Archive, list[str]], Awaitable[dict[str, Any]]],
     ) -> dict[str, Any]:
+        """`call(shard, its names)` for each shard holding some of `names`, READ_CONCURRENCY at
+        once; their results merged."""
         parts: dict[str, list[str]] = {}
         for name in names:
             self.layout(name, model)
@@ -300,8 +347,9 @@ class ShardedArchive:
             async with limit:
                 return await call(self.shards[shard], part)
 
-        results = await asyncio.gather(*(one(shard, part) for shard, part in parts.items()))
-        return {name: value for result in results for name, value in result.items()}
+        async with task_group() as group:  # a failure cancels the other shards' reads
+            tasks = [group.create_task(one(shard, part)) for shard, part in parts.items()]
+        return {name: value for task in tasks for name, value in task.result().items()}
 
     # -- what a checkpoint does not have --------------------------------------------------------
 
@@ -353,11 +401,9 @@ async def open_sharded(location: str, source: ByteSource, open_shard: OpenShard)
             async with limit:
                 opened[shard] = await _open_shard(open_shard, shard, shard_location(location, shard), source)
 
-        # every open ends before any failure is raised: the shards opened meanwhile are then closed
-        results = await asyncio.gather(*(open_one(shard) for shard in index.shards), return_exceptions=True)
-        failed = next((result for result in results if isinstance(result, BaseException)), None)
-        if failed is not None:
-            raise failed
+        async with task_group() as group:  # a failure cancels the other opens, then they are closed
+            for shard in index.shards:
+                group.create_task(open_one(shard))
         _check_one_commit(source, opened)
         return ShardedArchive(location, ShardSources(source, {s: opened[s] for s in index.shards}), index)
     except BaseException:
