@@ -97,13 +97,13 @@ class CachedSource:
         self.version.mark_verified(name, crc)
 
     async def _through(self, start: int, end: int, chunk_size: int, purpose: str) -> AsyncIterator[bytes]:
-        """[start, end) from the remote source, written to the cache as it passes; counted as in
-        only once the last byte is written (a cut stream leaves a miss)."""
+        """[start, end) from the remote source, written to the cache as it passes, each chunk counted
+        as in once it is written whole (a cut stream leaves the rest a miss; a caller that stops
+        early keeps what it saw)."""
         assert self.remote is not None
         at = start
         async for chunk in self.remote.stream(start, end, chunk_size=chunk_size, purpose=purpose):
             self.version.write(at, chunk)
+            self.version.mark(at, at + len(chunk))
             at += len(chunk)
             yield chunk
-        if at == end:
-            self.version.mark(start, end)
