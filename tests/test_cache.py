@@ -221,3 +221,32 @@ async def test_s3_cached_reopen_is_one_request_and_a_change_a_miss(seaweed_s3, t
     seaweed_s3.upload(bucket, "cache/model.pt2", DTYPES)
     third, _ = await load(location, tmp_path)
     assert_same(third, local_arrays(ARCHIVES / "dtypes.pt2"))
+
+
+async def test_hub_cache_keyed_by_commit_reopens_with_one_request_and_follows_a_moved_main(
+    tmp_path, monkeypatch
+):
+    from testing.fakehub import FakeHub
+    from tests.test_hf_source import C2, repos, weights
+
+    for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_PATH", "HF_HUB_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    cache = tmp_path / "cache"
+    location = "hf://org/model/model.pt2"
+    with FakeHub(repos(tmp_path)) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        first, _ = await load(location, cache)
+        assert first["big"].tobytes() == weights(1)["big"]
+        hub.hub.take_log()
+        hub.cdn.take_log()
+        second, _ = await load(location, cache)
+        assert second["big"].tobytes() == weights(1)["big"]
+        assert [r["method"] for r in hub.hub.take_log()] == ["HEAD"] and hub.cdn.take_log() == []
+        hub.rotate({("org/model", "main"): C2})  # main moves to other bytes: a miss
+        third, _ = await load(location, cache)
+        assert third["big"].tobytes() == weights(2)["big"]
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+        offline, _ = await load(location, cache)  # the version used last: main's new commit
+        assert offline["big"].tobytes() == weights(2)["big"]
+        assert [v.location for v in CacheStore(cache).list()] == [location, location]

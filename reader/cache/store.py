@@ -2,7 +2,7 @@
 naming what is in it.
 
     <root>/<object>/                   object: SHA-256 of the location (credentials left out)
-        <version>/                     version: SHA-256 of the version pinned at open and the size
+        <version>/                     version: SHA-256 of what the source pinned (ETag, size, commit)
             meta.json                  the location, the size, the source's pinned validators
             data                       the object's bytes at their own offsets (sparse)
             spans/<start>-<end>        bytes [start, end) of `data` are in, whole
@@ -173,8 +173,9 @@ class CacheStore:
         return self.root / digest(location)
 
     def version(self, location: str, version: str, size: int, pinned: dict[str, Any]) -> CachedVersion:
-        """The folder of this version of the object, made if new."""
-        path = self.object_path(location) / digest(f"{version}\n{size}")
+        """The folder of this version of the object, made if new: named by everything the source
+        pinned (a Hub file's commit besides its ETag, a GCS generation), not its identity alone."""
+        path = self.object_path(location) / digest(json.dumps([version, size, pinned], sort_keys=True))
         meta = {"location": location, "version": version, "size": size, "pinned": pinned}
         if not (path / META).exists():
             for folder in (path / SPANS, path / VERIFIED):
