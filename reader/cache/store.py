@@ -85,7 +85,7 @@ class CachedVersion:
         self.meta = meta
         self.size: int = meta["size"]
         self._spans: list[tuple[int, int]] = []  # merged, sorted; refreshed from disk on a miss
-        self._verified: set[str] = set()
+        self._verified: set[str] | None = None
         self._fd: int | None = None
 
     # -- which bytes are in ----------------------------------------------------------------
@@ -132,19 +132,16 @@ class CachedVersion:
     # -- entries checked in full once ------------------------------------------------------
 
     def verified(self, name: str, crc: int) -> bool:
-        key = _verified_key(name, crc)
-        if key in self._verified:
-            return True
-        if (self.path / VERIFIED / key).exists():
-            self._verified.add(key)
-            return True
-        return False
+        if self._verified is None:  # one listing per open, not a stat per entry
+            with contextlib.suppress(OSError):
+                self._verified = set(os.listdir(self.path / VERIFIED))
+        return _verified_key(name, crc) in (self._verified or ())
 
     def mark_verified(self, name: str, crc: int) -> None:
         key = _verified_key(name, crc)
-        if key not in self._verified:
+        if not self.verified(name, crc):
             write_atomically(self.path / VERIFIED / key, b"")
-            self._verified.add(key)
+            self._verified = (self._verified or set()) | {key}
 
     def touch(self) -> None:
         with contextlib.suppress(OSError):

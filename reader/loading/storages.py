@@ -64,14 +64,13 @@ async def read_storages(
         for name, storage in plan.storages.items()
         if storage.zeros
     }
-    if isinstance(source, LocalFileSource):
-        if copy or verify or _deflated(plan):  # reads every byte: on a thread
+    if isinstance(source, (LocalFileSource, CachedSource)):
+        if isinstance(source, CachedSource):  # what is missing is fetched to disk first
+            await source.fill((rng.start, rng.end) for rng in plan.ranges)
+        if copy or verify or _deflated(plan) or _unchecked(source, plan):  # reads every byte: on a thread
             buffers.update(await asyncio.to_thread(_mapped, source, fetcher, plan, copy, verify))
         else:  # a mapping and views of it: microseconds, where a thread hop cost a millisecond
             buffers.update(_mapped(source, fetcher, plan, copy, verify))
-    elif isinstance(source, CachedSource):  # what is missing fetched to disk, then mapped as local
-        await source.fill((rng.start, rng.end) for rng in plan.ranges)
-        buffers.update(await asyncio.to_thread(_mapped, source, fetcher, plan, copy, verify))
     else:
         buffers.update(await _received(source, fetcher, plan))
     return buffers
@@ -112,6 +111,11 @@ def _mapped(
 
 def _unverified(source: LocalFileSource | CachedSource, entry: ZipEntry) -> bool:
     return isinstance(source, CachedSource) and not source.verified(entry.name, entry.crc32)
+
+
+def _unchecked(source: LocalFileSource | CachedSource, plan: LoadPlan) -> bool:
+    """A cache's entries not yet checked in full: the mapping reads them once."""
+    return any(_unverified(source, entry) for rng in plan.ranges for entry in rng.entries)
 
 
 def _deflated(plan: LoadPlan) -> bool:
