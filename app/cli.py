@@ -26,6 +26,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
+from .cli_cache import add_cache_command, cmd_cache
 from .cli_output import (
     PROGRESS_THRESHOLD,
     CliError,
@@ -259,6 +260,18 @@ def build_parser() -> argparse.ArgumentParser:
             action="store_true",
             help="send s3:// requests unsigned (public buckets; the same as AWS_NO_SIGN_REQUEST=1)",
         )
+        command.add_argument(
+            "--cache-dir",
+            metavar="DIR",
+            help="keep what remote reads fetch in DIR, by version; reopens revalidate once "
+            "(the same as PT2SERVE_CACHE_DIR; docs/cache.md)",
+        )
+        command.add_argument(
+            "--offline",
+            action="store_true",
+            help="read remote archives from the cache only, with no request (PT2SERVE_OFFLINE=1)",
+        )
+    add_cache_command(commands)
     return parser
 
 
@@ -325,8 +338,17 @@ def _positive_int(text: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.no_sign_request:  # the environment, so `serve` workers see it too
+    if getattr(args, "no_sign_request", False):  # the environment, so `serve` workers see it too
         os.environ["AWS_NO_SIGN_REQUEST"] = "1"
+    if args.command == "cache":
+        return run_command(lambda args: cmd_cache(args, _write_stdout), args)
+    if args.cache_dir or args.offline:  # the library's own defaults, so `serve` workers see them too
+        from reader.cache import CACHE_DIR_ENV, OFFLINE_ENV
+
+        if args.cache_dir:
+            os.environ[CACHE_DIR_ENV] = args.cache_dir
+        if args.offline:
+            os.environ[OFFLINE_ENV] = "1"
     if args.command == "serve":
         return serve(args)
     commands: dict[str, Callable[[argparse.Namespace], Any]] = {

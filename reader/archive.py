@@ -6,13 +6,21 @@ import asyncio
 import copy
 import difflib
 import os
-from collections.abc import AsyncIterator, Generator, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Generator, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from .cache import CacheStore, cache_store, offline_for, open_cached
 from .embedded import EntryBytes
-from .errors import ArchiveFormatError, FileNotFound, ModelNotFound, TensorNotFound, UnsupportedPayload
+from .errors import (
+    ArchiveFormatError,
+    FileNotFound,
+    ModelNotFound,
+    NotCached,
+    TensorNotFound,
+    UnsupportedPayload,
+)
 from .pt2.dtypes import BY_NAME, to_numpy
 from .pt2.executorch import EmbeddedFile, executorch_files
 from .pt2.graph import MAX_PROGRAM_BYTES, Graph, TensorConsumers, consumers_of, parse_graph
@@ -25,7 +33,9 @@ from .sources import (
     ByteSource,
     HttpOptions,
     S3Settings,
+    is_remote,
     open_source,
+    redact_location,
     tail_size_for,
 )
 from .tensor import TensorBytes, WritableBuffer, read_all
@@ -238,7 +248,10 @@ class open_archive:  # noqa: N801 - used like a function: `async with open_archi
     how much of the end the first read takes (enough for typical central directories; by default 256
     KiB remotely, 64 KiB for local files, where one more read is cheap); `chunk_size` is the default
     stream chunk; `http_options` tune remote reads (timeouts, retries, budgets); `s3_settings`
-    replace the AWS credential chain with explicit settings.
+    replace the AWS credential chain with explicit settings. `cache_dir` (default: PT2SERVE_CACHE_DIR)
+    keeps the bytes a remote archive's reads fetch on disk by location and version, and `offline`
+    opens the version cached last with no request (default: PT2SERVE_OFFLINE, or HF_HUB_OFFLINE for
+    hf://); see docs/cache.md.
     """
 
     def __init__(
@@ -249,8 +262,12 @@ class open_archive:  # noqa: N801 - used like a function: `async with open_archi
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         http_options: HttpOptions | None = None,
         s3_settings: S3Settings | None = None,
+        cache_dir: str | os.PathLike[str] | CacheStore | None = None,
+        offline: bool | None = None,
     ) -> None:
         self._location = location
+        self._cache_dir = cache_dir
+        self._offline = offline
         self._tail_size = tail_size
         self._chunk_size = chunk_size
         self._http_options = http_options
@@ -261,12 +278,7 @@ class open_archive:  # noqa: N801 - used like a function: `async with open_archi
         location = self._location
         tail_size = tail_size_for(location) if self._tail_size is None else self._tail_size
         if isinstance(location, (str, os.PathLike)):
-            source = await open_source(
-                location,
-                tail_size=tail_size,
-                http_options=self._http_options,
-                s3_settings=self._s3_settings,
-            )
+            source = await self._open_source(os.fspath(location), tail_size)
         else:
             source = location
         if is_shard_index(location):  # a sharded checkpoint: its shards, each opened as this one is
@@ -283,6 +295,28 @@ class open_archive:  # noqa: N801 - used like a function: `async with open_archi
         other = copy.copy(self)
         other._location, other._archive = location, None
         return other
+
+    async def _open_source(self, location: str, tail_size: int) -> ByteSource:
+        def open_remote(pinned: Mapping[str, Any] | None = None) -> Awaitable[ByteSource]:
+            return open_source(
+                location,
+                tail_size=tail_size,
+                http_options=self._http_options,
+                s3_settings=self._s3_settings,
+                pinned=pinned,
+            )
+
+        if not is_remote(location):
+            return await open_remote()
+        offline = offline_for(location, self._offline)
+        store = cache_store(self._cache_dir)
+        if store is None:
+            if offline:
+                raise NotCached(
+                    f"{redact_location(location)}: offline needs a cache (cache_dir= or PT2SERVE_CACHE_DIR)"
+                )
+            return await open_remote()
+        return await open_cached(location, store, offline=offline, open_remote=open_remote)
 
     def __await__(self) -> Generator[Any, None, Archive | ShardedArchive]:
         return self._open().__await__()

@@ -49,6 +49,10 @@ class LocationError(SourceError, ValueError):
     (the CLI's usage error, exit status 2)."""
 
 
+class NotCached(SourceError):
+    """Offline, and the bytes asked for (or any version of the object) are not in the cache."""
+
+
 class SourceChanged(SourceError):
     """The object changed between reads; mixing versions would give wrong bytes."""
 

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ..cache.source import CachedSource
 from ..pt2.tensorinfo import TensorInfo
 from ..sources import LocalFileSource
 from .arrays import ORDERS, view_array
@@ -59,7 +60,7 @@ async def load_arrays(
     plan, buffers = await load_storages(
         archive, model=model, prefix=prefix, names=names, copy=copy, verify=verify
     )
-    if isinstance(archive.source, LocalFileSource):
+    if isinstance(archive.source, (LocalFileSource, CachedSource)):
         for buffer in buffers.values():
             if not buffer.flags.owndata:  # a view of the mapped file: read-only, as documented
                 buffer.flags.writeable = False

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .. import zipfmt
+from ..cache.source import CachedSource
 from ..errors import IntegrityError
 from ..reading.entries import EntryFetcher
 from ..sources import ByteSource, HttpSource, LocalFileSource
@@ -63,8 +64,10 @@ async def read_storages(
         for name, storage in plan.storages.items()
         if storage.zeros
     }
-    if isinstance(source, LocalFileSource):
-        if copy or verify or _deflated(plan):  # reads every byte: on a thread
+    if isinstance(source, (LocalFileSource, CachedSource)):
+        if isinstance(source, CachedSource):  # what is missing is fetched to disk first
+            await source.fill((rng.start, rng.end) for rng in plan.ranges)
+        if copy or verify or _deflated(plan) or _unchecked(source, plan):  # reads every byte: on a thread
             buffers.update(await asyncio.to_thread(_mapped, source, fetcher, plan, copy, verify))
         else:  # a mapping and views of it: microseconds, where a thread hop cost a millisecond
             buffers.update(_mapped(source, fetcher, plan, copy, verify))
@@ -77,8 +80,14 @@ async def read_storages(
 
 
 def _mapped(
-    source: LocalFileSource, fetcher: EntryFetcher, plan: LoadPlan, copy: bool, verify: bool | None
+    source: LocalFileSource | CachedSource,
+    fetcher: EntryFetcher,
+    plan: LoadPlan,
+    copy: bool,
+    verify: bool | None,
 ) -> Buffers:
+    """Views of the mapped file. A cache's entries are CRC-checked in full the first time they are
+    mapped (their bytes came from afar) and never again for that version."""
     if source.size == 0:
         return {}
     mapping = source.map()
@@ -92,10 +101,21 @@ def _mapped(
             if entry.method != METHOD_STORED:
                 buffers[entry.name] = _inflate(entry, stored)
                 continue
-            if copy or verify:
+            if copy or verify or _unverified(source, entry):
                 _check_crc(entry, stored)
+                if isinstance(source, CachedSource):
+                    source.mark_verified(entry.name, entry.crc32)
             buffers[entry.name] = stored.copy() if copy else stored
     return buffers
+
+
+def _unverified(source: LocalFileSource | CachedSource, entry: ZipEntry) -> bool:
+    return isinstance(source, CachedSource) and not source.verified(entry.name, entry.crc32)
+
+
+def _unchecked(source: LocalFileSource | CachedSource, plan: LoadPlan) -> bool:
+    """A cache's entries not yet checked in full: the mapping reads them once."""
+    return any(_unverified(source, entry) for rng in plan.ranges for entry in rng.entries)
 
 
 def _deflated(plan: LoadPlan) -> bool:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from typing import Any
 
 from ..errors import LocationError
 from .base import (
@@ -37,10 +39,15 @@ def _scheme(location: str) -> str:
     return location.split("://", 1)[0].lower() if "://" in location else ""
 
 
+def is_remote(location: str) -> bool:
+    """Whether a location names bytes on another machine (a URL of a remote scheme)."""
+    return _scheme(location) in REMOTE_SCHEMES
+
+
 def tail_size_for(location: str | os.PathLike[str] | ByteSource) -> int:
     """How much of the end an open reads first, by where the bytes live."""
     if isinstance(location, (str, os.PathLike)):
-        remote = _scheme(os.fspath(location)) in REMOTE_SCHEMES
+        remote = is_remote(os.fspath(location))
     else:
         remote = not isinstance(location, LocalFileSource)  # memory sources stand in for remote ones
     return DEFAULT_TAIL_SIZE if remote else LOCAL_TAIL_SIZE
@@ -52,32 +59,36 @@ async def open_source(
     tail_size: int = DEFAULT_TAIL_SIZE,
     http_options: HttpOptions | None = None,
     s3_settings: S3Settings | None = None,
+    pinned: Mapping[str, Any] | None = None,
 ) -> ByteSource:
     """Open what a location names: a local path or a URL of one of SCHEMES.
 
     Remote sources read the last `tail_size` bytes while opening (one request), so
-    the directory read that follows costs nothing more.
+    the directory read that follows costs nothing more; given `pinned` (what a remote source's
+    `pinned()` gave before), they first ask once whether the object is still that version.
     """
     text = os.fspath(location)
     scheme = _scheme(text)
     if scheme in ("http", "https"):
         if is_blob_url(text):  # Azure Blob has its own dialect of range reads (blob.py)
-            return await open_blob_url(text, tail_size=tail_size, options=http_options)
-        return await HttpSource.open(text, tail_size=tail_size, options=http_options)
+            return await open_blob_url(text, tail_size=tail_size, options=http_options, pinned=pinned)
+        return await HttpSource.open(text, tail_size=tail_size, options=http_options, pinned=pinned)
     if scheme == "s3":
-        return await open_s3(text, tail_size=tail_size, options=http_options, settings=s3_settings)
+        return await open_s3(
+            text, tail_size=tail_size, options=http_options, settings=s3_settings, pinned=pinned
+        )
     if scheme == "gs":
         from .gcs import open_gcs
 
-        return await open_gcs(text, tail_size=tail_size, options=http_options)
+        return await open_gcs(text, tail_size=tail_size, options=http_options, pinned=pinned)
     if scheme == "az":
         from .azure import open_azure
 
-        return await open_azure(text, tail_size=tail_size, options=http_options)
+        return await open_azure(text, tail_size=tail_size, options=http_options, pinned=pinned)
     if scheme == "hf":
         from .hf import open_hf
 
-        return await open_hf(text, tail_size=tail_size, options=http_options)
+        return await open_hf(text, tail_size=tail_size, options=http_options, pinned=pinned)
     if scheme == "file":
         return await LocalFileSource.open(text[len("file://") :])
     if scheme:
@@ -101,6 +112,7 @@ __all__ = [
     "LocalFileSource",
     "S3Settings",
     "SourceStats",
+    "is_remote",
     "open_source",
     "redact_location",
     "tail_size_for",

@@ -35,6 +35,7 @@ import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import quote
 
 from ..errors import LocationError, SourceError
@@ -270,6 +271,7 @@ async def open_azure(
     options: HttpOptions | None,
     settings: AzureSettings | None = None,
     credential: object | None = None,
+    pinned: Mapping[str, Any] | None = None,
 ) -> HttpSource:
     """Open az://container/blob; `credential` (anything with azure-core's `get_token`) replaces
     DefaultAzureCredential when no key or SAS is configured."""
@@ -283,4 +285,6 @@ async def open_azure(
         )
     auth = credential_for(settings, container, blob, credential=credential)
     url = blob_url(settings.endpoint, container, blob)
-    return await BlobSource.open(url, tail_size=tail_size, options=options, auth=auth, location=location)
+    return await BlobSource.open(
+        url, tail_size=tail_size, options=options, auth=auth, location=location, pinned=pinned
+    )

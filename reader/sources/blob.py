@@ -13,7 +13,8 @@ with or without a SAS, or any URL carrying a SAS), so they take this path too.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx
@@ -85,8 +86,12 @@ class BlobSource(HttpSource):
         super()._check_status(response, allow)
 
 
-async def open_blob_url(url: str, *, tail_size: int, options: HttpOptions | None) -> HttpSource:
+async def open_blob_url(
+    url: str, *, tail_size: int, options: HttpOptions | None, pinned: Mapping[str, Any] | None = None
+) -> HttpSource:
     """A plain https URL of a blob (its SAS, if any, stays in the query; the location shown omits it)."""
     has_sas = "sig" in parse_qs(urlsplit(url).query)
     description = "the SAS in the URL" if has_sas else "an anonymous request (no SAS in the URL)"
-    return await BlobSource.open(url, tail_size=tail_size, options=options, auth=BlobAuth(description))
+    return await BlobSource.open(
+        url, tail_size=tail_size, options=options, auth=BlobAuth(description), pinned=pinned
+    )

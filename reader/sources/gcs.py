@@ -235,6 +235,7 @@ class GcsSource(HttpSource):
     """HttpSource pinned to the generation its open saw; errors name the credentials used."""
 
     generation: str | None = None
+    PINNED = (*HttpSource.PINNED, "generation")
 
     @property
     def identity(self) -> str:
@@ -291,6 +292,7 @@ async def open_gcs(
     tail_size: int,
     options: HttpOptions | None = None,
     settings: GcsSettings | None = None,
+    pinned: Mapping[str, Any] | None = None,
 ) -> GcsSource:
     bucket, name = parse_gs_location(location)
     settings = settings or GcsSettings.from_environment()
@@ -300,4 +302,6 @@ async def open_gcs(
         found = await asyncio.to_thread(find_credentials)
         auth = Unsigned(found.description) if found.credentials is None else GoogleBearer(found)
     url = media_url(settings.endpoint, bucket, name)
-    return await GcsSource.open(url, tail_size=tail_size, options=options, auth=auth, location=location)
+    return await GcsSource.open(
+        url, tail_size=tail_size, options=options, auth=auth, location=location, pinned=pinned
+    )

@@ -21,6 +21,7 @@ import pathlib
 import re
 from collections.abc import Generator, Mapping
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import quote, unquote
 
 import httpx
@@ -132,6 +133,8 @@ class HubToken(httpx.Auth):
 class HubSource(HttpSource):
     """An HttpSource pinned to the commit its first answer names, with the Hub's errors spelled out."""
 
+    PINNED = (*HttpSource.PINNED, "commit", "file_tag")
+
     def __init__(
         self,
         url: str,
@@ -209,7 +212,9 @@ def _file_tag(response: httpx.Response) -> str | None:
     return response.headers.get("x-linked-etag") or response.headers.get("etag")
 
 
-async def open_hf(location: str, *, tail_size: int, options: HttpOptions | None) -> HubSource:
+async def open_hf(
+    location: str, *, tail_size: int, options: HttpOptions | None, pinned: Mapping[str, Any] | None = None
+) -> HubSource:
     """Open a file on the Hub (see the module docstring)."""
     hub_file = parse_hf_location(location)
     endpoint = (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
@@ -220,6 +225,7 @@ async def open_hf(location: str, *, tail_size: int, options: HttpOptions | None)
         options=options,
         auth=HubToken(token) if token else None,
         location=location,
+        pinned=pinned,
         hub_file=hub_file,
         endpoint=endpoint,
         has_token=token is not None,

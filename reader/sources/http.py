@@ -130,13 +130,18 @@ class HttpSource:
         client: httpx.AsyncClient | None = None,
         auth: httpx.Auth | None = None,
         location: str | None = None,
+        pinned: Mapping[str, Any] | None = None,
         **fields: Any,  # a subclass's own keyword arguments
     ) -> Self:
+        """`pinned`: what `pinned()` gave for a version opened before (a cache's): if one
+        revalidation finds the object still that version, the open is that one request."""
         options = options or HttpOptions()
         owns = client is None
         client = client or make_client(options, auth)
         source = cls(url, client, options, location=location, owns_client=owns, **fields)
         try:
+            if pinned is not None and await source._still(pinned):
+                return source
             await source._retrying(lambda: source._open_with_tail(max(tail_size, 1)))
         except BaseException:
             await source.close()
@@ -146,6 +151,35 @@ class HttpSource:
     @property
     def identity(self) -> str:
         return self.etag or f"{self.last_modified}-{self.size}"
+
+    @property
+    def held(self) -> HeldBytes | None:
+        """Bytes the open read and keeps (the tail, or a small whole object)."""
+        return self._held
+
+    # the attributes that name the version opened (a subclass adds its own: a generation, a commit)
+    PINNED: tuple[str, ...] = ("size", "etag", "last_modified")
+
+    def pinned(self) -> dict[str, Any]:
+        """What names the version opened, to open it again with one revalidation (no secrets: a URL
+        is kept only where it differs from the one given, and then names a version, not a grant)."""
+        state = {name: getattr(self, name) for name in self.PINNED}
+        if self.resolve_url != self.url:
+            state["resolve_url"] = self.resolve_url
+        return state
+
+    async def _still(self, pinned: Mapping[str, Any]) -> bool:
+        """Take `pinned` as the version opened if the object still is that version (one request)."""
+        for name in self.PINNED:
+            setattr(self, name, pinned.get(name))
+        self.resolve_url = self.read_url = pinned.get("resolve_url") or self.url
+        if await self.revalidate():
+            return True
+        for name in self.PINNED:
+            setattr(self, name, None)
+        self.size = 0
+        self.resolve_url = self.read_url = self.url
+        return False
 
     async def _open_with_tail(self, tail_size: int) -> None:
         request = self._request("GET", {"Range": f"bytes=-{tail_size}"})

@@ -14,8 +14,9 @@ from __future__ import annotations
 import asyncio
 import time
 import xml.etree.ElementTree as ElementTree
-from collections.abc import AsyncGenerator, Generator
+from collections.abc import AsyncGenerator, Generator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 from botocore.auth import S3SigV4Auth
@@ -211,7 +212,10 @@ async def open_s3(
     tail_size: int,
     options: HttpOptions | None = None,
     settings: S3Settings | None = None,
+    pinned: Mapping[str, Any] | None = None,
 ) -> HttpSource:
     url, endpoint, identity = await asyncio.to_thread(resolve, location, settings)
     auth = SigV4(identity, endpoint.region, location)
-    return await HttpSource.open(url, tail_size=tail_size, options=options, auth=auth, location=location)
+    return await HttpSource.open(
+        url, tail_size=tail_size, options=options, auth=auth, location=location, pinned=pinned
+    )

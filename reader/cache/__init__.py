@@ -1,0 +1,106 @@
+"""A local cache of remote archives' bytes, kept by location and the version pinned at open.
+
+open_archive(location, cache_dir=...) (or PT2SERVE_CACHE_DIR) reads a remote archive through it:
+the first open fetches and keeps what it reads; a later open asks the origin once whether the
+object is still the version cached (the source's own revalidation: a conditional request) and then
+reads what is in from disk, memory-mapped for loads as a local archive is. A changed object is a
+new version, never the old bytes. Offline (offline=True, PT2SERVE_OFFLINE=1, or HF_HUB_OFFLINE=1
+for hf://) the version used last opens with no request at all. See docs/cache.md.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from ..errors import NotCached
+from ..sources import HttpSource, redact_location
+from .source import CachedSource
+from .store import CachedVersion, CacheStore, VersionInfo
+
+CACHE_DIR_ENV = "PT2SERVE_CACHE_DIR"
+CACHE_MAX_BYTES_ENV = "PT2SERVE_CACHE_MAX_BYTES"
+OFFLINE_ENV = "PT2SERVE_OFFLINE"
+
+OpenRemote = Callable[[Mapping[str, Any] | None], Awaitable[Any]]
+
+
+def cache_store(cache_dir: str | os.PathLike[str] | CacheStore | None) -> CacheStore | None:
+    """The cache a call means: the one given, else PT2SERVE_CACHE_DIR's (capped by
+    PT2SERVE_CACHE_MAX_BYTES), else none."""
+    if isinstance(cache_dir, CacheStore):
+        return cache_dir
+    folder = cache_dir if cache_dir is not None else os.environ.get(CACHE_DIR_ENV) or None
+    if folder is None:
+        return None
+    cap = os.environ.get(CACHE_MAX_BYTES_ENV)
+    return CacheStore(folder, parse_size(cap) if cap else None)
+
+
+def offline_for(location: str, offline: bool | None) -> bool:
+    """Whether an open may make no request: as asked, else PT2SERVE_OFFLINE=1, else (for hf://)
+    HF_HUB_OFFLINE=1, as huggingface_hub reads it."""
+    if offline is not None:
+        return offline
+    if _truthy(os.environ.get(OFFLINE_ENV)):
+        return True
+    return location.startswith("hf://") and _truthy(os.environ.get("HF_HUB_OFFLINE"))
+
+
+async def open_cached(
+    location: str, store: CacheStore, *, offline: bool, open_remote: OpenRemote
+) -> CachedSource:
+    """`location` through the cache: one revalidation of the version cached (or an ordinary open
+    when none is), or offline the version used last with no request."""
+    key = redact_location(location)
+    latest = store.latest(key)
+    if offline:
+        if latest is None:
+            raise NotCached(f"{key}: offline, and no version of it is in the cache {store.root}")
+        latest.touch()
+        return CachedSource(latest, None, key, store)
+    remote = await open_remote(latest.meta["pinned"] if latest is not None else None)
+    if not isinstance(remote, HttpSource):  # every remote scheme's source is one
+        return remote
+    try:
+        version = store.version(key, remote.identity, remote.size, remote.pinned())
+        held = remote.held
+        if held is not None:  # the tail the open read: the next open finds it here
+            version.write(held.start, held.data)
+            version.mark(held.start, held.start + len(held.data))
+        store.evict(keep=version.path)
+    except BaseException:
+        await remote.close()
+        raise
+    return CachedSource(version, remote, key, store)
+
+
+def parse_size(text: str) -> int:
+    """Bytes from "500000", "512M", "20G", "1.5T" (powers of 1024)."""
+    text = text.strip().upper().removesuffix("B").removesuffix("I")
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(text[-1:], 1)
+    number = text[:-1] if scale != 1 else text
+    try:
+        return int(float(number) * scale)
+    except ValueError:
+        raise ValueError(f"not a size: {text!r} (bytes, or a number with K, M, G or T)") from None
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+__all__ = [
+    "CACHE_DIR_ENV",
+    "CACHE_MAX_BYTES_ENV",
+    "OFFLINE_ENV",
+    "CacheStore",
+    "CachedSource",
+    "CachedVersion",
+    "VersionInfo",
+    "cache_store",
+    "offline_for",
+    "open_cached",
+    "parse_size",
+]

@@ -1,0 +1,320 @@
+"""The cache's files: one folder per version of an object, its bytes in a sparse file, marker files
+naming what is in it.
+
+    <root>/<object>/                   object: SHA-256 of the location (credentials left out)
+        <version>/                     version: SHA-256 of what the source pinned (ETag, size, commit)
+            meta.json                  the location, the size, the source's pinned validators
+            data                       the object's bytes at their own offsets (sparse)
+            spans/<start>-<end>        bytes [start, end) of `data` are in, whole
+            verified/<crc32>-<name>    an entry whose every byte was CRC-checked here once
+            used                       its modification time is the version's last use (LRU)
+
+Why markers: bytes count as cached only once their marker is renamed into place, after the bytes
+were written, so a cut download or a crashed writer leaves a miss, never half-written bytes; two
+processes filling one span write the same bytes (one version's) and rename markers of the same
+name. Every file that appears is written to a temporary name first and renamed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from bisect import insort
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+META = "meta.json"
+DATA = "data"
+SPANS = "spans"
+VERIFIED = "verified"
+USED = "used"
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """`path` appears whole or not at all (a temporary name in its folder, then a rename)."""
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+@dataclass(frozen=True)
+class VersionInfo:
+    """One cached version, as `pt2serve cache ls` lists it."""
+
+    path: Path
+    location: str
+    size: int
+    version: str
+    on_disk: int  # bytes the version's files take on disk (the sparse file counts what it holds)
+    cached: int  # bytes of the object that are in
+    used: float  # the last use (seconds since the epoch)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "location": self.location,
+            "version": self.version,
+            "size": self.size,
+            "cached": self.cached,
+            "on_disk": self.on_disk,
+            "used": self.used,
+            "path": str(self.path),
+        }
+
+
+class CachedVersion:
+    """The files of one version of one object: which spans are in, reads and writes of its bytes."""
+
+    def __init__(self, path: Path, meta: dict[str, Any]) -> None:
+        self.path = path
+        self.meta = meta
+        self.size: int = meta["size"]
+        self._spans: list[tuple[int, int]] = []  # merged, sorted; refreshed from disk on a miss
+        self._verified: set[str] | None = None
+        self._fd: int | None = None
+
+    # -- which bytes are in ----------------------------------------------------------------
+
+    def missing(self, start: int, end: int) -> list[tuple[int, int]]:
+        """The parts of [start, end) not in the cache (asked of the disk again before answering a
+        miss: another process may have filled them)."""
+        gaps = _gaps(self._spans, start, end)
+        if gaps:
+            self._spans = _merged(_read_spans(self.path / SPANS))
+            gaps = _gaps(self._spans, start, end)
+        return gaps
+
+    def cached_bytes(self) -> int:
+        self._spans = _merged(_read_spans(self.path / SPANS))
+        return sum(end - start for start, end in self._spans)
+
+    def write(self, start: int, data: bytes | memoryview) -> None:
+        """Bytes at `start` of the object, not yet counted as in (see `mark`)."""
+        view = memoryview(data)
+        while view:
+            written = os.pwrite(self._descriptor(), view, start)
+            view = view[written:]
+            start += written
+
+    def mark(self, start: int, end: int) -> None:
+        """Count [start, end) as in: its bytes were all written."""
+        if start < end:
+            write_atomically(self.path / SPANS / f"{start}-{end}", b"")
+            insort(self._spans, (start, end))
+            self._spans = _merged(self._spans)
+
+    def pread_into(self, start: int, buffer: memoryview) -> None:
+        while buffer:
+            got = os.preadv(self._descriptor(), [buffer], start)
+            if got <= 0:
+                raise OSError(f"{self.path / DATA}: short read at {start}")
+            buffer = buffer[got:]
+            start += got
+
+    def descriptor(self) -> int:
+        return self._descriptor()
+
+    # -- entries checked in full once ------------------------------------------------------
+
+    def verified(self, name: str, crc: int) -> bool:
+        if self._verified is None:  # one listing per open, not a stat per entry
+            with contextlib.suppress(OSError):
+                self._verified = set(os.listdir(self.path / VERIFIED))
+        return _verified_key(name, crc) in (self._verified or ())
+
+    def mark_verified(self, name: str, crc: int) -> None:
+        key = _verified_key(name, crc)
+        if not self.verified(name, crc):
+            write_atomically(self.path / VERIFIED / key, b"")
+            self._verified = (self._verified or set()) | {key}
+
+    def touch(self) -> None:
+        with contextlib.suppress(OSError):
+            os.utime(self.path / USED)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def _descriptor(self) -> int:
+        if self._fd is None:
+            self._fd = os.open(self.path / DATA, os.O_RDWR)
+        return self._fd
+
+
+class CacheStore:
+    """A cache folder: versions of objects by location, evicted least recently used first beyond
+    `max_bytes` (None: no cap)."""
+
+    def __init__(self, root: str | os.PathLike[str], max_bytes: int | None = None) -> None:
+        self.root = Path(root)
+        self.max_bytes = max_bytes
+
+    def object_path(self, location: str) -> Path:
+        return self.root / digest(location)
+
+    def version(self, location: str, version: str, size: int, pinned: dict[str, Any]) -> CachedVersion:
+        """The folder of this version of the object, made if new: named by everything the source
+        pinned (a Hub file's commit besides its ETag, a GCS generation), not its identity alone."""
+        path = self.object_path(location) / digest(json.dumps([version, size, pinned], sort_keys=True))
+        meta = {"location": location, "version": version, "size": size, "pinned": pinned}
+        if not (path / META).exists():
+            for folder in (path / SPANS, path / VERIFIED):
+                folder.mkdir(parents=True, exist_ok=True)
+            if not (path / DATA).exists():
+                _sparse_file(path / DATA, size)
+            write_atomically(path / USED, b"")
+            write_atomically(path / META, json.dumps(meta).encode())
+        cached = CachedVersion(path, meta)
+        cached.touch()
+        return cached
+
+    def latest(self, location: str) -> CachedVersion | None:
+        """The version of `location` used last, or None (what an offline open reads)."""
+        found = [(used, path) for path, used in self._versions(self.object_path(location))]
+        for _, path in sorted(found, reverse=True):
+            meta = _read_meta(path)
+            if meta is not None and meta.get("location") == location:
+                return CachedVersion(path, meta)
+        return None
+
+    def list(self) -> list[VersionInfo]:
+        listed = []
+        if not self.root.is_dir():
+            return listed
+        for folder in sorted(self.root.iterdir()):
+            for path, used in self._versions(folder):
+                meta = _read_meta(path)
+                if meta is None:
+                    continue
+                version = CachedVersion(path, meta)
+                listed.append(
+                    VersionInfo(
+                        path,
+                        meta["location"],
+                        meta["size"],
+                        meta["version"],
+                        _on_disk(path),
+                        version.cached_bytes(),
+                        used,
+                    )
+                )
+        return listed
+
+    def evict(self, max_bytes: int | None = None, keep: Path | None = None) -> list[VersionInfo]:
+        """Remove the least recently used versions until the cache takes at most `max_bytes` (the
+        store's cap by default); never `keep`. Returns what was removed."""
+        cap = self.max_bytes if max_bytes is None else max_bytes
+        if cap is None:
+            return []
+        versions = sorted(self.list(), key=lambda info: info.used)
+        total = sum(info.on_disk for info in versions)
+        removed = []
+        for info in versions:
+            if total <= cap:
+                break
+            if info.path == keep:
+                continue
+            shutil.rmtree(info.path, ignore_errors=True)  # a process reading it keeps its open file
+            with contextlib.suppress(OSError):
+                info.path.parent.rmdir()  # the object's folder, once it holds no version
+            total -= info.on_disk
+            removed.append(info)
+        return removed
+
+    @staticmethod
+    def _versions(folder: Path) -> Iterator[tuple[Path, float]]:
+        if not folder.is_dir():
+            return
+        for path in folder.iterdir():
+            try:
+                yield path, (path / USED).stat().st_mtime
+            except OSError:
+                continue  # being made or removed by another process
+
+
+def _sparse_file(path: Path, size: int) -> None:
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
+    try:
+        os.ftruncate(fd, size)
+        os.close(fd)
+        os.link(temporary, path)  # fails if another process made it first: theirs is as good
+    except FileExistsError:
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+
+
+def _read_meta(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((path / META).read_bytes())
+    except (OSError, ValueError):
+        return None
+
+
+def _read_spans(folder: Path) -> list[tuple[int, int]]:
+    spans = []
+    with contextlib.suppress(OSError):
+        for name in os.listdir(folder):
+            first, _, last = name.partition("-")
+            if first.isdigit() and last.isdigit():
+                spans.append((int(first), int(last)))
+    return spans
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _gaps(spans: list[tuple[int, int]], start: int, end: int) -> list[tuple[int, int]]:
+    gaps = []
+    at = start
+    for first, last in spans:
+        if last <= at:
+            continue
+        if first >= end:
+            break
+        if first > at:
+            gaps.append((at, first))
+        at = max(at, last)
+        if at >= end:
+            break
+    if at < end:
+        gaps.append((at, end))
+    return gaps
+
+
+def _verified_key(name: str, crc: int) -> str:
+    return f"{crc:08x}-{digest(name)}"
+
+
+def _on_disk(path: Path) -> int:
+    total = 0
+    for folder, _, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.stat(os.path.join(folder, name)).st_blocks * 512
+    return total
