@@ -110,6 +110,11 @@ def _choice(value: str, allowed: tuple[str, ...]) -> str:
 
 
 def _stem(location: str) -> str:
+    """An archive's default id: its file name without the suffix that says what it is
+    (`gpt2.pt2` -> gpt2, `pytorch_model.bin.index.json` -> pytorch_model)."""
     name = location.rstrip("/").split("?", 1)[0].rsplit("/", 1)[-1]
-    stem = name[: -len(".pt2")] if name.endswith(".pt2") else name
-    return stem.replace("@", "-")  # '@' separates an id from a version in URLs
+    for suffix in (".pt2", ".bin.index.json", ".index.json"):
+        if name.endswith(suffix) and len(name) > len(suffix):
+            name = name[: -len(suffix)]
+            break
+    return name.replace("@", "-")  # '@' separates an id from a version in URLs
