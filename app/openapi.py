@@ -92,8 +92,11 @@ TENSOR_HEADERS = {
 }
 SKIPPED = {"X-Pt2serve-Skipped": header("tensors left out (percent-encoded names, comma-separated)")}
 # headers every answer with a given status carries, whatever the route
-STATUS_HEADERS = {401: {"WWW-Authenticate": WWW_AUTHENTICATE}, 416: {"Content-Range": UNSATISFIED_RANGE}}
-STATUS_HEADERS[503] = {"Retry-After": RETRY_AFTER}
+STATUS_HEADERS = {
+    401: {"WWW-Authenticate": WWW_AUTHENTICATE},
+    416: {"Content-Range": UNSATISFIED_RANGE},
+    503: {"Retry-After": RETRY_AFTER},
+}
 
 
 @dataclass(frozen=True)
@@ -241,7 +244,7 @@ def error_responses(codes: Iterable[str]) -> dict[int, dict[str, Any]]:
         by_status.setdefault(status, []).append(code)
     return {
         status: {
-            "description": "; ".join(f"`{code}`: {ERROR_CODES[code].meaning}" for code in found),
+            "description": _described(found),
             "content": {JSON: {"schema": ERROR_REF}},
             CODES_KEY: found,
             **({"headers": STATUS_HEADERS[status]} if status in STATUS_HEADERS else {}),
@@ -251,18 +254,21 @@ def error_responses(codes: Iterable[str]) -> dict[int, dict[str, Any]]:
 
 
 def _merge(into: dict[str, Any], extra: Mapping[str, Any]) -> None:
-    """Merge response objects: descriptions joined, code lists united, nested objects merged."""
+    """Merge response objects: error codes united (and described again), nested objects merged,
+    any other value already there kept."""
     for key, value in extra.items():
         old = into.get(key)
         if old is None:
-            into[key] = dict(value) if isinstance(value, Mapping) else value
+            into[key] = copy.deepcopy(value)  # the kinds' objects stay unshared
         elif key == CODES_KEY:
             into[key] = sorted({*old, *value})
-            into["description"] = "; ".join(f"`{c}`: {ERROR_CODES[c].meaning}" for c in into[key])
+            into["description"] = _described(into[key])
         elif isinstance(old, dict) and isinstance(value, Mapping):
             _merge(old, value)
-        elif key == "description" and value not in old and CODES_KEY not in into:
-            into[key] = f"{old}; {value}"
+
+
+def _described(codes: Iterable[str]) -> str:
+    return "; ".join(f"`{code}`: {ERROR_CODES[code].meaning}" for code in codes)
 
 
 # --- the whole document --------------------------------------------------------------------------
@@ -279,31 +285,13 @@ def document(app: FastAPI) -> dict[str, Any]:
     )
     gated = getattr(app.state, "gate", None) is not None
     for route in app_routes(app):
-        if not isinstance(route.original_route if hasattr(route, "original_route") else route, APIRoute):
-            continue
-        if not route.include_in_schema:
+        if not isinstance(getattr(route, "original_route", route), APIRoute) or not route.include_in_schema:
             continue
         operations = schema["paths"].get(route.path_format, {})
         for method in route.methods:
             operation = operations.get(method.lower())
-            if operation is None:
-                continue
-            if route.responses:  # declared with answers(): taken as is (FastAPI's rendering
-                # adds an application/json content to every response, 304 and 206 included)
-                responses = {str(status): copy.deepcopy(r) for status, r in route.responses.items()}
-            else:
-                responses = operation.get("responses", {})
-                responses.pop("422", None)  # FastAPI's HTTPValidationError: the service answers Error
-            codes = []
-            if not is_open(route.path_format):
-                codes += ["unauthorized", "bad_signature", "signature_expired"]
-                if gated:
-                    operation["security"] = [{"bearer": []}]
-            if operation.get("parameters"):
-                codes.append("invalid_request")
-            for status, response in error_responses(codes).items():
-                _merge(responses.setdefault(str(status), {}), response)
-            operation["responses"] = dict(sorted(responses.items()))
+            if operation is not None:
+                _complete(operation, route, gated)
     for operations in schema["paths"].values():
         for operation in operations.values():
             for parameter in operation.get("parameters", ()):
@@ -317,6 +305,27 @@ def document(app: FastAPI) -> dict[str, Any]:
     if gated:
         components["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
     return schema
+
+
+def _complete(operation: dict[str, Any], route: Any, gated: bool) -> None:
+    """The operation's responses: those its route declared with answers() (FastAPI's own rendering
+    of them adds an application/json content to every one, 304 and 206 included), else FastAPI's
+    without its 422; and the gate's 401/403 and the 422 of validated parameters."""
+    if route.responses:
+        responses = {str(status): copy.deepcopy(r) for status, r in route.responses.items()}
+    else:
+        responses = operation.get("responses", {})
+        responses.pop("422", None)  # FastAPI's HTTPValidationError: the service answers Error
+    codes = []
+    if not is_open(route.path_format):
+        codes += ["unauthorized", "bad_signature", "signature_expired"]
+        if gated:
+            operation["security"] = [{"bearer": []}]
+    if operation.get("parameters"):
+        codes.append("invalid_request")
+    for status, response in error_responses(codes).items():
+        _merge(responses.setdefault(str(status), {}), response)
+    operation["responses"] = dict(sorted(responses.items()))
 
 
 def _not_null(schema: dict[str, Any]) -> dict[str, Any]:

@@ -71,12 +71,12 @@ def path_values(parameter: str, versions: dict[str, str]) -> list[str]:
 
 
 # a real value for string query parameters of these names ("model" for any other)
-REAL_STRINGS = {"path": "/archives/carry/tensors", "prefix": "lin"}
+REAL_STRINGS = {"path": "/archives/carry/tensors", "prefix": "lin", "redirect": "1"}
 
 
 def query_variants(operation: dict) -> list[dict[str, object]]:
     """Query strings: the required parameters alone; then each parameter valid, out of its schema,
-    repeated; and redirect=1. Required parameters are in every one."""
+    repeated. Required parameters are in every one."""
     base: dict[str, object] = {}
     variants: list[dict[str, object]] = []
     for parameter in operation.get("parameters", ()):
@@ -96,7 +96,7 @@ def query_variants(operation: dict) -> list[dict[str, object]]:
         variants += [{name: valid}, {name: invalid}]
         if schema.get("type") != "array":
             variants.append({name: [str(valid), str(valid)]})
-    return [{**base, **variant} for variant in [{}, {"redirect": "1"}, *variants]]
+    return [{**base, **variant} for variant in [{}, *variants]]
 
 
 HEADER_VARIANTS = [

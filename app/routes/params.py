@@ -17,8 +17,14 @@ from fastapi import Depends, Path, Query, Request
 from ..errors import ApiError
 from ..registry import Served
 
+# Declared for the document only: app/versioning.py's caching_headers reads it from the query.
+RedirectQ = Annotated[
+    str | None,
+    Query(description="1, true or yes: answer 307 to the versioned URL of this one (unversioned URLs)"),
+]
 
-async def default_archive(request: Request) -> Served:
+
+async def default_archive(request: Request, redirect: RedirectQ = None) -> Served:
     return await serve(request, None)
 
 
@@ -27,6 +33,7 @@ async def named_archive(
     archive_id: Annotated[
         str, Path(description="an archive id from /archives, or `{id}@{version}` for one version of it")
     ],
+    redirect: RedirectQ = None,
 ) -> Served:
     return await serve(request, archive_id)
 
