@@ -88,7 +88,7 @@ def api_schema(server):
 schema = schemathesis.pytest.from_fixture("api_schema")
 
 
-def test_schemathesis_every_check_finds_nothing(server):
+def test_schemathesis_every_check_finds_nothing(server, tmp_path):
     """`schemathesis run --checks all` over every phase (coverage, fuzzing, stateful), deterministic
     and kept to 10 cases an operation (tens of seconds)."""
     command = [
@@ -96,7 +96,8 @@ def test_schemathesis_every_check_finds_nothing(server):
         *("--checks", "all", "--phases", "coverage,fuzzing,stateful", "--max-examples", "10"),
         *("--generation-deterministic", "--workers", "2", "--no-color", "--request-timeout", "30"),
     ]
-    run = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    # in tmp_path: the run keeps a cache (.schemathesis/) in its working directory
+    run = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=tmp_path)
     report = run.stdout + run.stderr
     assert run.returncode == 0, report[-6000:]
     assert "Stateful" in report and " passed" in report, report[-3000:]
