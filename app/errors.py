@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import NamedTuple
 
 import orjson
 from fastapi import FastAPI, Request
@@ -14,9 +15,52 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 import reader
 
 from .registry import ArchiveNotFound, ArchiveUnavailable, Served, VersionNotServed
+from .routing import allowed_methods
 from .versioning import REVALIDATE, PinRedirect, pinned_url
 
 log = logging.getLogger("pt2serve")
+
+
+class ErrorCode(NamedTuple):
+    status: int | None  # None: whatever status the HTTP layer chose (`http_error`)
+    meaning: str
+
+
+# Every `error.code` the service answers, its status and what it means: the one list the OpenAPI
+# document's `Error` schema takes its enum from (app/openapi.py), and tests/test_openapi_routes.py
+# holds every error body to.
+ERROR_CODES: dict[str, ErrorCode] = {
+    "cors_refused": ErrorCode(400, "a CORS preflight from an origin, method or header not allowed"),
+    "unauthorized": ErrorCode(401, "the bearer token is missing or wrong"),
+    "bad_signature": ErrorCode(403, "the signed URL does not match its signature, or is not a GET/HEAD"),
+    "signature_expired": ErrorCode(403, "the signed URL has expired"),
+    "not_found": ErrorCode(404, "no route, or no such file of the viewer"),
+    "archive_not_found": ErrorCode(404, "no archive with this id is configured"),
+    "version_not_found": ErrorCode(
+        404, "the archive never had this version (`current_version`: the one served)"
+    ),
+    "tensor_not_found": ErrorCode(404, "no tensor of this name in the model"),
+    "model_not_found": ErrorCode(404, "no model of this name in the archive"),
+    "file_not_found": ErrorCode(404, "no such file in the archive"),
+    "signing_disabled": ErrorCode(404, "the service has no API token or signing key: URLs need no signature"),
+    "method_not_allowed": ErrorCode(405, "the path has no such method (`Allow` lists those it has)"),
+    "not_acceptable": ErrorCode(406, "the Accept header excludes the resource's media type"),
+    "version_gone": ErrorCode(410, "the archive version was replaced (`current_version`, `current_url`)"),
+    "range_not_satisfiable": ErrorCode(416, "no requested range overlaps the body"),
+    "invalid_request": ErrorCode(422, "a parameter is missing, repeated, malformed or out of range"),
+    "bad_url": ErrorCode(422, "the path to sign is not a path of this service"),
+    "unsupported_payload": ErrorCode(422, "the tensor cannot be served in this form (the message says why)"),
+    "reader_error": ErrorCode(500, "the archive reader failed in a way not classified"),
+    "internal_error": ErrorCode(500, "a bug of the service (see its log)"),
+    "upstream_error": ErrorCode(502, "the archive's storage failed or could not be reached"),
+    "integrity_error": ErrorCode(502, "bytes read from the archive failed their CRC or length check"),
+    "archive_format_error": ErrorCode(502, "the archive is not a valid .pt2 file"),
+    "archive_changed": ErrorCode(503, "the archive changed under the request; retry"),
+    "archive_unavailable": ErrorCode(503, "the archive has not opened (or failed to, and is retried)"),
+    "too_many_streams": ErrorCode(503, "too many concurrent streams; retry"),
+    "not_ready": ErrorCode(503, "not every archive has opened yet"),
+    "http_error": ErrorCode(None, "another HTTP-level refusal"),
+}
 
 
 class ApiError(Exception):
@@ -34,16 +78,16 @@ def error_response(status: int, code: str, message: str, headers: dict[str, str]
     return Response(body, status_code=status, media_type="application/json", headers=headers)
 
 
-# reader errors → (status, code); order matters: subclasses first
-READER_ERRORS: list[tuple[type[Exception], int, str]] = [
-    (reader.TensorNotFound, 404, "tensor_not_found"),
-    (reader.ModelNotFound, 404, "model_not_found"),
-    (reader.FileNotFound, 404, "file_not_found"),
-    (reader.UnsupportedPayload, 422, "unsupported_payload"),
-    (reader.SourceChanged, 503, "archive_changed"),
-    (reader.SourceError, 502, "upstream_error"),
-    (reader.IntegrityError, 502, "integrity_error"),
-    (reader.ArchiveFormatError, 502, "archive_format_error"),
+# reader errors → their code (its status is ERROR_CODES'); order matters: subclasses first
+READER_ERRORS: list[tuple[type[Exception], str]] = [
+    (reader.TensorNotFound, "tensor_not_found"),
+    (reader.ModelNotFound, "model_not_found"),
+    (reader.FileNotFound, "file_not_found"),
+    (reader.UnsupportedPayload, "unsupported_payload"),
+    (reader.SourceChanged, "archive_changed"),
+    (reader.SourceError, "upstream_error"),
+    (reader.IntegrityError, "integrity_error"),
+    (reader.ArchiveFormatError, "archive_format_error"),
 ]
 
 
@@ -102,8 +146,9 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(reader.ReaderError)
     async def reader_error(request: Request, exc: reader.ReaderError) -> Response:
-        for kind, status, code in READER_ERRORS:
+        for kind, code in READER_ERRORS:
             if isinstance(exc, kind):
+                status = ERROR_CODES[code].status or 500
                 headers = {"retry-after": "1"} if status == 503 else None
                 served = getattr(request.state, "served", None)
                 if isinstance(exc, reader.SourceChanged) and served is not None:
@@ -136,8 +181,14 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> Response:
+        headers = getattr(exc, "headers", None)
+        if exc.status_code == 405:
+            allowed = allowed_methods(request.app, request.scope)
+            if request.method == "OPTIONS":
+                return Response(status_code=204, headers={"allow": allowed})
+            headers = {**{k: v for k, v in (headers or {}).items() if k.lower() != "allow"}, "allow": allowed}
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return error_response(exc.status_code, code, str(exc.detail), getattr(exc, "headers", None))
+        return error_response(exc.status_code, code, str(exc.detail), headers)
 
     # Anything else is a bug of ours, never the client's fault: logged, and a JSON 500.
     @app.exception_handler(Exception)

@@ -6,16 +6,17 @@ import contextlib
 import inspect
 from collections.abc import AsyncIterator
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from starlette.datastructures import State
 
+from . import openapi
 from .caching import CachePolicy
 from .errors import install_error_handlers
 from .limits import StreamLimiter
 from .metrics import Metrics, MetricsMiddleware
 from .registry import Registry
 from .routes import bundles, executorch, graph, hot, manifest, service, signing, tensors, values, viewer
-from .routes.params import default_archive, named_archive
+from .routes.params import default_archive, named_archive, one_value_each
 from .security import AccessGate, BearerTokenMiddleware, JsonCORSMiddleware, quiet_url_logging
 from .settings import Settings
 from .signing import UrlSigner, derive_key
@@ -81,6 +82,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         summary="Tensors out of PyTorch .pt2 archives by name: layouts, bytes, ranges, safetensors.",
         version="0.1.0",
         lifespan=lifespan,
+        dependencies=[Depends(one_value_each)],
         **TELEMETRY_OFF,
     )
     state = app.state
@@ -108,6 +110,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(signing.router)
     app.include_router(viewer.router)
     install_error_handlers(app)
+    openapi.install(app)
     # outermost last: the caching policy inside the hot lane (whose routes apply it themselves);
     # the hot lane (layout and data without FastAPI's per-request work) inside everything else;
     # CORS answers preflights before the token check; metrics see everything

@@ -1,11 +1,14 @@
 """Fuzz the service through its own OpenAPI schema (schemathesis) against a real uvicorn on loopback.
 
-Every operation in /openapi.json gets up to 30 generated requests (valid and
-invalid parameters, odd tensor names). The service must never answer 5xx, and
-every 4xx must be JSON `{"error": {"code", "message"}}`. Two deterministic
-sweeps go alongside: every tensor of the two archives through /data (each
-order, format and method) and /layout, and hypothesis-generated Range,
-If-Range and If-None-Match headers, which the schema does not describe.
+The API tester's own run (`schemathesis run`, every check: statuses, media types, headers and
+bodies as documented, invalid input refused, valid input accepted, Allow on OPTIONS and unknown
+methods, and the stateful phase following the document's links from /archives and the listings)
+must find nothing. Every operation in /openapi.json also gets up to 30 generated requests (valid and
+invalid parameters, odd tensor names) checked here: never a 5xx, every 4xx JSON
+`{"error": {"code", "message"}}`, Content-Length the body's. Two deterministic sweeps go alongside:
+every tensor of the two archives through /data (each order, format and method) and /layout, and
+hypothesis-generated Range, If-Range and If-None-Match headers, which the schema names in its
+responses but not as parameters.
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from __future__ import annotations
 import json
 import pathlib
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -81,6 +86,21 @@ def api_schema(server):
 
 
 schema = schemathesis.pytest.from_fixture("api_schema")
+
+
+def test_schemathesis_every_check_finds_nothing(server, tmp_path):
+    """`schemathesis run --checks all` over every phase (coverage, fuzzing, stateful), deterministic
+    and kept to 10 cases an operation (tens of seconds)."""
+    command = [
+        *(sys.executable, "-m", "schemathesis.cli", "run", f"{server.url}/openapi.json"),
+        *("--checks", "all", "--phases", "coverage,fuzzing,stateful", "--max-examples", "10"),
+        *("--generation-deterministic", "--workers", "2", "--no-color", "--request-timeout", "30"),
+    ]
+    # in tmp_path: the run keeps a cache (.schemathesis/) in its working directory
+    run = subprocess.run(command, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    report = run.stdout + run.stderr
+    assert run.returncode == 0, report[-6000:]
+    assert "Stateful" in report and " passed" in report, report[-3000:]
 
 
 def header(headers, name: str) -> str | None:

@@ -14,6 +14,7 @@ from reader.formats.safetensors import safetensors_body, writable
 from reader.formats.selection import select
 
 from ..errors import ApiError
+from ..openapi import ARCHIVE, BUNDLE, SELECTION, answers
 from ..responses import BodyResponse
 from ..versioning import caching_headers, version_etag
 from .params import ModelQ, NamedArchive, NamesQ, PrefixQ
@@ -25,11 +26,13 @@ router = APIRouter()
     "/archives/{archive_id}/safetensors",
     summary="Selected tensors as one safetensors file",
     response_class=Response,
+    responses=answers(ARCHIVE, SELECTION, BUNDLE),
 )
 @router.head(
     "/archives/{archive_id}/safetensors",
     summary="Selected tensors as one safetensors file (headers only)",
     response_class=Response,
+    responses=answers(ARCHIVE, SELECTION, BUNDLE),
 )
 async def archive_safetensors(
     request: Request, served: NamedArchive, model: ModelQ = None, prefix: PrefixQ = None, name: NamesQ = None
@@ -53,9 +56,13 @@ async def archive_safetensors(
     )
 
 
+ALIGNMENTS = tuple(1 << n for n in range(3, ptd.MAX_ALIGNMENT.bit_length()))  # 8 .. 1 MiB
 AlignmentQ = Annotated[
     int,
-    Query(description="segment alignment in bytes: a power of two from 8 to 1 MiB (ExecuTorch's is 128)"),
+    Query(
+        description="segment alignment in bytes: a power of two from 8 to 1 MiB (ExecuTorch's is 128)",
+        json_schema_extra={"enum": list(ALIGNMENTS)},  # the rule as OpenAPI can state it (ptd checks it)
+    ),
 ]
 
 
@@ -63,11 +70,13 @@ AlignmentQ = Annotated[
     "/archives/{archive_id}/ptd",
     summary="Selected tensors as one ExecuTorch .ptd (FlatTensor) data file",
     response_class=Response,
+    responses=answers(ARCHIVE, SELECTION, BUNDLE),
 )
 @router.head(
     "/archives/{archive_id}/ptd",
     summary="Selected tensors as one ExecuTorch .ptd data file (headers only)",
     response_class=Response,
+    responses=answers(ARCHIVE, SELECTION, BUNDLE),
 )
 async def archive_ptd(
     request: Request,

@@ -9,6 +9,7 @@ from urllib.parse import quote
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
+from ..openapi import ARCHIVE, FILE, PROGRAM, Listing, answers, json_resource
 from ..responses import BodyResponse
 from ..versioning import caching_headers, json_etag_response, version_etag
 from .params import NamedArchive
@@ -16,7 +17,13 @@ from .params import NamedArchive
 router = APIRouter()
 
 
-@router.get("/archives/{archive_id}/executorch", summary="The ExecuTorch programs an archive carries")
+@router.get(
+    "/archives/{archive_id}/executorch",
+    summary="The ExecuTorch programs an archive carries",
+    responses=answers(
+        ARCHIVE, json_resource("the programs, with their versioned URLs", Listing("/files", "name"))
+    ),
+)
 async def list_executorch(request: Request, served: NamedArchive) -> Response:
     headers = caching_headers(request, served)
     base = f"/archives/{quote(served.id, safe='')}@{served.version}/executorch/"  # versioned URLs
@@ -30,11 +37,13 @@ async def list_executorch(request: Request, served: NamedArchive) -> Response:
     "/archives/{archive_id}/executorch/{name:path}",
     summary="One ExecuTorch program the archive carries",
     response_class=Response,
+    responses=answers(ARCHIVE, FILE, PROGRAM),
 )
 @router.head(
     "/archives/{archive_id}/executorch/{name:path}",
     summary="One ExecuTorch program the archive carries (headers only)",
     response_class=Response,
+    responses=answers(ARCHIVE, FILE, PROGRAM),
 )
 async def executorch_file(request: Request, served: NamedArchive, name: str) -> Response:
     archive = served.archive

@@ -20,6 +20,7 @@ from starlette.responses import Response, StreamingResponse
 
 from .. import encoding
 from ..caching import not_modified
+from ..openapi import ARCHIVE, FILE, MODEL, TENSOR, answers, json_resource
 from ..registry import Served
 from ..versioning import caching_headers, json_etag_response, version_etag
 from .params import ModelQ
@@ -35,6 +36,7 @@ def build(resolve: Callable[..., Awaitable[Served]], where: str) -> APIRouter:
     @router.get(
         "/graph",
         summary=f"The exported program's graph ({where}): nodes in order, signature, modules, consumers",
+        responses=answers(ARCHIVE, MODEL, FILE, json_resource("the graph")),
     )
     async def program_graph(request: Request, served: ServedArchive, model: ModelQ = None) -> Response:
         headers = caching_headers(request, served)
@@ -52,6 +54,7 @@ def build(resolve: Callable[..., Awaitable[Served]], where: str) -> APIRouter:
     @router.get(
         "/tensors/{name:path}/consumers",
         summary=f"The graph nodes reading a tensor or a tied alias of it ({where})",
+        responses=answers(ARCHIVE, TENSOR, FILE, json_resource("the consuming nodes")),
     )
     async def tensor_consumers(
         request: Request, served: ServedArchive, name: str, model: ModelQ = None

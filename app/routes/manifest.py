@@ -15,6 +15,7 @@ from starlette.responses import Response
 
 from reader.manifest import build_manifest, select_tensors
 
+from ..openapi import ARCHIVE, TENSOR, answers, json_resource
 from ..registry import Served
 from ..versioning import caching_headers, data_url, json_etag_response
 from .params import NamesQ, PrefixQ
@@ -26,7 +27,11 @@ def build(resolve: Callable[..., Awaitable[Served]], where: str) -> APIRouter:
     router = APIRouter()
     ServedArchive = Annotated[Served, Depends(resolve)]  # noqa: N806 - a type alias
 
-    @router.get("/manifest", summary=f"The manifest of {where}: tensors, digests, versioned data URLs")
+    @router.get(
+        "/manifest",
+        summary=f"The manifest of {where}: tensors, digests, versioned data URLs",
+        responses=answers(ARCHIVE, TENSOR, json_resource("the manifest")),
+    )
     async def manifest(
         request: Request,
         served: ServedArchive,

@@ -8,14 +8,23 @@ the only difference between the two.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+import types
+import typing
+from typing import Annotated, Any, Literal
 
 from fastapi import Depends, Path, Query, Request
 
+from ..errors import ApiError
 from ..registry import Served
 
+# Declared for the document only: app/versioning.py's caching_headers reads it from the query.
+RedirectQ = Annotated[
+    str | None,
+    Query(description="1, true or yes: answer 307 to the versioned URL of this one (unversioned URLs)"),
+]
 
-async def default_archive(request: Request) -> Served:
+
+async def default_archive(request: Request, redirect: RedirectQ = None) -> Served:
     return await serve(request, None)
 
 
@@ -24,6 +33,7 @@ async def named_archive(
     archive_id: Annotated[
         str, Path(description="an archive id from /archives, or `{id}@{version}` for one version of it")
     ],
+    redirect: RedirectQ = None,
 ) -> Served:
     return await serve(request, archive_id)
 
@@ -55,3 +65,46 @@ OrderQ = Annotated[
 ]
 FormatQ = Annotated[Literal["raw", "npy"], Query(description="raw bytes, or an .npy file")]
 NamesQ = Annotated[list[str] | None, Query(description="explicit tensor names (repeatable)")]
+
+
+async def one_value_each(request: Request) -> None:
+    """Refuse (422) a query parameter that takes one value but came several times: FastAPI would
+    keep the last silently, while the OpenAPI document says one. An app-wide dependency."""
+    if b"&" not in request.scope["query_string"]:
+        return
+    seen: set[str] = set()
+    repeated = {key for key, _ in request.query_params.multi_items() if key in seen or seen.add(key)}
+    route = request.scope.get("route")
+    if not repeated or route is None:
+        return
+    twice = sorted(repeated & _single_valued(route))
+    if twice:
+        raise ApiError(422, "invalid_request", f"query parameter {twice[0]!r} takes one value; it came twice")
+
+
+_SINGLE_VALUED: dict[
+    int, tuple[Any, frozenset[str]]
+] = {}  # id(route) → (route, names): routes are unhashable
+
+
+def _single_valued(route: Any) -> frozenset[str]:
+    """The names of the query parameters of `route` (an APIRoute) that take one value."""
+    known = _SINGLE_VALUED.get(id(route))
+    if known is not None and known[0] is route:
+        return known[1]
+    single: set[str] = set()
+    dependants = [route.dependant]
+    while dependants:
+        dependant = dependants.pop()
+        single |= {f.alias for f in dependant.query_params if not _takes_many(f.field_info.annotation)}
+        dependants += dependant.dependencies
+    _SINGLE_VALUED[id(route)] = (route, frozenset(single))
+    return frozenset(single)
+
+
+def _takes_many(annotation: object) -> bool:
+    if typing.get_origin(annotation) is Annotated:
+        annotation = typing.get_args(annotation)[0]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return any(_takes_many(arg) for arg in typing.get_args(annotation))
+    return typing.get_origin(annotation) in (list, tuple, set, frozenset) or annotation in (list, tuple, set)

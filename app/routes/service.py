@@ -10,6 +10,7 @@ from starlette.responses import Response
 
 from ..caching import REVALIDATE_HEADERS
 from ..errors import error_response, json_response
+from ..openapi import METRICS, Listing, answers, json_body, json_resource, kind
 from ..versioning import json_etag_response
 
 router = APIRouter()
@@ -18,7 +19,7 @@ router = APIRouter()
 @router.get(
     "/healthz",
     summary="Readiness and liveness: 503 until every archive has opened once, then 200",
-    responses={503: {"description": "An archive has not opened yet (or failed to, and is retried)"}},
+    responses=answers(kind("not_ready"), json_body("every archive has opened once")),
 )
 async def healthz(request: Request):
     state = request.app.state
@@ -38,12 +39,16 @@ async def healthz(request: Request):
     return json_response({"status": "ok", "archives": archives})
 
 
-@router.get("/metrics", summary="Prometheus metrics", response_class=Response)
+@router.get("/metrics", summary="Prometheus metrics", response_class=Response, responses=answers(METRICS))
 async def metrics(request: Request):
     return Response(generate_latest(request.app.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
-@router.get("/archives", summary="The configured archives and their status")
+@router.get(
+    "/archives",
+    summary="The configured archives and their status",
+    responses=answers(json_resource("the archives, their versions and status", Listing("/archives", "id"))),
+)
 async def archives(request: Request):
     registry = request.app.state.registry
     described = [slot.describe() for slot in registry.slots.values()]

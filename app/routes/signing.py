@@ -12,11 +12,16 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Request
 
 from ..errors import ApiError, json_response
+from ..openapi import answers, json_body, kind
 
 router = APIRouter()
 
 
-@router.get("/sign", summary="A short-lived signed URL for a GET of one path and query")
+@router.get(
+    "/sign",
+    summary="A short-lived signed URL for a GET of one path and query",
+    responses=answers(kind("signing_disabled", "bad_url"), json_body("the signed URL and when it expires")),
+)
 async def sign(
     request: Request,
     path: Annotated[

@@ -19,6 +19,7 @@ from reader.tensor import TensorBytes
 
 from ..errors import ApiError
 from ..fields import Fields
+from ..openapi import ARCHIVE, MODEL, NOT_ACCEPTABLE, TENSOR, TENSOR_BYTES, Listing, answers, json_resource
 from ..registry import Served
 from ..responses import BodyResponse
 from ..versioning import TaggedJson, caching_headers, data_url, json_etag_response, tensor_etag, version_etag
@@ -38,7 +39,15 @@ def build(resolve: Callable[..., Awaitable[Served]], where: str) -> APIRouter:
     router = APIRouter()
     ServedArchive = Annotated[Served, Depends(resolve)]  # noqa: N806 - a type alias
 
-    @router.get("/tensors", summary=f"List {where}'s tensors")
+    @router.get(
+        "/tensors",
+        summary=f"List {where}'s tensors",
+        responses=answers(
+            ARCHIVE,
+            MODEL,
+            json_resource("the tensors' layouts", Listing("/tensors", "name", {"model": "model"})),
+        ),
+    )
     async def list_tensors(
         request: Request,
         served: ServedArchive,
@@ -60,7 +69,11 @@ def build(resolve: Callable[..., Awaitable[Served]], where: str) -> APIRouter:
         }
         return json_etag_response(request, content, headers)
 
-    @router.get("/tensors/{name:path}/layout", summary=f"A tensor's layout ({where})")
+    @router.get(
+        "/tensors/{name:path}/layout",
+        summary=f"A tensor's layout ({where})",
+        responses=answers(ARCHIVE, TENSOR, json_resource("the tensor's layout")),
+    )
     async def tensor_layout(
         request: Request, served: ServedArchive, name: str, model: ModelQ = None
     ) -> Response:
@@ -72,11 +85,17 @@ def build(resolve: Callable[..., Awaitable[Served]], where: str) -> APIRouter:
             tagged = served.opened.remember(key, TaggedJson.of(layout))
         return json_etag_response(request, tagged, headers)
 
-    @router.get("/tensors/{name:path}/data", summary=f"A tensor's bytes ({where})", response_class=Response)
+    @router.get(
+        "/tensors/{name:path}/data",
+        summary=f"A tensor's bytes ({where})",
+        response_class=Response,
+        responses=answers(ARCHIVE, TENSOR, TENSOR_BYTES, NOT_ACCEPTABLE),
+    )
     @router.head(
         "/tensors/{name:path}/data",
         summary=f"A tensor's bytes ({where}, headers only)",
         response_class=Response,
+        responses=answers(ARCHIVE, TENSOR, TENSOR_BYTES, NOT_ACCEPTABLE),
     )
     async def tensor_data(
         request: Request,

@@ -10,6 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
+from ..openapi import ARCHIVE, TENSOR, answers, json_resource
 from ..registry import Served
 from ..values import tensor_stats
 from ..versioning import caching_headers, json_etag_response
@@ -20,7 +21,11 @@ def build(resolve: Callable[..., Awaitable[Served]], where: str) -> APIRouter:
     router = APIRouter()
     ServedArchive = Annotated[Served, Depends(resolve)]  # noqa: N806 - a type alias
 
-    @router.get("/tensors/{name:path}/stats", summary=f"A tensor's value statistics ({where})")
+    @router.get(
+        "/tensors/{name:path}/stats",
+        summary=f"A tensor's value statistics ({where})",
+        responses=answers(ARCHIVE, TENSOR, json_resource("the tensor's value statistics")),
+    )
     async def tensor_values(
         request: Request, served: ServedArchive, name: str, model: ModelQ = None
     ) -> Response:
