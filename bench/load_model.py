@@ -58,10 +58,10 @@ from _link import can_shape, capped_link  # noqa: E402
 from _relay import BareRelay  # noqa: E402
 from _rounds import alternate, compare  # noqa: E402
 from make_gpt2 import CONFIGS, DEFAULT_CACHE, ensure_gpt2  # noqa: E402
-from zlib_ng import zlib_ng  # noqa: E402
 
 import reader  # noqa: E402
 from reader.sources import S3Settings  # noqa: E402
+from reader.zipfmt import crc32  # noqa: E402
 from testing.servers import free_port, stop_process, wait_listening  # noqa: E402
 
 TARGETS = {"curl": 0.8, "runai": 2.5, "service": 0.8, "local": 1.0, "torch": 1.0}
@@ -96,7 +96,7 @@ def touch(arrays) -> int:
         where = (data.ctypes.data, data.nbytes)
         if data.size and where not in seen:
             seen.add(where)
-            crc = zlib_ng.crc32(memoryview(data.reshape(-1).view(np.uint8)), crc)
+            crc = crc32(memoryview(data.reshape(-1).view(np.uint8)), crc)
     return crc
 
 

@@ -23,8 +23,7 @@ import threading
 from collections.abc import AsyncIterator, Hashable, Iterable
 from dataclasses import dataclass
 
-from zlib_ng import zlib_ng
-
+from .. import zipfmt
 from ..errors import IntegrityError
 from .body import Chunk
 
@@ -76,7 +75,7 @@ class Spool:
         if self._file is None:
             self._file = await asyncio.to_thread(_temporary)
         await asyncio.to_thread(_write_all, self._file, data, self._end)
-        copy.crc = zlib_ng.crc32(data, copy.crc)
+        copy.crc = zipfmt.crc32(data, copy.crc)
         copy.length += len(data)
         self._end += len(data)
 
@@ -94,7 +93,7 @@ class Spool:
             chunk = await asyncio.to_thread(os.pread, self._file, size, copy.offset + at)
             if len(chunk) != size:
                 raise IntegrityError(f"spooled copy of {key!r} is short: {len(chunk)} of {size} bytes")
-            crc = zlib_ng.crc32(chunk, crc)
+            crc = zipfmt.crc32(chunk, crc)
             if at + size == copy.length and crc != copy.crc:
                 raise IntegrityError(f"spooled copy of {key!r} changed on disk")
             yield chunk
