@@ -15,6 +15,7 @@ from ..errors import IntegrityError
 from ..sources import DEFAULT_CHUNK_SIZE, ByteSource
 from ..zipfmt import ZipEntry
 from .ranges import coalesce, containing
+from .running_crc import RunningCrc
 
 # A range starting this far into an entry gets its header resolved separately
 # rather than dragging the bytes in between along.
@@ -163,19 +164,19 @@ class EntryFetcher:
         self, entry: ZipEntry, pieces: AsyncIterator[bytes | memoryview], crc: bool
     ) -> AsyncIterator[bytes | memoryview]:
         """Chunks that reach the entry's end, the last one held back until the entry is verified
-        (its CRC here, or by the inflater), so a consumer that forwards chunks (the service)
-        never completes a corrupt body."""
-        value = 0
+        (its CRC-32 here, taken on a worker while the next chunk arrives, or by the inflater), so a
+        consumer that forwards chunks (the service) never completes a corrupt body."""
+        running = RunningCrc(entry) if crc else None
         held: bytes | memoryview | None = None
         async with aclosing(pieces) as chunks:
             async for chunk in chunks:
-                if crc:
-                    value = zipfmt.crc32(chunk, value)
+                if running is not None:
+                    running.add(chunk)
                 if held is not None:
                     yield held
                 held = chunk
-        if crc:
-            zipfmt.verify_crc(entry, value)
+        if running is not None:
+            await running.verify()
         if held is not None:
             yield held
 
