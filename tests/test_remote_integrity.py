@@ -128,3 +128,42 @@ async def test_a_bundle_of_a_corrupt_remote_archive_never_completes(archives, ro
                         async for chunk in response.aiter_raw():
                             got += len(chunk)
                 assert length is not None and got < length
+
+
+FORKED = r"""
+import asyncio, os
+from reader import zipfmt
+from reader.reading.running_crc import BATCH, RunningCrc
+
+data = os.urandom(3 * BATCH)
+entry = zipfmt.ZipEntry("x", b"x", 0, 0, zipfmt.crc32(data), len(data), len(data), 0, 0, "stored")
+
+async def check():
+    running = RunningCrc(entry)
+    for at in range(0, len(data), BATCH // 2):
+        running.add(data[at : at + BATCH // 2])
+    await asyncio.wait_for(running.verify(), 30)  # a guard against a hang, not a timing
+
+asyncio.run(check())  # the parent's workers exist now
+child = os.fork()
+if child == 0:
+    try:
+        asyncio.run(check())
+    except BaseException:
+        os._exit(1)
+    os._exit(0)
+print(os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]))
+"""
+
+
+def test_a_forked_child_checks_with_workers_of_its_own() -> None:
+    """The parent's worker threads do not exist in a forked child (reader.load forks safely)."""
+    import os
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "-c", FORKED], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(root)})  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["0"]

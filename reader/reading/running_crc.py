@@ -15,6 +15,7 @@ chained (each starts from the value its predecessor returns), so they may run on
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -35,6 +36,16 @@ def _workers() -> ThreadPoolExecutor:
         if _pool is None:
             _pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="pt2serve-crc")
         return _pool
+
+
+def _forget_workers() -> None:
+    """In a forked child: the parent's worker threads do not exist there (tasks given to their pool
+    would never run), so the child starts a pool of its own on first use."""
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_workers)
 
 
 def _chained(before: Future[int] | None, value: int, pieces: Sequence[bytes | memoryview]) -> int:
