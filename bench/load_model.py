@@ -17,7 +17,8 @@ rows (target):
   cloned out of its reused buffer, as a dict of weights needs), and obstore's whole-object GET
   (informational; when installed), and the memory floor: backing the output's memory alone in a fresh
   process (informational: on a VM it swings with what the host has backed, and curl to /dev/null
-  never pays it); then each contender's CPU per GiB (user + system of its process or child). runai-model-streamer and obstore are the bench's, not the project's
+  never pays it); then each contender's CPU per GiB (user + system of its process or child).
+  runai-model-streamer and obstore are the bench's, not the project's
   (`pip install runai-model-streamer runai-model-streamer-s3 obstore`).
 - service: `pt2serve serve s3://…` (a separate process) answering /archives/m/ptd and /safetensors,
   fetched by curl, vs curl of the whole object (>= 0.8x each); a bare relay of the object
