@@ -86,3 +86,24 @@ class RunningCrc:
         value = _chained(None, value, self._batch)  # what is left: under BATCH bytes, checked here
         self._batch, self._batched = [], 0
         zipfmt.verify_crc(self.entry, value)
+
+
+class InOrder:
+    """Feeds a `RunningCrc` with the bytes of `buffer` (archive bytes from `start`) as a source reports
+    them landed (`HttpSource.read_into(landed=...)`), in order: parallel parts land in any order, so a
+    span past the first gap waits for the gap to fill."""
+
+    def __init__(self, running: RunningCrc, buffer: memoryview, start: int) -> None:
+        self._running = running
+        self._buffer = buffer
+        self._start = start
+        self._next = start  # the first archive byte not yet added
+        self._waiting: dict[int, int] = {}  # spans landed past the gap: start -> bytes
+
+    def __call__(self, at: int, nbytes: int) -> None:
+        self._waiting[at] = nbytes
+        while self._next in self._waiting:
+            size = self._waiting.pop(self._next)
+            low = self._next - self._start
+            self._running.add(self._buffer[low : low + size])
+            self._next += size
