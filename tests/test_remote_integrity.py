@@ -5,6 +5,7 @@ service never completes its body."""
 
 from __future__ import annotations
 
+import itertools
 import pathlib
 import struct
 import zipfile
@@ -91,6 +92,20 @@ async def clean_bytes(archives: dict[str, bytes], name: str) -> bytes:
 
 
 @pytest.mark.parametrize("options", [SINGLE, PARTS], ids=["one connection", "parallel parts"])
+async def test_a_clean_entry_reads_into_a_buffer_whatever_order_its_parts_land_in(archives, options) -> None:
+    want = await clean_bytes(archives, "big")
+    async with FaultServer() as server:
+        server.put("/clean.pt2", archives["clean"])
+        async with reader.open_archive(server.url("/clean.pt2"), http_options=options) as ar:
+            for _ in range(2):  # the first finds the data offset, the second goes straight in
+                buffer = np.empty(BIG, dtype=np.uint8)
+                await ar.read_into("big", buffer)
+                assert buffer.tobytes() == want
+        ranged = [record for record in server.log if record.method == "GET"]
+        assert len(ranged) >= (6 if options is PARTS else 2)  # the parts of the second read
+
+
+@pytest.mark.parametrize("options", [SINGLE, PARTS], ids=["one connection", "parallel parts"])
 @pytest.mark.parametrize("where", ["middle", "last byte"])
 async def test_read_read_into_and_load_refuse_a_corrupt_remote_entry(archives, where, options) -> None:
     async with FaultServer() as server:
@@ -167,3 +182,29 @@ def test_a_forked_child_checks_with_workers_of_its_own() -> None:
                           env={**os.environ, "PYTHONPATH": str(root)})  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["0"]
+
+
+@pytest.mark.parametrize("order", ["in order", "reversed", "interleaved"])
+async def test_spans_landing_in_any_order_are_checked_in_the_archives_order(order: str) -> None:
+    from reader import zipfmt
+    from reader.reading.running_crc import InOrder, RunningCrc
+
+    data = np.random.default_rng(7).integers(0, 256, 5 * running_crc.BATCH + 123, dtype=np.uint8)
+    base = 1000  # archive offset of the buffer's first byte
+    cuts = [*range(0, len(data), 700_001), len(data)]
+    spans = [(base + low, high - low) for low, high in itertools.pairwise(cuts)]
+    if order == "reversed":
+        spans.reverse()
+    elif order == "interleaved":
+        spans = spans[1::2] + spans[::2]
+    for crc, outcome in ((zipfmt.crc32(data), None), (zipfmt.crc32(data) ^ 1, reader.IntegrityError)):
+        entry = zipfmt.ZipEntry("x", b"x", 0, 0, crc, len(data), len(data), 0, 0, "stored")
+        running = RunningCrc(entry)
+        landed = InOrder(running, memoryview(data), base)
+        for at, nbytes in spans:
+            landed(at, nbytes)
+        if outcome is None:
+            await running.verify()
+        else:
+            with pytest.raises(outcome, match="CRC-32"):
+                await running.verify()
