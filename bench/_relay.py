@@ -15,7 +15,7 @@ import socket
 import threading
 import urllib.parse
 
-from zlib_ng import zlib_ng
+from reader.zipfmt import crc32
 
 BUFFER = 1 << 20
 
@@ -55,13 +55,13 @@ class BareRelay:
                           if line.lower().startswith(b"content-length:"))  # fmt: skip
             client.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
                            % (length, first))  # fmt: skip
-            crc = zlib_ng.crc32(first)
+            crc = crc32(first)
             left = length - len(first)
             view = memoryview(bytearray(BUFFER))
             while left:
                 nbytes = upstream.recv_into(view[: min(BUFFER, left)])
                 if not nbytes:
                     raise RuntimeError(f"upstream closed with {left} bytes to go")
-                crc = zlib_ng.crc32(view[:nbytes], crc)
+                crc = crc32(view[:nbytes], crc)
                 client.sendall(view[:nbytes])
                 left -= nbytes

@@ -16,7 +16,10 @@ With aiohttp installed, a third, informational contender streams the same range 
 aiohttp.ClientSession (a new one per run, CRC-32 as pt2serve does): data for choosing a bulk-body client.
 Another informational contender, the asyncio floor (bench/asyncio_floor.py), is the least an asyncio
 client can do to hand the same range to an `async for` (a bare BufferedProtocol, CRC-32 in the
-consumer); pt2serve's multiple of it is what its own layers cost.
+consumer); pt2serve's multiple of it is what its own layers cost. A last informational contender,
+"inline CRC", is pt2serve with the CRC-32 taken on the receiving thread (reader/reading/running_crc.py's
+worker replaced by one that runs each task where it is submitted): what the worker saves.
+Each contender's CPU (user + system, all its threads) is also printed per GiB received.
 
 More rows (issue 12), each against its baseline in the same run, runs alternating:
 - parallel: uncapped loopback nginx, ar.stream with the default HttpOptions (parallel above 16 MiB,
@@ -47,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import cProfile
 import importlib.util
 import io
@@ -94,10 +98,25 @@ async def run_pt2serve(ar: reader.Archive, chunk_size: int) -> dict:
     return {"seconds": time.perf_counter() - started, "cpu": time.process_time() - cpu, "bytes": total}
 
 
+class _Inline:
+    """An executor that runs each task where it is submitted: the CRC-32 on the receiving thread."""
+
+    def submit(self, function, *args) -> concurrent.futures.Future:
+        done: concurrent.futures.Future = concurrent.futures.Future()
+        done.set_result(function(*args))
+        return done
+
+
+async def run_inline_crc(ar: reader.Archive, chunk_size: int) -> dict:
+    with mock.patch("reader.reading.running_crc._workers", _Inline):
+        return await run_pt2serve(ar, chunk_size)
+
+
 async def run_aiohttp(url: str, span: tuple[int, int], chunk_size: int) -> dict:
     """Informational: the same range through aiohttp (C HTTP parser), with the same CRC-32 work."""
     import aiohttp
-    from zlib_ng import zlib_ng
+
+    from reader.zipfmt import crc32
 
     cpu, started = time.process_time(), time.perf_counter()
     total = crc = 0
@@ -105,7 +124,7 @@ async def run_aiohttp(url: str, span: tuple[int, int], chunk_size: int) -> dict:
     async with aiohttp.ClientSession() as session, session.get(url, headers=headers) as response:
         async for chunk in response.content.iter_chunked(chunk_size):
             total += len(chunk)
-            crc = zlib_ng.crc32(chunk, crc)
+            crc = crc32(chunk, crc)
     return {"seconds": time.perf_counter() - started, "cpu": time.process_time() - cpu, "bytes": total}
 
 
@@ -123,7 +142,7 @@ def run_curl(url: str, span: tuple[int, int]) -> dict:
 async def against_curl(ar: reader.Archive, server, url: str, span: tuple[int, int], chunk_size: int,
                     repeat: int) -> dict:  # fmt: skip
     nbytes = span[1] - span[0]
-    runs: dict[str, list[dict]] = {"pt2serve": [], "curl": [], "floor": []}
+    runs: dict[str, list[dict]] = {"pt2serve": [], "curl": [], "floor": [], "inline CRC": []}
     if HAVE_AIOHTTP:
         runs["aiohttp"] = []
         await run_aiohttp(url, span, chunk_size)
@@ -139,6 +158,8 @@ async def against_curl(ar: reader.Archive, server, url: str, span: tuple[int, in
                 result = await run_aiohttp(url, span, chunk_size)
             elif label == "floor":
                 result = await run_floor(url, span)
+            elif label == "inline CRC":
+                result = await run_inline_crc(ar, chunk_size)
             else:
                 result = await asyncio.to_thread(run_curl, url, span)
             result["server_cpu"] = server.cpu_seconds() - server_cpu
@@ -190,6 +211,13 @@ async def bench_server(server, url: str, chunk_sizes: list[int], repeat: int, pr
                   f"server cpu {row['curl_server_cpu']:.2f} s)   ratio {row['ratio']:.2f}",
                   flush=True)  # fmt: skip
             print(f"  {'':>8}  {result['rounds']}")
+            gib = nbytes / 2**30
+            print(f"  {'':>8}  CPU per GiB received: pt2serve {pt2['cpu'] / gib:.3f} s, "
+                  f"curl {curl['cpu'] / gib:.3f} s", flush=True)  # fmt: skip
+            inline = result["inline CRC"]
+            print(f"  {'':>8}  informational: inline CRC {gbps(nbytes, inline['seconds']):5.2f} GB/s "
+                  f"(cpu {inline['cpu'] / gib:.3f} s/GiB); the worker's CRC-32 is "
+                  f"{inline['seconds'] / pt2['seconds']:.2f}x as fast", flush=True)  # fmt: skip
             floor = result["floor"]
             print(f"  {'':>8}  informational: asyncio floor {gbps(nbytes, floor['seconds']):5.2f} GB/s "
                   f"(cpu {floor['cpu']:.2f} s), {curl['seconds'] / floor['seconds']:.2f}x curl; "

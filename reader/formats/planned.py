@@ -152,9 +152,11 @@ class PlannedBody(ConcatBody):
 
         async with aclosing(fetcher.source.stream(low, high, chunk_size=chunk_size)) as stream:
             async for received in stream:
-                for index, at, data in demux.feed(received):
+                for index, at, data, check in demux.feed(received):
                     async for chunk in send_memory():
                         yield chunk
+                    if check is not None:  # the entry's last bytes: its CRC-32 first
+                        await check.verify()
                     key = spooled[index]
                     if key is not None:  # its bytes go out again later: keep a copy
                         await spool.write(key, data)

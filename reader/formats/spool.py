@@ -23,8 +23,7 @@ import threading
 from collections.abc import AsyncIterator, Hashable, Iterable
 from dataclasses import dataclass
 
-from zlib_ng import zlib_ng
-
+from .. import zipfmt
 from ..errors import IntegrityError
 from .body import Chunk
 
@@ -75,8 +74,7 @@ class Spool:
             raise RuntimeError(f"spooled copies must be written one after another ({key!r})")
         if self._file is None:
             self._file = await asyncio.to_thread(_temporary)
-        await asyncio.to_thread(_write_all, self._file, data, self._end)
-        copy.crc = zlib_ng.crc32(data, copy.crc)
+        copy.crc = await asyncio.to_thread(_write_all, self._file, data, self._end, copy.crc)
         copy.length += len(data)
         self._end += len(data)
 
@@ -91,10 +89,9 @@ class Spool:
         crc = 0
         for at in range(0, copy.length, chunk_size):
             size = min(chunk_size, copy.length - at)
-            chunk = await asyncio.to_thread(os.pread, self._file, size, copy.offset + at)
+            chunk, crc = await asyncio.to_thread(_read_part, self._file, size, copy.offset + at, crc)
             if len(chunk) != size:
                 raise IntegrityError(f"spooled copy of {key!r} is short: {len(chunk)} of {size} bytes")
-            crc = zlib_ng.crc32(chunk, crc)
             if at + size == copy.length and crc != copy.crc:
                 raise IntegrityError(f"spooled copy of {key!r} changed on disk")
             yield chunk
@@ -115,8 +112,17 @@ def _temporary() -> int:
         return os.dup(handle.fileno())
 
 
-def _write_all(fd: int, data: Chunk, offset: int) -> None:
+def _write_all(fd: int, data: Chunk, offset: int, crc: int) -> int:
+    """Write `data` at `offset`; the running CRC-32 `crc` after it (taken here, off the event loop)."""
     view = memoryview(data).cast("B")
+    crc = zipfmt.crc32(view, crc)
     while view:
         written = os.pwrite(fd, view, offset)
         view, offset = view[written:], offset + written
+    return crc
+
+
+def _read_part(fd: int, size: int, offset: int, crc: int) -> tuple[bytes, int]:
+    """Up to `size` bytes at `offset`, and the running CRC-32 `crc` after them."""
+    data = os.pread(fd, size, offset)
+    return data, zipfmt.crc32(data, crc)

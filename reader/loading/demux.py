@@ -6,8 +6,11 @@ descriptors included. `Demux.feed` takes the range's bytes in order, in chunks o
 parses each local header as it passes (checked against the central directory, as every read
 of the reader does), and hands back where each piece of content goes. Stored content comes
 out as views of the chunk fed in (nothing copied); DEFLATE content is inflated. A target
-that covers a whole entry is checked against its CRC-32 before its last piece is handed
-back, so a consumer that forwards pieces never completes a corrupt entry.
+that covers a whole entry is checked against its CRC-32 before its last piece is sent on, so a
+consumer that forwards pieces never completes a corrupt entry: a stored entry's CRC-32 is taken on
+a worker thread while the next bytes arrive (reader.reading.running_crc), and its last piece comes
+with the `RunningCrc` to await first; a DEFLATE entry is checked by its inflater before its last
+piece is handed back.
 """
 
 from __future__ import annotations
@@ -17,10 +20,13 @@ from dataclasses import dataclass
 
 from .. import zipfmt
 from ..errors import IntegrityError
+from ..reading.running_crc import RunningCrc
 from ..zipfmt import ZipEntry
 from ..zipfmt.structs import LOCAL_HEADER, METHOD_STORED
 
-Piece = tuple[int, int, bytes | memoryview]  # (target index, content offset, bytes)
+# (target index, content offset, bytes, the check to await before sending them: the last piece of
+# a whole stored entry)
+Piece = tuple[int, int, bytes | memoryview, RunningCrc | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +80,7 @@ class Demux:
         self._header = bytearray()
         self._data_start: int | None = None
         self._position = 0  # content offset of the next stored byte of the current target
-        self._crc = 0
+        self._crc: RunningCrc | None = None
         self._decoder: zipfmt.EntryDecoder | None = None
         self._enter()
 
@@ -114,7 +120,7 @@ class Demux:
         zipfmt.check_decodable(entry)
         stored = entry.method == METHOD_STORED
         self._position = target.low if stored else 0  # stored: content offset; deflate: bytes fed
-        self._crc = 0
+        self._crc = RunningCrc(entry) if stored and target.whole else None
         self._decoder = None if stored else zipfmt.EntryDecoder(entry, verify=target.whole)
 
     def _step(self, view: memoryview, out: list[Piece]) -> int:
@@ -152,16 +158,18 @@ class Demux:
     def _step_stored(self, index: int, target: Target, view: memoryview, out: list[Piece]) -> int:
         take = min(len(view), target.end - self._position)
         piece = view[:take]
-        if target.whole:
-            self._crc = zipfmt.crc32(piece, self._crc)
+        running = self._crc
+        if running is not None:
+            running.add(piece)
         at = self._position
         self._position += take
-        if self._position >= target.end:
-            if target.whole:
-                zipfmt.verify_crc(target.entry, self._crc)
+        last = self._position >= target.end
+        if last:
+            if running is not None and not take:  # an empty entry: nothing to send, check it here
+                zipfmt.verify_crc(target.entry, 0)
             self._next()
         if take:
-            out.append((index, at, piece))
+            out.append((index, at, piece, running if last else None))
         return take
 
     def _step_deflated(self, index: int, target: Target, view: memoryview, out: list[Piece]) -> int:
@@ -174,7 +182,7 @@ class Demux:
             begin = end - len(piece)
             low, high = max(target.low, begin), min(target.end, end)
             if high > low:
-                out.append((index, low, bytes(piece[low - begin : high - begin])))
+                out.append((index, low, bytes(piece[low - begin : high - begin]), None))
         self._position += take
         if self._position >= entry.compressed_size:
             decoder.finish()  # size and CRC-32 (when the target is whole)

@@ -12,9 +12,10 @@ from contextlib import aclosing
 
 from .. import zipfmt
 from ..errors import IntegrityError
-from ..sources import DEFAULT_CHUNK_SIZE, ByteSource
+from ..sources import DEFAULT_CHUNK_SIZE, ByteSource, HttpSource
 from ..zipfmt import ZipEntry
 from .ranges import coalesce, containing
+from .running_crc import InOrder, RunningCrc
 
 # A range starting this far into an entry gets its header resolved separately
 # rather than dragging the bytes in between along.
@@ -80,7 +81,8 @@ class EntryFetcher:
     async def read_into(self, entry: ZipEntry, start: int, buffer: memoryview) -> None:
         """Content bytes [start, start + len(buffer)) of the entry into `buffer`, checked as `read`
         checks them: one read straight into it once the entry's data offset is known (a stored
-        entry), else through `read` (which finds the offset, or inflates) and a copy."""
+        entry; remotely, a whole entry's CRC-32 follows its bytes as they land), else through `read`
+        (which finds the offset, or inflates) and a copy."""
         end = start + len(buffer)
         _check(entry, start, end)
         offset = self._data_offsets.get(entry.name)
@@ -88,6 +90,12 @@ class EntryFetcher:
             buffer[:] = await self.read(entry, start, end)
             return
         zipfmt.check_decodable(entry)
+        if isinstance(self.source, HttpSource) and start == 0 and end == entry.size:
+            # the whole entry: its CRC-32 taken on a worker as the bytes land, not after the last one
+            running = RunningCrc(entry)
+            await self.source.read_into(offset, buffer, landed=InOrder(running, buffer, offset))
+            await running.verify()
+            return
         await self.source.read_into(offset + start, buffer)
         _verify_whole(entry, start, end, buffer)
 
@@ -163,19 +171,19 @@ class EntryFetcher:
         self, entry: ZipEntry, pieces: AsyncIterator[bytes | memoryview], crc: bool
     ) -> AsyncIterator[bytes | memoryview]:
         """Chunks that reach the entry's end, the last one held back until the entry is verified
-        (its CRC here, or by the inflater), so a consumer that forwards chunks (the service)
-        never completes a corrupt body."""
-        value = 0
+        (its CRC-32 here, taken on a worker while the next chunk arrives, or by the inflater), so a
+        consumer that forwards chunks (the service) never completes a corrupt body."""
+        running = RunningCrc(entry) if crc else None
         held: bytes | memoryview | None = None
         async with aclosing(pieces) as chunks:
             async for chunk in chunks:
-                if crc:
-                    value = zipfmt.crc32(chunk, value)
+                if running is not None:
+                    running.add(chunk)
                 if held is not None:
                     yield held
                 held = chunk
-        if crc:
-            zipfmt.verify_crc(entry, value)
+        if running is not None:
+            await running.verify()
         if held is not None:
             yield held
 

@@ -1,0 +1,109 @@
+"""An entry's CRC-32 taken on a worker thread while its next bytes arrive.
+
+A remote read receives a chunk, checks it, receives the next: done on the receiving thread, the
+CRC-32 adds its time to the wire's. Handed to a worker instead (the CRC releases the GIL, as the
+socket reads do), a chunk is checked while the next one arrives, and a stream costs the slower of
+the two. The check still comes before the entry's last byte is released: `verify()` awaits what
+is pending and raises IntegrityError, and the caller holds the last chunk until it returns.
+
+Chunks are checked after they are handed on, so a consumer must not write into a chunk it was
+given (none does: every source hands out buffers of their own, never reused). Chunks are batched
+into `BATCH` bytes per task, so a small chunk costs no thread hop of its own; an entry's tasks are
+chained (each starts from the value its predecessor returns), so they may run on any worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from .. import zipfmt
+from ..zipfmt import ZipEntry
+
+BATCH = 1 << 20  # bytes per task on the worker: a thread hop costs about what 200 KiB of CRC-32 does
+WORKERS = 2
+
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _workers() -> ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="pt2serve-crc")
+        return _pool
+
+
+def _forget_workers() -> None:
+    """In a forked child: the parent's worker threads do not exist there (tasks given to their pool
+    would never run), so the child starts a pool of its own on first use."""
+    global _pool, _pool_lock
+    _pool, _pool_lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_workers)
+
+
+def _chained(before: Future[int] | None, value: int, pieces: Sequence[bytes | memoryview]) -> int:
+    """The running CRC-32 after `pieces`, from `before`'s result (or `value` when there is none).
+    A task waits for its predecessor only while that one runs: the queue hands tasks out in order."""
+    if before is not None:
+        value = before.result()
+    for piece in pieces:
+        value = zipfmt.crc32(piece, value)
+    return value
+
+
+class RunningCrc:
+    """The CRC-32 of an entry's whole content, fed in order with `add`, checked with `verify`."""
+
+    def __init__(self, entry: ZipEntry) -> None:
+        self.entry = entry
+        self._pending: Future[int] | None = None
+        self._batch: list[bytes | memoryview] = []
+        self._batched = 0
+
+    def add(self, data: bytes | memoryview) -> None:
+        """The entry's next content bytes (kept, unmodified, until they are checked)."""
+        if not len(data):
+            return
+        self._batch.append(data)
+        self._batched += len(data)
+        if self._batched >= BATCH:
+            self._pending = _workers().submit(_chained, self._pending, 0, self._batch)
+            self._batch, self._batched = [], 0
+
+    async def verify(self) -> None:
+        """Raise IntegrityError unless the bytes added are the entry's content (its CRC-32)."""
+        value = 0
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            value = pending.result() if pending.done() else await asyncio.wrap_future(pending)
+        value = _chained(None, value, self._batch)  # what is left: under BATCH bytes, checked here
+        self._batch, self._batched = [], 0
+        zipfmt.verify_crc(self.entry, value)
+
+
+class InOrder:
+    """Feeds a `RunningCrc` with the bytes of `buffer` (archive bytes from `start`) as a source reports
+    them landed (`HttpSource.read_into(landed=...)`), in order: parallel parts land in any order, so a
+    span past the first gap waits for the gap to fill."""
+
+    def __init__(self, running: RunningCrc, buffer: memoryview, start: int) -> None:
+        self._running = running
+        self._buffer = buffer
+        self._start = start
+        self._next = start  # the first archive byte not yet added
+        self._waiting: dict[int, int] = {}  # spans landed past the gap: start -> bytes
+
+    def __call__(self, at: int, nbytes: int) -> None:
+        self._waiting[at] = nbytes
+        while self._next in self._waiting:
+            size = self._waiting.pop(self._next)
+            low = self._next - self._start
+            self._running.add(self._buffer[low : low + size])
+            self._next += size
