@@ -29,6 +29,7 @@ EXPOSED_HEADERS = [
     "X-Tensor-Dtype",
     "X-Tensor-Shape",
     "X-Tensor-Dim-Order",
+    "X-Tensor-Slice",
     "X-Pt2serve-Skipped",
     "Repr-Digest",
     "Content-Location",

@@ -28,6 +28,7 @@ from .pt2.tensorinfo import TensorInfo
 from .reading.entries import EntryFetcher
 from .reading.opening import OpenedIndex, read_index
 from .sharded import ShardedArchive, is_shard_index, open_sharded
+from .sliced import SliceBytes
 from .sources import (
     DEFAULT_CHUNK_SIZE,
     ByteSource,
@@ -102,8 +103,14 @@ class Archive:
         info = self.layout(name, model)
         return TensorBytes(info, self._entries[info.storage.entry], self._fetcher, order)
 
-    async def read(self, name: str, model: str | None = None, order: str = "default") -> bytes:
-        """The tensor's bytes: memory order ("default") or row-major ("contiguous")."""
+    async def read(
+        self, name: str, model: str | None = None, order: str = "default", *, index: Any = None
+    ) -> bytes:
+        """The tensor's bytes: memory order ("default") or row-major ("contiguous"). With `index`
+        (NumPy basic indexing, e.g. `np.s_[0:128, :, 4:8]`), the row-major bytes of that slice,
+        reading only the byte runs it covers (reader.sliced); a slice is always row-major."""
+        if index is not None:
+            return await SliceBytes(self.tensor(name, model, "contiguous"), index).read()
         return await self.tensor(name, model, order).read()
 
     async def read_into(
@@ -140,9 +147,14 @@ class Archive:
         when it is stored in the requested order."""
         return self.tensor(name, model, order).chunks(start, end, chunk_size)
 
-    async def read_numpy(self, name: str, model: str | None = None) -> np.ndarray:
-        """An ndarray with the logical shape (bfloat16/float8 via ml_dtypes; complex32 widened)."""
+    async def read_numpy(self, name: str, model: str | None = None, *, index: Any = None) -> np.ndarray:
+        """An ndarray with the logical shape (bfloat16/float8 via ml_dtypes; complex32 widened).
+        With `index` (NumPy basic indexing: ints, slices with steps, `...`, np.newaxis as `(None,)`),
+        `full[index]`, reading only the byte runs the slice covers."""
         tensor = self.tensor(name, model, "contiguous")
+        if index is not None:
+            sliced = SliceBytes(tensor, index)
+            return to_numpy(await sliced.read(), BY_NAME[tensor.info.dtype], sliced.plan.shape)  # type: ignore[index]
         info = tensor.info
         return to_numpy(await tensor.read(), BY_NAME[info.dtype], info.sizes)  # type: ignore[index,arg-type]
 

@@ -7,7 +7,8 @@ archive's dtype, sizes, strides and storage offset: tied weights and views share
 as in `torch.export.load(p).state_dict` plus its constants (or `torch.load(weights_only=True)`
 for a checkpoint), so `model.load_state_dict(reader.torch.load(location))` works.
 Locally the storages map the file copy-on-write: pages are read when touched, and writing to a
-tensor changes the process's copy only.
+tensor changes the process's copy only. `reader.torch.read(location, name, index=...)` (and
+`read_tensor` on an open archive) reads one tensor, or a slice of it, as a row-major torch tensor.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 
 from .loading.arrays import ORDERS
 from .loading.sync import with_archive
+from .sliced import SliceBytes
 from .sources import ByteSource
 
 if TYPE_CHECKING:
@@ -91,4 +93,34 @@ def load(
         lambda archive: load_archive(
             archive, model=model, prefix=prefix, names=names, order=order, copy=copy, verify=verify
         ),
+    )
+
+
+async def read_tensor(
+    archive: Archive, name: str, *, model: str | None = None, index: Any = None
+) -> _torch.Tensor:
+    """One tensor of an open archive as a row-major torch tensor of its dtype, or with `index`
+    (NumPy basic indexing) `full[index]`, reading only the byte runs the slice covers."""
+    import torch
+
+    tensor = archive.tensor(name, model, "contiguous")
+    body = tensor if index is None else SliceBytes(tensor, index)
+    data = await body.read()
+    dtype = getattr(torch, tensor.info.dtype or "")
+    if not data:
+        return torch.empty(body.info.sizes or (), dtype=dtype)
+    return torch.frombuffer(bytearray(data), dtype=dtype).reshape(body.info.sizes or ())
+
+
+def read(
+    location: str | os.PathLike[str] | ByteSource,
+    name: str,
+    *,
+    model: str | None = None,
+    index: Any = None,
+    **options: Any,
+) -> _torch.Tensor:
+    """Open `location`, read one tensor (or `full[index]` of it) as `read_tensor` does, close."""
+    return with_archive(
+        location, options, lambda archive: read_tensor(archive, name, model=model, index=index)
     )

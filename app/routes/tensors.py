@@ -8,13 +8,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import Response
 
 import reader
 from reader.digests import repr_digest, tensor_key
 from reader.formats.body import Body
 from reader.formats.npy import npy_body
+from reader.pt2.slicing import parse_index
+from reader.sliced import SliceBytes
 from reader.tensor import TensorBytes
 
 from ..errors import ApiError
@@ -24,6 +26,14 @@ from ..registry import Served
 from ..responses import BodyResponse
 from ..versioning import TaggedJson, caching_headers, data_url, json_etag_response, tensor_etag, version_etag
 from .params import FormatQ, KindQ, ModelQ, OrderQ, PrefixQ
+
+SliceQ = Annotated[
+    str | None,
+    Query(
+        description="a slice of the tensor in NumPy's basic indexing, e.g. `0:128,:,4:8`, `-1`, `::2,...`: "
+        "its row-major bytes (order is ignored), only the bytes it covers read",
+    ),
+]
 
 
 def layout_json(served: Served, info: reader.TensorInfo) -> dict[str, object]:
@@ -104,13 +114,17 @@ def build(resolve: Callable[..., Awaitable[Served]], where: str) -> APIRouter:
         model: ModelQ = None,
         order: OrderQ = "default",
         format: FormatQ = "raw",
+        slice: SliceQ = None,
     ) -> Response:
-        key = ("data", name, model, order, format, served.pinned)
-        answer = served.opened.prepared.get(key)
-        if answer is None:
-            answer = await representation(request, served, name, model, order, format)
-            if answer.final:
-                served.opened.remember(key, answer)
+        if slice is not None:
+            answer = slice_representation(served, name, model, format, slice)
+        else:
+            key = ("data", name, model, order, format, served.pinned)
+            answer = served.opened.prepared.get(key)
+            if answer is None:
+                answer = await representation(request, served, name, model, order, format)
+                if answer.final:
+                    served.opened.remember(key, answer)
         check_accept(request, answer.media_type)
         state = request.app.state
         return BodyResponse(
@@ -184,6 +198,39 @@ async def representation_digest(
         return await served.digests.of(key, lambda: body.chunks(0, body.length, settings.chunk_size)), True
     known = served.digests.cached(key)
     return known, known is not None and not served.pinned
+
+
+def slice_representation(served: Served, name: str, model: str | None, fmt: str, text: str) -> Representation:
+    """`full[index]` of a tensor for `?slice=`: planned here, read when the body is sent. A slice
+    that does not parse is 400 `bad_slice`; one outside the tensor (an index past a dim's end,
+    more indices than dims) is 400 `slice_out_of_range` (416 is for a Range on the slice's bytes).
+    Its ETag is strong: the archive version, the tensor and the normalized slice (equal selections,
+    `0:4` and `:4`, share one). Not the tensor's content digest, which would mean reading the
+    whole tensor for a slice of it; so a slice's ETag changes with every archive version."""
+    try:
+        index = parse_index(text)
+    except ValueError as error:
+        raise ApiError(400, "bad_slice", f"slice={text!r}: {error}") from None
+    tensor = served.archive.tensor(name, model, "contiguous")
+    try:
+        sliced = SliceBytes(tensor, index)
+    except IndexError as error:
+        raise ApiError(400, "slice_out_of_range", f"slice={text!r}: {error}") from None
+    except (TypeError, ValueError) as error:
+        raise ApiError(400, "bad_slice", f"slice={text!r}: {error}") from None
+    body: Body = sliced
+    media_type = "application/octet-stream"
+    if fmt == "npy":
+        body, media_type = npy_body(sliced), "application/x-npy"  # type: ignore[arg-type]
+    info = tensor.info
+    etag = version_etag(served, info.model, info.name, "slice", sliced.key, fmt)
+    headers = {
+        "x-tensor-dtype": info.dtype or "",
+        "x-tensor-shape": ",".join(map(str, sliced.plan.shape)),
+        "x-tensor-dim-order": ",".join(map(str, sliced.dim_order)),
+        "x-tensor-slice": sliced.key,
+    }
+    return Representation(body, media_type, etag, Fields(headers), final=False)
 
 
 def check_accept(request: Request, media_type: str) -> None:

@@ -91,10 +91,11 @@ export const urls = {
   consumers: (archive, name, model) =>
     `/archives/${arc(archive)}/tensors/${enc(name)}/consumers${modelQuery(model)}`,
   graph: (archive, model) => `/archives/${arc(archive)}/graph${modelQuery(model)}`,
-  data(archive, name, model, format = "raw") {
+  data(archive, name, model, format = "raw", slice = null) {
     const params = new URLSearchParams();
     if (model) params.set("model", model);
     if (format !== "raw") params.set("format", format);
+    if (slice !== null) params.set("slice", slice);
     const query = params.toString();
     return `/archives/${arc(archive)}/tensors/${enc(name)}/data${query ? "?" + query : ""}`;
   },

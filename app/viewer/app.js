@@ -4,6 +4,7 @@
 
 import { ApiError, auth, getJSON, signedUrl, urls } from "./api.js";
 import { drawHeatmap, drawHistogram, dtypeBars } from "./charts.js";
+import { heatmapSlice, slicedHeatmap } from "./heatslice.js";
 import { renderPrograms, syncPtdLink } from "./executorch.js";
 import { buildGraphModel, opLabel, searchGraph, shapeLabel } from "./graph-model.js";
 import { GraphView } from "./graph-view.js";
@@ -418,10 +419,15 @@ async function loadStats(t) {
     return;
   }
   box.textContent = "loading…";
+  // a large tensor's heat map: only the rows it draws, fetched beside the statistics
+  const slice = heatmapSlice(t);
+  const heatmap = slice === null ? null : slicedHeatmap(state.archive, state.model, t, slice, { signal: abort.signal });
+  heatmap?.catch(() => {}); // awaited below; a failure then falls back to the statistics' map
   try {
     const stats = await getJSON(urls.stats(state.archive, t.name, state.model), { signal: abort.signal });
     if (abort.signal.aborted || state.open !== t.name) return;
-    renderStats(stats);
+    renderStats(stats, heatmap !== null);
+    if (heatmap !== null) await drawSlicedHeatmap(heatmap, stats, abort, t);
   } catch (err) {
     if (err.name === "AbortError") return;
     box.replaceChildren();
@@ -441,7 +447,32 @@ function fmt(x) {
   return Number(x.toPrecision(8)).toString();
 }
 
-function renderStats(stats) {
+/** Draw the heat map of the rows a slice brought (marked with that slice), or the statistics' own
+ * map if the slice failed. */
+async function drawSlicedHeatmap(pending, stats, abort, t) {
+  const heat = $("d-heat");
+  let map;
+  try {
+    map = await pending;
+  } catch (err) {
+    if (err.name === "AbortError") return;
+    map = null;
+  }
+  if (abort.signal.aborted || state.open !== t.name) return;
+  if (map === null) {
+    if (stats.heatmap) {
+      heat.hidden = false;
+      drawHeatmap(heat, stats.heatmap);
+    }
+    return;
+  }
+  heat.hidden = false;
+  heat.dataset.slice = map.slice;
+  drawHeatmap(heat, map);
+  heat.title += ` (rows and columns sampled: slice ${map.slice})`;
+}
+
+function renderStats(stats, slicedMap = false) {
   const box = $("d-stats");
   box.replaceChildren();
   const magnitude = stats.of === "magnitude" ? "; complex values are measured by magnitude" : "";
@@ -475,7 +506,8 @@ function renderStats(stats) {
     $("d-hist").hidden = false;
     drawHistogram($("d-hist"), stats.histogram);
   }
-  if (stats.heatmap) {
+  delete $("d-heat").dataset.slice;
+  if (stats.heatmap && !slicedMap) {
     $("d-heat").hidden = false;
     drawHeatmap($("d-heat"), stats.heatmap);
   }

@@ -1,0 +1,143 @@
+"""SliceBytes: one slice of one tensor, reading only the byte runs it covers.
+
+`reader.pt2.slicing` plans the runs (sans-IO); this reads them through the archive's
+`EntryFetcher` as one batch (`read_many`: runs lying close together come in one request,
+groups in parallel) and builds the slice's row-major bytes. A slice that is one run of its
+storage in row-major order (a dim-0 block of a row-major tensor) streams straight from the
+source, like a whole tensor does.
+
+What is checked: every read is exactly as long as asked and the entry's local header is checked
+against the central directory before its data offset is trusted, as every partial read of an
+entry is (`TensorBytes.chunks(start, end)`). The entry's CRC-32 covers the whole entry, so it is
+verified only when a slice's runs are the whole entry; a partial read cannot be CRC-checked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import replace
+
+from . import zipfmt
+from .errors import UnsupportedPayload
+from .pt2 import strided
+from .pt2.slicing import SlicePlan, assemble, plan_slice
+from .pt2.tensorinfo import TensorInfo
+from .reading.entries import HEADER_PIGGYBACK_LIMIT
+from .reading.ranges import coalesce
+from .tensor import MAX_UNBACKED_OUTPUT, TensorBytes
+
+
+class SliceBytes:
+    """`full[index]` of a tensor as a body: `length`, `read()`, `chunks(start, end, chunk_size)`.
+
+    `info` describes the slice as a row-major tensor of its own (its sizes are the slice's shape;
+    name, dtype and storage are the tensor's); `plan` is what it reads; `key` is the canonical
+    text of the index (equal selections have equal keys).
+    """
+
+    order = "contiguous"  # a slice is always its row-major bytes
+
+    def __init__(self, tensor: TensorBytes, index: object) -> None:
+        self.tensor = tensor
+        self.plan: SlicePlan = plan_slice(tensor.info, index)
+        self.info = _slice_info(tensor.info, self.plan)
+        self.length = self.plan.nbytes
+        self.key = self.plan.key
+        self.dim_order = tuple(range(len(self.plan.shape)))
+
+    @property
+    def direct(self) -> bool:
+        """True when the slice's bytes are one run of its storage, in order (no gathering)."""
+        plan = self.plan
+        if len(plan.runs) != 1 or plan.offset != 0:
+            return False
+        start, end = plan.runs[0]
+        elements = [stride // plan.itemsize for stride in plan.strides]
+        return end - start == plan.nbytes and strided.is_row_major(plan.shape, elements)
+
+    async def read(self) -> bytes:
+        """The slice's row-major bytes."""
+        self._check_materializable()
+        if not self.plan.runs:
+            return bytes(self.length)
+        runs = await self._fetch_runs()
+        if self.direct:
+            return bytes(runs[0])
+        return assemble(self.plan, self.tensor.info, runs)
+
+    def chunks(
+        self, start: int = 0, end: int | None = None, chunk_size: int | None = None
+    ) -> AsyncIterator[bytes | memoryview]:
+        """Bytes [start, end) of the slice: streamed from the source when it is direct, else
+        built whole and cut."""
+        end = self.length if end is None else end
+        if not 0 <= start <= end <= self.length:
+            raise ValueError(f"range [{start}, {end}) is outside this slice ({self.length} bytes)")
+        fetcher = self.tensor.fetcher
+        chunk_size = chunk_size or fetcher.chunk_size
+        if self.direct and start < end:
+            first = self.plan.runs[0][0]
+            return fetcher.chunks(self.tensor.entry, first + start, first + end, chunk_size)
+        return self._built(start, end, chunk_size)
+
+    async def _built(self, start: int, end: int, chunk_size: int) -> AsyncIterator[bytes | memoryview]:
+        if start == end:
+            return
+        data = memoryview(await self.read())
+        for at in range(start, end, chunk_size):
+            yield data[at : min(end, at + chunk_size)]
+
+    async def _fetch_runs(self) -> list[bytes | memoryview]:
+        """The runs' bytes, in order, each exactly its run's length."""
+        entry, fetcher, runs = self.tensor.entry, self.tensor.fetcher, self.plan.runs
+        if entry.method != zipfmt.structs.METHOD_STORED:
+            # Compressed: one inflate from the entry's start through the last run, cut into runs.
+            low, high = runs[0][0], runs[-1][1]
+            data = memoryview(await fetcher.read(entry, low, high))
+            return [data[start - low : end - low] for start, end in runs]
+        # A batch whose data offset is unknown reads from the local header through its range: one
+        # request, while the runs start near the header and lie close together. Otherwise the
+        # header comes first (one small read), so the bytes before the runs are not read.
+        piggyback = runs[0][0] <= HEADER_PIGGYBACK_LIMIT and len(coalesce(runs)) == 1
+        if entry.name not in fetcher.known_offsets and not piggyback:
+            await fetcher.data_offset(entry)
+        return list(await fetcher.read_many([(entry, start, end) for start, end in runs]))
+
+    def _check_materializable(self) -> None:
+        """As `TensorBytes.read`: output larger than the bytes behind it (broadcast views, zero
+        payloads) is only a claim, so it is capped."""
+        backed = self.plan.read_bytes
+        if self.length > backed and self.length > MAX_UNBACKED_OUTPUT:
+            info = self.tensor.info
+            raise UnsupportedPayload(
+                f"{info.model}/{info.name}: a {self.length}-byte slice from {backed} bytes of payload "
+                f"would have to be built in memory (limit {MAX_UNBACKED_OUTPUT})"
+            )
+
+
+def _slice_info(info: TensorInfo, plan: SlicePlan) -> TensorInfo:
+    """The slice as a row-major tensor of the same dtype (what its headers and .npy describe)."""
+    shape = plan.shape
+    strides, step = [0] * len(shape), 1
+    for dim in reversed(range(len(shape))):
+        strides[dim] = step
+        step *= max(shape[dim], 1)
+    numel = plan.nbytes // plan.itemsize
+    return replace(
+        info,
+        sizes=shape,
+        strides=tuple(strides),
+        dim_order=tuple(range(len(shape))),
+        dense=True,
+        numel=numel,
+        nbytes=plan.nbytes,
+    )
+
+
+async def read_slice(tensor: TensorBytes, index: object) -> tuple[bytes, tuple[int, ...]]:
+    """`full[index]` of a tensor: its row-major bytes and its shape."""
+    sliced = SliceBytes(tensor, index)
+    return await sliced.read(), sliced.plan.shape
+
+
+__all__ = ["SliceBytes", "read_slice"]
