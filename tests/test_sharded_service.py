@@ -125,5 +125,7 @@ def test_pt2serve_ls_layout_get_of_an_index(index, tmp_path):
 def test_an_index_without_an_id_is_named_after_its_checkpoint() -> None:
     from app.settings import parse_archive_specs
 
-    specs = parse_archive_specs(["/m/pytorch_model.bin.index.json", "s3://b/gpt2.pt2", "hf://o/r@v1/x.index.json"])
+    specs = parse_archive_specs(
+        ["/m/pytorch_model.bin.index.json", "s3://b/gpt2.pt2", "hf://o/r@v1/x.index.json"]
+    )
     assert [spec.id for spec in specs] == ["pytorch_model", "gpt2", "x"]
