@@ -139,7 +139,9 @@ async def verify_ahead(archive: Archive) -> int:
     return count
 
 
-async def _recording(chunks: AsyncIterator[Chunk], verified: Verified, entry: ZipEntry) -> AsyncIterator[Chunk]:
+async def _recording(
+    chunks: AsyncIterator[Chunk], verified: Verified, entry: ZipEntry
+) -> AsyncIterator[Chunk]:
     """The chunks of a whole-entry stream (which checks the CRC before its last chunk); the entry
     is verified once they all went through."""
     async with aclosing(chunks) as pieces:  # type: ignore[type-var]
