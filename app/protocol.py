@@ -15,7 +15,8 @@ sendfile(2), after whatever the transport still holds, so the bytes never pass t
 space (uvloop has no `loop.sendfile` of its own). `pt2serve.delivered`, an extension of ours,
 waits until the peer acknowledged every byte sent: a page handed to the socket by sendfile is
 read again by a retransmission, so a check of the file made after this covers what went out.
-`SENDFILE` counts the bytes sendfile(2) sent (the metrics show them).
+`SENDFILE` counts the bytes sendfile(2) sent (the metrics show them). `PT2SERVE_ZERO_COPY=0` in the
+server's environment turns the extension off (every body then goes through writes).
 
 `pt2serve serve` runs uvicorn with `http=HTTP_PROTOCOL` (uvicorn's `--http` option takes a
 protocol class's import path).
@@ -235,7 +236,8 @@ async def _delivered(transport: Any) -> None:
 
 
 class JoiningHttpToolsProtocol(HttpToolsProtocol):
-    zero_copy = True  # offer the zero-copy send extension (False: every body goes through writes)
+    # offer the zero-copy send extension (False: every body goes through writes)
+    zero_copy = os.environ.get("PT2SERVE_ZERO_COPY", "1") != "0"
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
