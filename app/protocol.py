@@ -38,6 +38,7 @@ HELD_MAX = 16 << 10  # writes up to this size wait for a companion (a response h
 ZERO_COPY = "http.response.zerocopysend"  # the ASGI extension (and its message type)
 DELIVERED = "pt2serve.delivered"  # ours: a message that returns once every byte sent was acknowledged
 DELIVERED_POLL_MAX = 0.01  # seconds between looks at the socket's unacknowledged bytes, at most
+SEND_TURN_MAX = 16 << 20  # bytes one writable callback sends at most before the loop's other work
 
 
 class JoiningTransport:
@@ -152,29 +153,59 @@ class ZeroCopyCycle(RequestResponseCycle):
             await super().send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-class _Writable:
-    """Waits until the connection's socket can take more bytes: a duplicate of its descriptor is
-    watched, since the event loop refuses a watch on a descriptor its transport owns."""
+class _FileSender:
+    """Sends a file's bytes to the connection's socket from the event loop's writable callback, as
+    nginx does from its event loop: each wake-up is one sendfile(2) until the socket is full, with
+    no task switch in between. A duplicate of the socket's descriptor is what is watched (the event
+    loop refuses a watch on a descriptor its transport owns) and what is written to."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, fd: int) -> None:
-        self.loop = loop
-        self.fd = os.dup(fd)
+    def __init__(self, raw: asyncio.Transport, socket_fd: int, fd: int, offset: int, count: int) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.raw = raw
+        self.socket = os.dup(socket_fd)
+        self.fd = fd
+        self.offset = offset
+        self.end = offset + count
+        self.done: asyncio.Future[None] = self.loop.create_future()
+        self.watching = False
 
-    async def wait(self) -> None:
-        ready = self.loop.create_future()
-        self.loop.add_writer(self.fd, _settle, ready)
+    def start(self) -> None:
+        self.send()
+        if not self.done.done():
+            self.loop.add_writer(self.socket, self.send)
+            self.watching = True
+
+    def send(self) -> None:
+        """As much as the socket takes now (at most SEND_TURN_MAX, so other connections get turns)."""
+        if self.done.done():
+            return
+        if self.raw.get_write_buffer_size():  # the transport's own bytes (the head) go first
+            return
+        budget = SEND_TURN_MAX
         try:
-            await ready
-        finally:
-            self.loop.remove_writer(self.fd)
+            while self.offset < self.end and budget > 0:
+                sent = os.sendfile(self.socket, self.fd, self.offset, min(self.end - self.offset, budget))
+                if sent == 0:
+                    raise OSError(f"the file ended {self.end - self.offset} bytes before the count sent")
+                self.offset += sent
+                budget -= sent
+                SENDFILE.calls += 1
+                SENDFILE.bytes += sent
+        except BlockingIOError:
+            return
+        except OSError as error:
+            self.done.set_exception(error)
+            return
+        if self.offset >= self.end:
+            self.done.set_result(None)
 
     def close(self) -> None:
-        os.close(self.fd)
-
-
-def _settle(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
+        if self.watching:
+            self.loop.remove_writer(self.socket)
+            self.watching = False
+        if self.socket >= 0:
+            os.close(self.socket)
+            self.socket = -1
 
 
 def _raw(transport: Any) -> asyncio.Transport:
@@ -192,28 +223,12 @@ async def _sendfile(transport: Any, fd: int, offset: int, count: int) -> None:
     sock = raw.get_extra_info("socket")
     if sock is None or raw.is_closing():
         raise ConnectionResetError("the connection is closed")
-    socket_fd = sock.fileno()
-    writable = _Writable(asyncio.get_running_loop(), socket_fd)
+    sender = _FileSender(raw, sock.fileno(), fd, offset, count)
     try:
-        while raw.get_write_buffer_size():  # the loop writes its buffer when the socket is writable
-            await writable.wait()
-            await asyncio.sleep(0)
-        end = offset + count
-        while offset < end:
-            if raw.is_closing():
-                raise ConnectionResetError("the connection closed during sendfile")
-            try:
-                sent = os.sendfile(socket_fd, fd, offset, end - offset)
-            except BlockingIOError:
-                await writable.wait()
-                continue
-            if sent == 0:
-                raise OSError(f"the file ended {end - offset} bytes before the count sent")
-            offset += sent
-            SENDFILE.calls += 1
-            SENDFILE.bytes += sent
+        sender.start()
+        await sender.done
     finally:
-        writable.close()
+        sender.close()
 
 
 async def _delivered(transport: Any) -> None:
