@@ -1,7 +1,7 @@
 """The HTTP service end to end: pt2serve vs nginx, memory while streaming, and 64 concurrent clients.
 
     python3 bench/serve.py [--cache-dir DIR] [--repeat N] [--chunk-sizes 4M] [--duration 10]
-                           [--clients 64] [--profile] [--strict]
+                           [--clients 64] [--profile] [--throughput-only] [--strict]
 
 Archives (generated once with torch.export, cached in --cache-dir): one float32
 buffer `big` of 1 GiB, and one of 2 GiB. pt2serve runs as `python3 -m app serve`
@@ -11,10 +11,14 @@ process (`sendfile on`) serving the cache directory. Both listen on 127.0.0.1.
 1. Throughput: `curl -s -o /dev/null` of `/archives/big1g/tensors/big/data`
    against `curl -s -o /dev/null -r START-END` of the same bytes from nginx
    (START = the entry's data offset, from its zip local header, + the storage
-   offset from the layout JSON). Page cache warm, runs alternate, medians of
-   --repeat in GB/s (1e9 B/s) from curl's time_total. Target: pt2serve / nginx
-   >= 0.8 at the default chunk size. Then the same with each --chunk-sizes value
-   (the server restarted with PT2SERVE_CHUNK_SIZE).
+   offset from the layout JSON). pt2serve sends it with sendfile(2) once its
+   background CRC pass has verified the entry (waited for, and checked on
+   /metrics); a second server with PT2SERVE_ZERO_COPY=0 is the streamed path.
+   Page cache warm, the three alternate, medians of --repeat in GB/s (1e9 B/s)
+   from curl's time_total, and each server's CPU seconds per GiB (user + system,
+   /proc/<pid>/stat). Target: pt2serve / nginx >= 0.8 at the default chunk size.
+   Then the same with each --chunk-sizes value (the server restarted with
+   PT2SERVE_CHUNK_SIZE). --throughput-only stops after this part.
 2. Memory: VmRSS of the server sampled every 20 ms while curl downloads the
    2 GiB tensor (baseline = before the request). Target: growth <= 64 MiB.
 3. Concurrency: --clients httpx clients for --duration seconds, each looping over
