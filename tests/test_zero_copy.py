@@ -10,6 +10,7 @@ import contextlib
 import os
 import re
 import threading
+import zipfile
 from collections.abc import AsyncIterator
 
 import httpx
@@ -100,6 +101,24 @@ async def test_a_verified_local_tensor_goes_out_with_sendfile(big_archive) -> No
         metrics = (await client.get("/metrics")).text
         sent = re.search(r"^pt2serve_sendfile_bytes_total (\S+)$", metrics, re.M)
         assert sent is not None and float(sent.group(1)) >= 2 * BIG + 4_000_000
+
+
+async def test_an_executorch_program_goes_out_with_sendfile(big_archive) -> None:
+    path, _ = big_archive
+    program = os.urandom(3 << 20)
+    with zipfile.ZipFile(path, "a") as archive:  # a stored program beside the weights
+        archive.writestr(
+            zipfile.ZipInfo("synthetic/data/executorch/model.pte", (2020, 1, 1, 0, 0, 0)), program
+        )
+    app = make_app([f"big={path}"])
+    async with serving(app) as url, httpx.AsyncClient(base_url=url, timeout=60) as client:
+        await checked_ahead(app)
+        before = SENDFILE.bytes
+        whole = await client.get("/archives/big/executorch/model.pte")
+        assert whole.status_code == 200 and whole.content == program
+        ranged = await client.get("/archives/big/executorch/model.pte", headers={"Range": "bytes=5-2000000"})
+        assert ranged.status_code == 206 and ranged.content == program[5:2000001]
+        assert SENDFILE.bytes - before == len(program) + 1999996 - 2 * (64 << 10)  # all but each held tail
 
 
 async def test_a_file_rewritten_in_place_is_never_sent(big_archive) -> None:
