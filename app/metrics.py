@@ -12,6 +12,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .limits import StreamLimiter
+from .protocol import SENDFILE
 from .registry import Registry
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -66,6 +67,8 @@ class _ResponseCollector:
             requests.add_metric([route, method, str(status)], count)
         sent = CounterMetricFamily("pt2serve_response_bytes", "Response body bytes sent")
         sent.add_metric([], metrics.bytes_sent)
+        sendfile = CounterMetricFamily("pt2serve_sendfile_bytes", "Response body bytes sent with sendfile(2)")
+        sendfile.add_metric([], SENDFILE.bytes)
         errors = CounterMetricFamily("pt2serve_errors", "Responses with status >= 400", labels=["status"])
         for status, count in metrics.errors.items():
             errors.add_metric([str(status)], count)
@@ -76,7 +79,7 @@ class _ResponseCollector:
         for route, counts in metrics.latency.items():
             cumulative = list(itertools.accumulate(counts[:-1]))
             latency.add_metric([route], list(zip(bounds, cumulative)), counts[-1])
-        yield from (requests, sent, errors, latency)
+        yield from (requests, sent, sendfile, errors, latency)
 
 
 class _ArchiveCollector:
@@ -126,6 +129,8 @@ class MetricsMiddleware:
             kind = message["type"]
             if kind == "http.response.body":
                 self.metrics.bytes_sent += len(message.get("body", b""))
+            elif kind == "http.response.zerocopysend":
+                self.metrics.bytes_sent += message.get("count") or 0
             elif kind == "http.response.start":
                 status = message["status"]
                 route = getattr(scope.get("route"), "path", "unmatched")

@@ -23,6 +23,7 @@ from typing import Any, NamedTuple, TypeVar
 import reader
 from reader.digests import Digests
 from reader.sources import HttpOptions, LocalFileSource, redact_location
+from reader.verified import verify_ahead
 from reader.versions import source_version
 
 from .settings import ArchiveSpec, Settings
@@ -283,8 +284,9 @@ class Registry:
                 log.warning("archive %s failed to open: %s", slot.spec.id, slot.error)
             else:
                 opened = Opened(archive, source_version(archive.source), Digests(archive))
-                if self._digests_ahead(archive):
-                    opened.ahead = asyncio.create_task(self._compute_ahead(slot.spec.id, opened))
+                digests, local = self._digests_ahead(archive), isinstance(archive.source, LocalFileSource)
+                if digests or local:
+                    opened.ahead = asyncio.create_task(self._compute_ahead(slot.spec.id, opened, digests))
                 slot.current, slot.status, slot.error = opened, "open", None
                 if opened.version in slot.gone:
                     slot.gone.remove(opened.version)
@@ -294,11 +296,16 @@ class Registry:
         return mode == "all" or (mode == "local" and is_local(archive))
 
     @staticmethod
-    async def _compute_ahead(archive_id: str, opened: Opened) -> None:
+    async def _compute_ahead(archive_id: str, opened: Opened, digests: bool) -> None:
+        """The digests (if asked for), then the CRC-32 of each local payload the digests' reads did
+        not cover (reader.verified: what may then be sent with sendfile)."""
         try:
-            await opened.digests.compute_ahead(opened.archive.tensors())
+            if digests:
+                await opened.digests.compute_ahead(opened.archive.tensors())
+            if isinstance(opened.archive.source, LocalFileSource):
+                await verify_ahead(opened.archive)
         except reader.ReaderError as exc:  # requests compute what they need, and report errors
-            log.warning("computing digests of %s@%s stopped: %s", archive_id, opened.version, exc)
+            log.warning("checking %s@%s ahead stopped: %s", archive_id, opened.version, exc)
 
     async def _revalidate_forever(self) -> None:
         while True:

@@ -4,11 +4,17 @@ Bytes are streamed chunk by chunk (bounded memory). A client that disconnects
 cancels the upstream read at once. If the upstream fails after the headers
 went out, the exception propagates and the server aborts the connection, so
 the client sees a short body, never a completed response with wrong bytes.
+
+Under a server with ASGI's zero-copy send (app.protocol), the verified bytes of a local
+archive go to the socket with sendfile(2) instead (reader.formats.runs): the file is checked
+unchanged before the head goes out and again before the body's last bytes, which are held
+in memory until every byte sent was acknowledged (docs/architecture.md, "Zero-copy").
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 from collections.abc import AsyncIterator, Mapping
 from contextlib import aclosing
@@ -21,6 +27,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from reader.formats.body import Body, Chunk, read_body
+from reader.formats.runs import FileRun, Piece, Streamed, body_pieces, has_file_runs
 from reader.sources.base import fresh_buffer
 from reader.tensor import TensorBytes
 
@@ -30,6 +37,9 @@ from .httpranges import UNSATISFIABLE, BodyPlan, decide, plan_body
 from .limits import StreamLimiter
 
 CONDITIONS = (b"range", b"if-none-match", b"if-range")  # the request fields a response depends on
+ZERO_COPY = "http.response.zerocopysend"  # ASGI's zero-copy send extension
+DELIVERED = "pt2serve.delivered"  # app.protocol's: returns once the peer acknowledged every byte sent
+HELD_TAIL = 64 << 10  # a zero-copy body's last file bytes, read into memory and sent after the last check
 
 
 class BodyResponse(Response):
@@ -101,6 +111,8 @@ class BodyResponse(Response):
             try:
                 if self._small():
                     await self._send_whole(send)
+                elif (pieces := await self._zero_copy_pieces(scope)) is not None:
+                    await self._send_zero_copy(scope, receive, send, pieces)
                 else:
                     await self._stream(receive, send)
             finally:
@@ -153,6 +165,82 @@ class BodyResponse(Response):
             finally:
                 watcher.cancel()
 
+    async def _zero_copy_pieces(self, scope: Scope) -> list[Piece] | None:
+        """The body as memory, file runs and streamed parts, if the server can send files and some
+        of it is a verified run of a local file; None: stream it."""
+        if ZERO_COPY not in (scope.get("extensions") or {}):
+            return None
+        pieces: list[Piece] = []
+        for part in self.plan.parts:
+            if part.head:
+                pieces.append(part.head)
+            pieces += await body_pieces(self.source, part.start, part.end)
+        if self.plan.closing:
+            pieces.append(self.plan.closing)
+        return pieces if has_file_runs(pieces) else None
+
+    async def _send_zero_copy(self, scope: Scope, receive: Receive, send: Send, pieces: list[Piece]) -> None:
+        """File runs with sendfile(2), the rest as body messages; the file checked unchanged before
+        the head goes out and before the last bytes, which wait until all sent was acknowledged."""
+        sources = list({id(p.source): p.source for p in pieces if isinstance(p, FileRun)}.values())
+        last = pieces[-1]
+        if isinstance(last, FileRun) and last.count > HELD_TAIL:  # its tail is read, not sent unread
+            split = last.count - HELD_TAIL
+            pieces[-1:] = [
+                FileRun(last.source, last.offset, split),
+                FileRun(last.source, last.offset + split, HELD_TAIL),
+            ]
+        delivered = DELIVERED in scope["extensions"]
+        with contextlib.ExitStack() as holding, anyio.CancelScope() as cancel_scope:
+            descriptors = {
+                id(source): _Descriptor(holding.enter_context(source.held())) for source in sources
+            }
+            for source in sources:  # a changed file is still a JSON error here
+                source.check_unchanged()
+            watcher = asyncio.ensure_future(_cancel_on_disconnect(receive, cancel_scope))
+            try:
+                await self._start(send)
+                for piece in pieces[:-1]:
+                    if isinstance(piece, FileRun):
+                        file = descriptors[id(piece.source)]
+                        run = {"file": file, "offset": piece.offset, "count": piece.count, "more_body": True}
+                        await send({"type": ZERO_COPY, **run})
+                    elif isinstance(piece, Streamed):
+                        await self._send_streamed(send, piece)
+                    elif piece:
+                        await send({"type": "http.response.body", "body": piece, "more_body": True})
+                    await anyio.lowlevel.checkpoint()
+                final = await self._final_bytes(send, pieces[-1])
+                if delivered:
+                    await send({"type": DELIVERED})
+                for source in sources:
+                    source.check_unchanged()
+                await send({"type": "http.response.body", "body": final})
+            finally:
+                watcher.cancel()
+
+    async def _send_streamed(self, send: Send, piece: Streamed, *, hold_last: bool = False) -> Chunk:
+        """A streamed part's chunks as body messages; with `hold_last`, the last is returned unsent."""
+        held: Chunk = b""
+        async with aclosing(piece.body.chunks(piece.start, piece.end, self.chunk_size)) as chunks:
+            async for chunk in chunks:
+                if held:
+                    await send({"type": "http.response.body", "body": held, "more_body": True})
+                    await anyio.lowlevel.checkpoint()
+                held = chunk
+        if hold_last or not held:
+            return held
+        await send({"type": "http.response.body", "body": held, "more_body": True})
+        return b""
+
+    async def _final_bytes(self, send: Send, piece: Piece) -> Chunk:
+        """The body's last piece in memory (everything before it sent)."""
+        if isinstance(piece, FileRun):
+            return await piece.source.read(piece.offset, piece.offset + piece.count)
+        if isinstance(piece, Streamed):
+            return await self._send_streamed(send, piece, hold_last=True)
+        return piece
+
     async def _pieces(self) -> AsyncIterator[Chunk]:
         """The body as it goes on the wire: part headers (multipart only), chunks, closing line."""
         for part in self.plan.parts:
@@ -166,6 +254,18 @@ class BodyResponse(Response):
 
     async def _start(self, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+
+
+class _Descriptor:
+    """What the zero-copy send's `file` asks for: an object with the descriptor's fileno()."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def fileno(self) -> int:
+        return self.fd
 
 
 def _text(field: bytes | None) -> str | None:

@@ -1,7 +1,7 @@
 """The HTTP service end to end: pt2serve vs nginx, memory while streaming, and 64 concurrent clients.
 
     python3 bench/serve.py [--cache-dir DIR] [--repeat N] [--chunk-sizes 4M] [--duration 10]
-                           [--clients 64] [--profile] [--strict]
+                           [--clients 64] [--profile] [--throughput-only] [--strict]
 
 Archives (generated once with torch.export, cached in --cache-dir): one float32
 buffer `big` of 1 GiB, and one of 2 GiB. pt2serve runs as `python3 -m app serve`
@@ -11,10 +11,14 @@ process (`sendfile on`) serving the cache directory. Both listen on 127.0.0.1.
 1. Throughput: `curl -s -o /dev/null` of `/archives/big1g/tensors/big/data`
    against `curl -s -o /dev/null -r START-END` of the same bytes from nginx
    (START = the entry's data offset, from its zip local header, + the storage
-   offset from the layout JSON). Page cache warm, runs alternate, medians of
-   --repeat in GB/s (1e9 B/s) from curl's time_total. Target: pt2serve / nginx
-   >= 0.8 at the default chunk size. Then the same with each --chunk-sizes value
-   (the server restarted with PT2SERVE_CHUNK_SIZE).
+   offset from the layout JSON). pt2serve sends it with sendfile(2) once its
+   background CRC pass has verified the entry (waited for, and checked on
+   /metrics); a second server with PT2SERVE_ZERO_COPY=0 is the streamed path.
+   Page cache warm, the three alternate, medians of --repeat in GB/s (1e9 B/s)
+   from curl's time_total, and each server's CPU seconds per GiB (user + system,
+   /proc/<pid>/stat). Target: pt2serve / nginx >= 0.8 at the default chunk size.
+   Then the same with each --chunk-sizes value (the server restarted with
+   PT2SERVE_CHUNK_SIZE). --throughput-only stops after this part.
 2. Memory: VmRSS of the server sampled every 20 ms while curl downloads the
    2 GiB tensor (baseline = before the request). Target: growth <= 64 MiB.
 3. Concurrency: --clients httpx clients for --duration seconds, each looping over
@@ -102,10 +106,15 @@ class Pt2serve:
     """`python3 -m app serve --port P id=PATH ...` as a child process, stopped by its PID."""
 
     def __init__(
-        self, archives: dict[str, pathlib.Path], chunk_size: int | None = None, prefix: Sequence[str] = ()
+        self,
+        archives: dict[str, pathlib.Path],
+        chunk_size: int | None = None,
+        prefix: Sequence[str] = (),
+        zero_copy: bool = True,
     ) -> None:
         self.archives = archives
         self.chunk_size = chunk_size
+        self.zero_copy = zero_copy  # False: PT2SERVE_ZERO_COPY=0, every body through writes
         self.prefix = list(prefix)  # a command the server runs under (bench/instructions.py: valgrind)
         self.process: subprocess.Popen | None = None
         self.port = 0
@@ -116,6 +125,7 @@ class Pt2serve:
         env.pop("PT2SERVE_CHUNK_SIZE", None)
         if self.chunk_size:
             env["PT2SERVE_CHUNK_SIZE"] = str(self.chunk_size)
+        env["PT2SERVE_ZERO_COPY"] = "1" if self.zero_copy else "0"
         specs = [f"{archive_id}={path}" for archive_id, path in self.archives.items()]
         command = [*self.prefix, sys.executable, "-m", "app", "serve", "--port", str(self.port)]
         command += ["--log-level", "warning", *specs]
@@ -185,14 +195,44 @@ def gbps(nbytes: int, seconds: float) -> float:
     return nbytes / seconds / 1e9
 
 
-def compare(server: Pt2serve, nginx: Nginx, relative: str, span: tuple[int, int], repeat: int) -> dict:
-    """Alternating curl runs; medians in seconds for pt2serve and nginx."""
+def sendfile_bytes(server: Pt2serve) -> float:
+    """What the server sent with sendfile(2) so far (its /metrics)."""
+    for line in fetch(server.url("/metrics")).decode().splitlines():
+        if line.startswith("pt2serve_sendfile_bytes_total "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def wait_zero_copy(server: Pt2serve, timeout: float = 300.0) -> float:
+    """Download the tensor until the server sends it with sendfile (its background CRC pass over the
+    archive done); returns the seconds waited."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        before = sendfile_bytes(server)
+        curl(server.data_url("big1g", TENSOR))
+        if sendfile_bytes(server) > before:
+            return time.monotonic() - started
+        time.sleep(1.0)
+    raise RuntimeError("the server never sent the tensor with sendfile")
+
+
+def compare(
+    server: Pt2serve,
+    nginx: Nginx,
+    relative: str,
+    span: tuple[int, int],
+    repeat: int,
+    streamed: Pt2serve | None = None,
+) -> dict:
+    """Alternating curl runs; medians in seconds for pt2serve (and its streamed path) and nginx."""
     nbytes = span[1] - span[0]
     assert server.process is not None and nginx.process is not None
     contenders = {
         "pt2serve": (server.data_url("big1g", TENSOR), None, 200, server.process.pid),
         "nginx": (nginx.url(relative), (span[0], span[1] - 1), 206, nginx.process.pid),
     }
+    if streamed is not None:
+        contenders["streamed"] = (streamed.data_url("big1g", TENSOR), None, 200, streamed.pid)
     for url, byte_range, _, _ in contenders.values():  # warm-up, not counted
         curl(url, byte_range)
     times: dict[str, list[float]] = {label: [] for label in contenders}
@@ -440,13 +480,17 @@ def verdict(passed: bool) -> str:
 
 def report_throughput(result: dict, nbytes: int, repeat: int) -> bool:
     ratio = result["nginx"] / result["pt2serve"]
-    print(f"\n1. 1 GiB tensor, default chunk size, medians of {repeat} alternating curl runs:")
-    for label in ("pt2serve", "nginx"):
+    print(f"\n1. 1 GiB tensor, default chunk size, medians of {repeat} alternating curl runs "
+          "(pt2serve: sendfile; streamed: the same server with PT2SERVE_ZERO_COPY=0):")  # fmt: skip
+    gib = nbytes / 2**30
+    for label in [label for label in ("pt2serve", "streamed", "nginx") if label in result]:
         median = result[label]
         runs = ", ".join(f"{gbps(nbytes, t):.2f}" for t in result["all"][label])
         print(f"  {label:<9}{gbps(nbytes, median):6.2f} GB/s ({median * 1e3:.0f} ms)   runs: {runs}")
-        print(f"  {'':<9}CPU seconds per download: server {result['server_cpu'][label]:.2f}, "
-              f"curl {result['client_cpu'][label]:.2f}")  # fmt: skip
+        print(f"  {'':<9}CPU seconds per GiB: server {result['server_cpu'][label] / gib:.3f}, "
+              f"curl {result['client_cpu'][label] / gib:.3f}")  # fmt: skip
+    if "streamed" in result:
+        print(f"  pt2serve / streamed {result['streamed'] / result['pt2serve']:.2f}x")
     passed = ratio >= RATIO_MIN
     print(f"  pt2serve / nginx {ratio:.2f}x   target >= {RATIO_MIN}x   {verdict(passed)}")
     return passed
@@ -496,6 +540,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="archive for the concurrency run (default: gpt2_small.pt2 in the cache, "
                              "else tests/fixtures/archives/many.pt2)")  # fmt: skip
     parser.add_argument("--profile", action="store_true", help="sample the server with py-spy")
+    parser.add_argument("--throughput-only", action="store_true",
+                        help="only part 1 (the 1 GiB tensor against nginx), no chunk sweep")  # fmt: skip
     parser.add_argument("--strict", action="store_true", help="exit 1 if a target is missed")
     args = parser.parse_args(argv)
     sweep = [parse_size(item) for item in args.chunk_sizes.split(",") if item.strip()]
@@ -504,7 +550,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     cache = args.cache_dir
-    paths = {aid: ensure_single_tensor_archive(cache, filename, n) for aid, (filename, n) in ARCHIVES.items()}
+    wanted = {"big1g": ARCHIVES["big1g"]} if args.throughput_only else ARCHIVES
+    paths = {aid: ensure_single_tensor_archive(cache, filename, n) for aid, (filename, n) in wanted.items()}
     gpt2 = cache / "gpt2_small.pt2"
     load_path = args.load_archive or (gpt2 if gpt2.exists() else MANY_FIXTURE)
     served = {**paths, "load": load_path}
@@ -514,8 +561,10 @@ def main(argv: list[str] | None = None) -> int:
 
     relative = paths["big1g"].name  # nginx serves the cache directory
     results: dict[str, bool] = {}
+    if args.throughput_only:
+        sweep = []
     with Nginx(cache) as nginx:
-        with Pt2serve(served) as server:
+        with Pt2serve(served) as server, Pt2serve(served, zero_copy=False) as streamed:
             layout = json.loads(fetch(server.url(f"/archives/big1g/tensors/{TENSOR}/layout")))
             storage = layout["storage"]
             start = data_offset(paths["big1g"], storage["entry"]) + storage["offset"]
@@ -524,8 +573,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"tensor {TENSOR!r} of {relative}: {nbytes / 2**30:.0f} GiB "
                   f"at file bytes [{span[0]}, {span[1]}), {storage['compression']}")  # fmt: skip
 
-            result = compare(server, nginx, relative, span, args.repeat)
+            waited = wait_zero_copy(server)
+            print(f"the server sends the tensor with sendfile ({waited:.1f} s after it opened the archive)")
+            before = sendfile_bytes(server)
+            result = compare(server, nginx, relative, span, args.repeat, streamed)
+            sent = sendfile_bytes(server) - before
+            print(f"  sendfile(2) sent {sent / (nbytes * args.repeat + nbytes):.0%} of pt2serve's bytes")
             results["throughput"] = report_throughput(result, nbytes, args.repeat)
+            if args.throughput_only:
+                return 0 if not args.strict or results["throughput"] else 1
             memory = memory_while_streaming(server, ARCHIVES["big2g"][1] * 4)
             results["memory"] = report_memory(memory)
             outcome = asyncio.run(load(server, "load", args.clients, args.duration))

@@ -19,6 +19,7 @@ from .errors import UnsupportedPayload
 from .pt2 import strided
 from .pt2.tensorinfo import TensorInfo
 from .reading.entries import EntryFetcher
+from .verified import entry_chunks, entry_read, entry_read_into
 from .zipfmt import ZipEntry
 
 ORDERS = ("default", "contiguous")
@@ -78,7 +79,7 @@ class TensorBytes:
 
     async def read(self) -> bytes:
         self.check_materializable()
-        span = await self._fetcher.read(self.entry, *self.span) if self.needs_payload else b""
+        span = await entry_read(self._fetcher, self.entry, *self.span) if self.needs_payload else b""
         return self.finish(span)
 
     async def read_range(self, start: int, end: int) -> bytes:
@@ -87,7 +88,7 @@ class TensorBytes:
         self._check_range(start, end)
         if self.direct and self.needs_payload and start < end:
             first = self.span[0]
-            return await self._fetcher.read(self.entry, first + start, first + end)
+            return await entry_read(self._fetcher, self.entry, first + start, first + end)
         chunks = self._built(start, end, max(1, end - start))
         return b"".join([bytes(chunk) async for chunk in chunks])
 
@@ -102,7 +103,7 @@ class TensorBytes:
         self._check_range(start, end)
         if self.direct and self.needs_payload and start < end:
             first = self.span[0]
-            await self._fetcher.read_into(self.entry, first + start, view)
+            await entry_read_into(self._fetcher, self.entry, first + start, view)
             return
         view[:] = await self.read_range(start, end)
 
@@ -136,7 +137,7 @@ class TensorBytes:
         chunk_size = chunk_size or self._fetcher.chunk_size
         if self.direct and self.needs_payload and start < end:
             first = self.span[0]
-            return self._fetcher.chunks(self.entry, first + start, first + end, chunk_size)
+            return entry_chunks(self._fetcher, self.entry, first + start, first + end, chunk_size)
         return self._built(start, end, chunk_size)
 
     async def _built(self, start: int, end: int, chunk_size: int) -> AsyncIterator[bytes | memoryview]:

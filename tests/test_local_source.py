@@ -51,7 +51,7 @@ async def test_read_into_fills_small_buffers_inline_and_big_ones_in_the_executor
         big = bytearray(INLINE_READ_LIMIT + 1)
         filling = asyncio.create_task(source.read_into(5, memoryview(big)))
         await asyncio.sleep(0)
-        assert source._in_executor == 1  # the read waits on the executor, not on the loop
+        assert source._holders == 1  # the read waits on the executor, not on the loop
         await filling
         assert big == content[5 : 5 + len(big)]
         with pytest.raises(ValueError):

@@ -11,11 +11,12 @@ Reads are positionless (pread), so concurrent reads share one descriptor safely.
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import stat
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import TypeVar
 
 import aiofiles.os
@@ -63,9 +64,10 @@ class LocalFileSource:
     """One local file, opened once; exact reads or a typed error.
 
     Closing while reads wait in the executor (the service reopens an archive that
-    changed while other requests stream it) keeps the descriptor until they return:
-    a descriptor number closed early can be reused by another file, and a read would
-    then hand out that file's bytes. Reads after close raise SourceError.
+    changed while other requests stream it), or while a response sends the file's bytes
+    with sendfile(2) (`held`), keeps the descriptor until they are done: a descriptor
+    number closed early can be reused by another file, and a read would then hand out
+    that file's bytes. Reads after close raise SourceError.
     """
 
     def __init__(self, path: str, fd: int, status: os.stat_result) -> None:
@@ -76,7 +78,7 @@ class LocalFileSource:
         self.stats = SourceStats()
         self._nowait = _RWF_NOWAIT is not None
         self._closed = False
-        self._in_executor = 0  # reads waiting in the executor, each holding the descriptor
+        self._holders = 0  # reads waiting in the executor (and `held` blocks), each holding the descriptor
 
     @classmethod
     async def open(cls, path: str | os.PathLike[str]) -> LocalFileSource:
@@ -157,14 +159,35 @@ class LocalFileSource:
 
     async def _executor(self, call: Callable[..., Awaitable[T]], *args: object) -> T:
         """A read that may wait on the disk, in aiofiles' executor, holding the descriptor."""
+        with self.held() as fd:
+            return await call(fd, *args)
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[int]:
+        """The descriptor, kept open until the block ends even if the source is closed meanwhile
+        (a read in the executor, or a response sending the file's bytes with sendfile(2))."""
         self._check_open()
-        self._in_executor += 1
+        self._holders += 1
         try:
-            return await call(self._fd, *args)
+            yield self._fd
         finally:
-            self._in_executor -= 1
-            if self._closed and not self._in_executor:
+            self._holders -= 1
+            if self._closed and not self._holders:
                 self._release()
+
+    def check_unchanged(self) -> None:
+        """Raise SourceChanged unless the opened file still has the identity it was opened with
+        (an fstat of the descriptor: the very file read, even if its path now names another).
+        An in-place rewrite changes its size or modification time, and write(2) sets the time
+        before it changes a page: bytes read (or sent) before a check that passes are the
+        opened file's."""
+        self._check_open()
+        try:
+            now: str | None = file_identity(os.fstat(self._fd))
+        except OSError:
+            now = None
+        if now != self.identity:
+            raise SourceChanged(f"{self.location} changed since it was opened ({self.identity}, now {now})")
 
     def _check_open(self) -> None:
         if self._closed:
@@ -193,10 +216,7 @@ class LocalFileSource:
     def map(self) -> mmap.mmap:
         """The opened file mapped copy-on-write (writes stay in the process), checked unchanged
         first: the very file the index was read from, even if its path now names another."""
-        self._check_open()
-        now = file_identity(os.fstat(self._fd))
-        if now != self.identity:
-            raise SourceChanged(f"{self.location} changed since it was opened ({self.identity}, now {now})")
+        self.check_unchanged()
         return mmap.mmap(self._fd, 0, access=mmap.ACCESS_COPY)
 
     async def revalidate(self) -> bool:
@@ -210,7 +230,7 @@ class LocalFileSource:
         """Closing a read-only descriptor never waits on the disk: done inline, once the
         executor holds no read on it."""
         self._closed = True
-        if not self._in_executor:
+        if not self._holders:
             self._release()
 
     def _release(self) -> None:
