@@ -31,6 +31,10 @@ class ErrorCode(NamedTuple):
 # holds every error body to.
 ERROR_CODES: dict[str, ErrorCode] = {
     "cors_refused": ErrorCode(400, "a CORS preflight from an origin, method or header not allowed"),
+    "bad_slice": ErrorCode(400, "`slice` is not NumPy basic indexing (ints, start:stop:step, ...)"),
+    "slice_out_of_range": ErrorCode(
+        400, "`slice` indexes past the tensor's sizes or has more indices than dims"
+    ),
     "unauthorized": ErrorCode(401, "the bearer token is missing or wrong"),
     "bad_signature": ErrorCode(403, "the signed URL does not match its signature, or is not a GET/HEAD"),
     "signature_expired": ErrorCode(403, "the signed URL has expired"),

@@ -205,6 +205,7 @@ TENSOR_BYTES = byte_body(
     TENSOR_HEADERS,
 )
 NOT_ACCEPTABLE = kind("not_acceptable")
+SLICE = kind("bad_slice", "slice_out_of_range")  # takes ?slice=
 BUNDLE = byte_body(
     "the selected tensors as one file",
     ["application/octet-stream"],

@@ -21,7 +21,17 @@ from reader.tensor import TensorBytes
 
 from ..errors import ApiError
 from ..fields import Fields
-from ..openapi import ARCHIVE, MODEL, NOT_ACCEPTABLE, TENSOR, TENSOR_BYTES, Listing, answers, json_resource
+from ..openapi import (
+    ARCHIVE,
+    MODEL,
+    NOT_ACCEPTABLE,
+    SLICE,
+    TENSOR,
+    TENSOR_BYTES,
+    Listing,
+    answers,
+    json_resource,
+)
 from ..registry import Served
 from ..responses import BodyResponse
 from ..versioning import TaggedJson, caching_headers, data_url, json_etag_response, tensor_etag, version_etag
@@ -99,13 +109,13 @@ def build(resolve: Callable[..., Awaitable[Served]], where: str) -> APIRouter:
         "/tensors/{name:path}/data",
         summary=f"A tensor's bytes ({where})",
         response_class=Response,
-        responses=answers(ARCHIVE, TENSOR, TENSOR_BYTES, NOT_ACCEPTABLE),
+        responses=answers(ARCHIVE, TENSOR, TENSOR_BYTES, NOT_ACCEPTABLE, SLICE),
     )
     @router.head(
         "/tensors/{name:path}/data",
         summary=f"A tensor's bytes ({where}, headers only)",
         response_class=Response,
-        responses=answers(ARCHIVE, TENSOR, TENSOR_BYTES, NOT_ACCEPTABLE),
+        responses=answers(ARCHIVE, TENSOR, TENSOR_BYTES, NOT_ACCEPTABLE, SLICE),
     )
     async def tensor_data(
         request: Request,
