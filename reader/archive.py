@@ -5,13 +5,15 @@ from __future__ import annotations
 import asyncio
 import difflib
 import os
-from collections.abc import AsyncIterator, Generator, Iterable, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Generator, Iterable
+from typing import Any, Unpack
 
 import numpy as np
 
 from .embedded import EntryBytes
 from .errors import ArchiveFormatError, FileNotFound, ModelNotFound, TensorNotFound, UnsupportedPayload
+from .loading.load import load_arrays
+from .loading.selection import LoadKeywords, Payloads, Selection
 from .pt2.dtypes import BY_NAME, to_numpy
 from .pt2.executorch import EmbeddedFile, executorch_files
 from .pt2.graph import MAX_PROGRAM_BYTES, Graph, TensorConsumers, consumers_of, parse_graph
@@ -134,16 +136,7 @@ class Archive:
         info = tensor.info
         return to_numpy(await tensor.read(), BY_NAME[info.dtype], info.sizes)  # type: ignore[index,arg-type]
 
-    async def load(
-        self,
-        model: str | None = None,
-        prefix: str | None = None,
-        names: Sequence[str] | None = None,
-        order: str = "default",
-        *,
-        copy: bool = False,
-        verify: bool | None = None,
-    ) -> dict[str, np.ndarray]:
+    async def load(self, model: str | None = None, **keywords: Unpack[LoadKeywords]) -> dict[str, np.ndarray]:
         """Every readable tensor of one model (the named one, else the default), those whose names
         start with `prefix`, or exactly `names`, as arrays: read as a plan of a few large ranges
         (remotely: parallel parts), each storage once. Tied names and views share memory as
@@ -151,12 +144,14 @@ class Archive:
         "contiguous"`: row-major copies). From a local file, stored payloads are memory-mapped
         and the arrays are read-only views read when touched (`copy=True`: owned arrays).
         Whatever is read is checked against its CRC-32 (`verify=True` also checks mapped views).
-        Raises and returns nothing if any part fails (SourceChanged if the object changed)."""
-        from .loading.load import load_arrays
+        `shard=reader.Shard(rank, world_size, dims)`: the rank's blocks of the tensors it names.
+        Raises and returns nothing if any part fails (SourceChanged if the object changed).
+        The keywords: `reader.loading.selection.LoadKeywords`."""
+        return await load_arrays(self, Selection(model, **keywords))
 
-        return await load_arrays(
-            self, model=model, prefix=prefix, names=names, order=order, copy=copy, verify=verify
-        )
+    def payloads(self) -> Payloads:
+        """What a load reads through (reader.loading): the source, the entries and the fetcher."""
+        return Payloads(self.source, self._entries, self._fetcher)
 
     @property
     def executorch_files(self) -> list[EmbeddedFile]:

@@ -13,13 +13,13 @@ tensor changes the process's copy only.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 import numpy as np
 
-from .loading.arrays import ORDERS
-from .loading.sync import with_archive
+from .loading.load import load_storages
+from .loading.selection import LoadKeywords, Selection
+from .loading.sync import LocationLoadKeywords, load_location
 from .sources import ByteSource
 
 if TYPE_CHECKING:
@@ -29,32 +29,23 @@ if TYPE_CHECKING:
 
 
 async def load_archive(
-    archive: Archive,
-    *,
-    model: str | None = None,
-    prefix: str | None = None,
-    names: Sequence[str] | None = None,
-    order: str = "default",
-    copy: bool = False,
-    verify: bool | None = None,
+    archive: Archive, model: str | None = None, **keywords: Unpack[LoadKeywords]
 ) -> dict[str, _torch.Tensor]:
     """The selection of an open archive (as `Archive.load` selects it) as torch tensors."""
+    return await _tensors(archive, Selection(model, **keywords))
+
+
+async def _tensors(archive: Archive, selection: Selection) -> dict[str, _torch.Tensor]:
     import torch
 
-    from .loading.load import load_storages
-
-    if order not in ORDERS:
-        raise ValueError(f"order must be one of {ORDERS}, not {order!r}")
-    plan, buffers = await load_storages(
-        archive, model=model, prefix=prefix, names=names, copy=copy, verify=verify
-    )
+    plan, buffers = await load_storages(archive, selection)
     storages = {name: _storage(torch, buffer) for name, buffer in buffers.items()}
     tensors = {}
     for info in plan.tensors:
         tensor = torch.empty(0, dtype=getattr(torch, info.dtype or "")).set_(
             storages[info.storage.entry], info.storage_offset or 0, info.sizes or (), info.strides or ()
         )
-        if order == "contiguous":
+        if selection.order == "contiguous":
             tensor = tensor.contiguous()
         tensors[info.name] = tensor
     return tensors
@@ -70,18 +61,8 @@ def load(
     location: str | os.PathLike[str] | ByteSource,
     *,
     model: str | None = None,
-    prefix: str | None = None,
-    names: Sequence[str] | None = None,
-    order: str = "default",
-    copy: bool = False,
-    verify: bool | None = None,
-    **options: Any,
+    **keywords: Unpack[LocationLoadKeywords],
 ) -> dict[str, _torch.Tensor]:
-    """Open `location`, load the selection as torch tensors, close. `options` go to `open_archive`."""
-    return with_archive(
-        location,
-        options,
-        lambda archive: load_archive(
-            archive, model=model, prefix=prefix, names=names, order=order, copy=copy, verify=verify
-        ),
-    )
+    """Open `location`, load the selection as torch tensors, close. The keywords are those of
+    `reader.load`."""
+    return load_location(location, model, keywords, _tensors)
