@@ -12,7 +12,7 @@ import numpy as np
 
 from .embedded import EntryBytes
 from .errors import ArchiveFormatError, FileNotFound, ModelNotFound, TensorNotFound, UnsupportedPayload
-from .loading.load import load_arrays
+from .loading.load import iter_arrays, load_arrays
 from .loading.selection import LoadKeywords, Payloads, Selection
 from .pt2.dtypes import BY_NAME, to_numpy
 from .pt2.executorch import EmbeddedFile, executorch_files
@@ -148,6 +148,16 @@ class Archive:
         Raises and returns nothing if any part fails (SourceChanged if the object changed).
         The keywords: `reader.loading.selection.LoadKeywords`."""
         return await load_arrays(self, Selection(model, **keywords))
+
+    def iter_load(
+        self, model: str | None = None, **keywords: Unpack[LoadKeywords]
+    ) -> AsyncIterator[tuple[str, np.ndarray]]:
+        """What `load` returns, as (name, array) pairs in the order the storages land: the same
+        plan, reads, memory and checks. An array is handed over once its storage is in and checked
+        (tied names and views with it) and is never written again; a failure is raised from the
+        loop. Leaving the loop early: `async with contextlib.aclosing(ar.iter_load()) as it`
+        cancels the reads at once."""
+        return iter_arrays(self, Selection(model, **keywords))
 
     def payloads(self) -> Payloads:
         """What a load reads through (reader.loading): the source, the entries and the fetcher."""

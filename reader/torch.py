@@ -13,13 +13,15 @@ tensor changes the process's copy only.
 from __future__ import annotations
 
 import os
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Unpack
 
 import numpy as np
 
-from .loading.load import load_storages
+from .loading.load import iter_storages, load_storages
 from .loading.selection import LoadKeywords, Selection
 from .loading.sync import LocationLoadKeywords, load_location
+from .pt2.tensorinfo import TensorInfo
 from .sources import ByteSource
 
 if TYPE_CHECKING:
@@ -35,20 +37,37 @@ async def load_archive(
     return await _tensors(archive, Selection(model, **keywords))
 
 
+def iter_load(
+    archive: Archive, model: str | None = None, **keywords: Unpack[LoadKeywords]
+) -> AsyncIterator[tuple[str, _torch.Tensor]]:
+    """`Archive.iter_load` as torch tensors: `async for name, tensor in reader.torch.iter_load(ar)`."""
+    return _iter_tensors(archive, Selection(model, **keywords))
+
+
 async def _tensors(archive: Archive, selection: Selection) -> dict[str, _torch.Tensor]:
     import torch
 
     plan, buffers = await load_storages(archive, selection)
     storages = {name: _storage(torch, buffer) for name, buffer in buffers.items()}
-    tensors = {}
-    for info in plan.tensors:
-        tensor = torch.empty(0, dtype=getattr(torch, info.dtype or "")).set_(
-            storages[info.storage.entry], info.storage_offset or 0, info.sizes or (), info.strides or ()
-        )
-        if selection.order == "contiguous":
-            tensor = tensor.contiguous()
-        tensors[info.name] = tensor
-    return tensors
+    return {info.name: _tensor(torch, info, storages[info.storage.entry], selection) for info in plan.tensors}
+
+
+async def _iter_tensors(archive: Archive, selection: Selection) -> AsyncIterator[tuple[str, _torch.Tensor]]:
+    import torch
+
+    async for infos, buffer in iter_storages(archive, selection):
+        storage = _storage(torch, buffer)
+        for info in infos:
+            yield info.name, _tensor(torch, info, storage, selection)
+
+
+def _tensor(
+    torch: Any, info: TensorInfo, storage: _torch.UntypedStorage, selection: Selection
+) -> _torch.Tensor:
+    tensor = torch.empty(0, dtype=getattr(torch, info.dtype or "")).set_(
+        storage, info.storage_offset or 0, info.sizes or (), info.strides or ()
+    )
+    return tensor.contiguous() if selection.order == "contiguous" else tensor
 
 
 def _storage(torch: Any, buffer: np.ndarray) -> _torch.UntypedStorage:

@@ -1,10 +1,15 @@
-"""`Archive.load`: the selection, then the plan, the storages and the arrays."""
+"""`Archive.load` and `Archive.iter_load`: the selection, then the plan, the storages and the arrays."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
 import numpy as np
 
-from ..sources import LocalFileSource
+from ..pt2.tensorinfo import TensorInfo
+from ..sources import ByteSource, LocalFileSource
 from .arrays import view_array
 from .plan import LoadPlan, plan_load
 from .selection import Loadable, Selection
@@ -21,12 +26,76 @@ async def load_storages(archive: Loadable, selection: Selection) -> tuple[LoadPl
     return plan, buffers
 
 
+async def iter_storages(
+    archive: Loadable, selection: Selection
+) -> AsyncIterator[tuple[list[TensorInfo], np.ndarray]]:
+    """The same plan and reads as `load_storages`, handed over as they land: each storage (once it
+    is in and checked) with the selected tensors that view it, in completion order. A failure of
+    any read is raised here; leaving the loop early (aclose) cancels what is still being read."""
+    payloads = archive.payloads()
+    plan = plan_load(selection.tensors(archive), payloads.entries)
+    views: dict[str, list[TensorInfo]] = {}
+    for info in plan.tensors:
+        views.setdefault(info.storage.entry, []).append(info)
+    arrived: asyncio.Queue[Buffers] = asyncio.Queue()
+    reading = asyncio.ensure_future(
+        read_storages(
+            payloads.source,
+            payloads.fetcher,
+            plan,
+            copy=selection.copy,
+            verify=selection.verify,
+            landed=arrived.put_nowait,
+        )
+    )
+    try:
+        while views:
+            for name, buffer in (await _next_batch(arrived, reading)).items():
+                yield views.pop(name), buffer
+    finally:
+        if not reading.done():
+            reading.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reading  # a failure after the last storage was handed over still counts
+
+
+async def _next_batch(arrived: asyncio.Queue[Buffers], reading: asyncio.Future[Buffers]) -> Buffers:
+    """The next batch of storages, or the reads' failure; never waits on a read that ended."""
+    if arrived.empty():
+        waiting = asyncio.ensure_future(arrived.get())
+        try:
+            await asyncio.wait((waiting, reading), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiting.cancel()
+        if waiting.done() and not waiting.cancelled():
+            return waiting.result()
+    if not arrived.empty():
+        return arrived.get_nowait()
+    reading.result()  # raises the reads' failure
+    raise AssertionError("the reads ended with storages still to hand over")
+
+
+def read_only(source: ByteSource, buffer: np.ndarray) -> np.ndarray:
+    """A storage as arrays see it: a view of a mapped local file is read-only, as documented."""
+    if isinstance(source, LocalFileSource) and not buffer.flags.owndata:
+        buffer.flags.writeable = False
+    return buffer
+
+
 async def load_arrays(archive: Loadable, selection: Selection) -> dict[str, np.ndarray]:
     plan, buffers = await load_storages(archive, selection)
-    if isinstance(archive.payloads().source, LocalFileSource):
-        for buffer in buffers.values():
-            if not buffer.flags.owndata:  # a view of the mapped file: read-only, as documented
-                buffer.flags.writeable = False
+    source = archive.payloads().source
+    for buffer in buffers.values():
+        read_only(source, buffer)
     return {
         info.name: view_array(info, buffers[info.storage.entry], selection.order) for info in plan.tensors
     }
+
+
+async def iter_arrays(archive: Loadable, selection: Selection) -> AsyncIterator[tuple[str, np.ndarray]]:
+    """`load_arrays`' arrays as their storages land (see `iter_storages`)."""
+    source = archive.payloads().source
+    async for infos, buffer in iter_storages(archive, selection):
+        read_only(source, buffer)
+        for info in infos:
+            yield info.name, view_array(info, buffer, selection.order)
