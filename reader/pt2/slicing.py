@@ -1,0 +1,337 @@
+"""Slices of a tensor: NumPy basic indexing -> the byte runs of its storage to read -> the result.
+
+Sans-IO: `plan_slice(info, index)` says which byte ranges of the tensor's storage payload a
+slice needs (`SlicePlan.runs`), and `assemble(plan, info, runs_bytes)` builds the slice's
+row-major bytes from exactly those ranges' bytes. The result equals NumPy's `full[index]`
+for every dtype, any dim order, non-dense views (strides, storage offset) and tied names
+(each name is a view of the shared payload with its own geometry).
+
+How the runs are built (one rule, stated with its constants): the slice is itself a strided
+view of the storage. Its dims are taken from the innermost in memory (smallest stride) out.
+A block starts as one element; along each dim the block repeats every `stride` bytes, and
+neighbouring blocks are read as one run when the gap between them is at most
+`max(GAP_BYTES, MAX_OVER_READ_RATIO * useful bytes of one block)` (overlapping or touching
+blocks always join), or when keeping them apart would make more than `MAX_RUNS` runs. The
+first dim whose blocks stay apart ends the joining: each of its blocks, repeated over every
+outer dim, is a run of its own. So a dim-0 block of a dense row-major tensor (`t[a:b]`) is
+one run; a column block (`t[:, a:b]`) is one run per row unless the rows' gaps are small.
+Runs are sorted and disjoint; runs that touch are reported as one.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import EllipsisType
+
+import numpy as np
+
+from ..errors import UnsupportedPayload
+from .tensorinfo import TensorInfo
+
+# Two blocks closer than this are one run: reading up to a page more costs nothing locally
+# and far less than a request remotely.
+GAP_BYTES = 4096
+# ... or closer than this fraction of one block's useful bytes (orbax's max_over_read_ratio).
+MAX_OVER_READ_RATIO = 0.05
+# A plan never holds more runs than this: past it the next dim's blocks are joined too.
+MAX_RUNS = 1 << 16
+
+# One normalized index entry per result dim or source dim: an int picks one position (the dim
+# is dropped), a range selects positions (negative steps allowed), None inserts a new dim of 1.
+NormalizedEntry = int | range | None
+Index = object  # what `full[index]` accepts in basic indexing
+
+
+def normalize_index(index: Index, sizes: Sequence[int]) -> tuple[NormalizedEntry, ...]:
+    """NumPy basic indexing over `sizes`: ints (negative from the end), slices with any step,
+    one `...`, and None (np.newaxis). Every source dim gets an entry (missing trailing ones are
+    whole), so the result has exactly len(sizes) non-None entries; ranges are canonical (an
+    empty one is range(0, 0), a one-element one has step 1), so equal selections compare equal.
+
+    IndexError: an int out of range, too many indices, two Ellipses (as NumPy). TypeError: an
+    array, list, bool or other advanced index (not supported). ValueError: a zero step.
+    """
+    entries = index if isinstance(index, tuple) else (index,)
+    used = sum(1 for entry in entries if entry is not None and entry is not Ellipsis)
+    ellipses = sum(1 for entry in entries if entry is Ellipsis)
+    if ellipses > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    if used > len(sizes):
+        raise IndexError(f"too many indices: {used} for a tensor of {len(sizes)} dimensions")
+    normalized: list[NormalizedEntry] = []
+    dim = 0
+    for entry in entries:
+        if entry is None:
+            normalized.append(None)
+        elif isinstance(entry, EllipsisType):
+            for _ in range(len(sizes) - used):
+                normalized.append(_canonical(range(sizes[dim])))
+                dim += 1
+        elif isinstance(entry, slice):
+            normalized.append(_slice_range(entry, sizes[dim], dim))
+            dim += 1
+        else:
+            normalized.append(_position(entry, sizes[dim], dim))
+            dim += 1
+    while dim < len(sizes):
+        normalized.append(_canonical(range(sizes[dim])))
+        dim += 1
+    return tuple(normalized)
+
+
+def _position(entry: object, size: int, dim: int) -> int:
+    if isinstance(entry, (bool, np.bool_)) or (isinstance(entry, np.ndarray) and entry.ndim):
+        raise TypeError(f"index {entry!r} on dim {dim}: only basic indexing (ints, slices, ..., None)")
+    try:
+        position = operator.index(entry)
+    except TypeError:
+        raise TypeError(
+            f"index {entry!r} on dim {dim}: only basic indexing (ints, slices, ..., None) is supported"
+        ) from None
+    if not -size <= position < size:
+        raise IndexError(f"index {position} is out of bounds for axis {dim} with size {size}")
+    return position + size if position < 0 else position
+
+
+def _slice_range(entry: slice, size: int, dim: int) -> range:
+    for part in (entry.start, entry.stop, entry.step):
+        if part is not None and (isinstance(part, (bool, np.bool_)) or not hasattr(part, "__index__")):
+            raise TypeError(f"slice {entry!r} on dim {dim}: bounds and step must be integers or None")
+    if entry.step is not None and operator.index(entry.step) == 0:
+        raise ValueError(f"slice {entry!r} on dim {dim}: slice step cannot be zero")
+    bounds = slice(_opt_index(entry.start), _opt_index(entry.stop), _opt_index(entry.step))
+    return _canonical(range(*bounds.indices(size)))
+
+
+def _opt_index(part: object) -> int | None:
+    return None if part is None else operator.index(part)
+
+
+def _canonical(selected: range) -> range:
+    if not selected:
+        return range(0)
+    if len(selected) == 1:
+        return range(selected[0], selected[0] + 1)
+    return range(selected.start, selected[-1] + (1 if selected.step > 0 else -1), selected.step)
+
+
+def index_key(normalized: Sequence[NormalizedEntry]) -> str:
+    """A canonical text of a normalized index (for cache keys and ETags): entries joined by ",",
+    an int as itself, a range as start:stop:step, None as "new"."""
+    parts = []
+    for entry in normalized:
+        if entry is None:
+            parts.append("new")
+        elif isinstance(entry, range):
+            parts.append(f"{entry.start}:{entry.stop}:{entry.step}")
+        else:
+            parts.append(str(entry))
+    return ",".join(parts)
+
+
+def parse_index(text: str) -> tuple[int | slice | EllipsisType, ...]:
+    """The index a query text means, NumPy's syntax without brackets: "0:128,:,4:8", "-1",
+    "::2", "...,0". An empty text is the whole tensor. ValueError for anything else."""
+    text = text.strip()
+    if not text:
+        return ()
+    entries: list[int | slice | EllipsisType] = []
+    for part in text.split(","):
+        part = part.strip()
+        if part == "...":
+            entries.append(Ellipsis)
+        elif ":" in part:
+            bounds = part.split(":")
+            if len(bounds) > 3:
+                raise ValueError(f"{part!r} has more than two ':'")
+            numbers = [_parse_int(bound, part) for bound in bounds]
+            entries.append(slice(*numbers))
+        else:
+            number = _parse_int(part, part)
+            if number is None:
+                raise ValueError("an empty index entry (two commas in a row, or a trailing comma)")
+            entries.append(number)
+    return tuple(entries)
+
+
+def _parse_int(text: str, part: str) -> int | None:
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        return int(text, 10)
+    except ValueError:
+        raise ValueError(f"{part!r} is not an integer, a start:stop:step slice or '...'") from None
+
+
+@dataclass(frozen=True, slots=True)
+class SlicePlan:
+    """What a slice reads and how its bytes are built.
+
+    `runs` are [start, end) byte ranges of the tensor's storage payload (the whole entry, not
+    from the tensor's first element), sorted and disjoint; `nbytes` is prod(shape) * itemsize.
+    The result is the strided view (`shape`, byte `strides`, byte `offset`) over the runs'
+    bytes laid end to end; `zeros` is True for a zero-byte payload (all zeros, nothing read).
+    """
+
+    shape: tuple[int, ...]
+    runs: tuple[tuple[int, int], ...]
+    nbytes: int
+    itemsize: int
+    strides: tuple[int, ...]
+    offset: int
+    zeros: bool = False
+    key: str = ""  # index_key of the normalized index
+
+    @property
+    def read_bytes(self) -> int:
+        """Bytes the runs cover (what a read of this slice costs, local headers aside)."""
+        return sum(end - start for start, end in self.runs)
+
+
+def plan_slice(info: TensorInfo, index: Index) -> SlicePlan:
+    """The runs of `info`'s storage that `full[index]` needs, and how to build it from them.
+
+    UnsupportedPayload for a tensor whose bytes cannot be read (pickled, custom object,
+    symbolic sizes); the index errors of `normalize_index`.
+    """
+    if info.unsupported or info.sizes is None or info.strides is None or info.storage_offset is None:
+        raise UnsupportedPayload(f"{info.model}/{info.name}: {info.unsupported or 'no strided layout'}")
+    itemsize = info.itemsize or 1
+    normalized = normalize_index(index, info.sizes)
+    shape: list[int] = []
+    strides: list[int] = []  # in elements, signed
+    first = info.storage_offset  # element of result[0, ..., 0]
+    source = iter(zip(info.sizes, info.strides))
+    for entry in normalized:
+        if entry is None:
+            shape.append(1)
+            strides.append(0)
+            continue
+        _, stride = next(source)
+        if isinstance(entry, range):
+            first += entry.start * stride if entry else 0
+            shape.append(len(entry))
+            strides.append(entry.step * stride)
+        else:
+            first += entry * stride
+    key = index_key(normalized)
+    nbytes = math.prod(shape) * itemsize
+    zero_strides = tuple(0 for _ in shape)
+    if nbytes == 0 or info.storage.nbytes == 0:
+        return SlicePlan(tuple(shape), (), nbytes, itemsize, zero_strides, 0, nbytes > 0, key)
+    return _runs_plan(tuple(shape), tuple(strides), first, itemsize, key)
+
+
+def _runs_plan(
+    shape: tuple[int, ...], strides: tuple[int, ...], first: int, itemsize: int, key: str
+) -> SlicePlan:
+    """The runs of a non-empty strided view (element strides, signed) whose result[0...] is at
+    element `first`, and the view over the runs laid end to end."""
+    nbytes = math.prod(shape) * itemsize
+    moving = [dim for dim, size in enumerate(shape) if size > 1 and strides[dim] != 0]
+    # The lowest element touched: each dim walking backwards starts from its far end.
+    low = first + sum((shape[dim] - 1) * strides[dim] for dim in moving if strides[dim] < 0)
+    moving.sort(key=lambda dim: (abs(strides[dim]), shape[dim]))
+    extent = useful = itemsize  # bytes from a block's first byte to its last + 1; bytes it needs
+    joined = 0
+    for position, dim in enumerate(moving):
+        step = abs(strides[dim]) * itemsize
+        gap = step - extent
+        runs_if_apart = math.prod(shape[d] for d in moving[position:])
+        if gap > max(GAP_BYTES, MAX_OVER_READ_RATIO * useful) and runs_if_apart <= MAX_RUNS:
+            break
+        extent += (shape[dim] - 1) * step
+        useful *= shape[dim]
+        joined += 1
+    outer = moving[joined:]
+    starts = np.zeros(1, dtype=np.int64)
+    for dim in reversed(outer):  # outermost first, so the runs come out in memory order
+        starts = (
+            starts[:, None] + np.arange(shape[dim], dtype=np.int64) * abs(strides[dim]) * itemsize
+        ).ravel()
+    starts += low * itemsize
+    byte_strides = [stride * itemsize for stride in strides]
+    if len(starts) > 1 and not bool(np.all(np.diff(starts) >= extent)):
+        # Outer blocks that interleave or overlap (only odd as_strided views do): one run.
+        end = low * itemsize + sum((shape[d] - 1) * abs(strides[d]) * itemsize for d in moving) + itemsize
+        offset = (first - low) * itemsize
+        return SlicePlan(
+            shape, ((low * itemsize, end),), nbytes, itemsize, tuple(byte_strides), offset, False, key
+        )
+    # Laid end to end, run r of the outer dims (row-major over `outer`, outermost first) begins at
+    # r * extent; inside a run the inner dims keep their storage strides.
+    run_stride = extent
+    for dim in outer:
+        byte_strides[dim] = run_stride if strides[dim] > 0 else -run_stride
+        run_stride *= shape[dim]
+    offset = (first - low) * itemsize
+    for dim in outer:
+        # A dim walking backwards starts at its last block: (first - low) counted that block's
+        # distance in storage bytes; in laid bytes it is (size - 1) runs' worth.
+        if strides[dim] < 0:
+            offset -= (shape[dim] - 1) * abs(strides[dim]) * itemsize
+            offset += (shape[dim] - 1) * abs(byte_strides[dim])
+    for dim, size in enumerate(shape):
+        if size <= 1:
+            byte_strides[dim] = 0
+    runs = _touching_joined([(int(start), int(start) + extent) for start in starts])
+    return SlicePlan(shape, runs, nbytes, itemsize, tuple(byte_strides), offset, False, key)
+
+
+def _touching_joined(runs: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """Sorted disjoint runs with touching neighbours reported as one (their bytes laid end to
+    end are the same either way)."""
+    joined: list[list[int]] = []
+    for start, end in runs:
+        if joined and joined[-1][1] == start:
+            joined[-1][1] = end
+        else:
+            joined.append([start, end])
+    return tuple((start, end) for start, end in joined)
+
+
+def assemble(plan: SlicePlan, info: TensorInfo, runs_bytes: Sequence[bytes | memoryview]) -> bytes:
+    """The slice's row-major bytes from the bytes of `plan.runs`, in order (each exactly its
+    run's length; ValueError otherwise). `info` is the tensor the plan was made for."""
+    if len(runs_bytes) != len(plan.runs):
+        raise ValueError(f"{len(runs_bytes)} buffers for {len(plan.runs)} runs")
+    for (start, end), data in zip(plan.runs, runs_bytes):
+        if memoryview(data).nbytes != end - start:
+            raise ValueError(f"run [{start}, {end}) got {memoryview(data).nbytes} bytes")
+    if plan.nbytes == 0 or plan.zeros:
+        return bytes(plan.nbytes)
+    laid = runs_bytes[0] if len(runs_bytes) == 1 else b"".join(runs_bytes)
+    return gather(laid, plan)
+
+
+def gather(laid: bytes | memoryview, plan: SlicePlan) -> bytes:
+    """The slice's row-major bytes from its runs' bytes laid end to end in one buffer."""
+    if plan.nbytes == 0 or plan.zeros:
+        return bytes(plan.nbytes)
+    view = np.ndarray(
+        plan.shape, dtype=_element_dtype(plan.itemsize), buffer=laid, offset=plan.offset, strides=plan.strides
+    )
+    return np.ascontiguousarray(view).tobytes()
+
+
+def _element_dtype(itemsize: int) -> np.dtype:
+    """An element of `itemsize` bytes as NumPy copies it fastest (the bytes are only moved)."""
+    return np.dtype(f"u{itemsize}") if itemsize in (1, 2, 4, 8) else np.dtype(f"V{itemsize}")
+
+
+__all__ = [
+    "GAP_BYTES",
+    "MAX_OVER_READ_RATIO",
+    "MAX_RUNS",
+    "SlicePlan",
+    "assemble",
+    "gather",
+    "index_key",
+    "normalize_index",
+    "parse_index",
+    "plan_slice",
+]
