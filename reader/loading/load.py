@@ -4,26 +4,62 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator
 
 import numpy as np
 
 from ..pt2.tensorinfo import TensorInfo
 from ..sources import ByteSource, LocalFileSource
+from ..tasks import task_group
 from .arrays import view_array
+from .blocks import Block, read_blocks, split_by_shard
 from .plan import LoadPlan, plan_load
-from .selection import Loadable, Selection
-from .storages import Buffers, read_storages
+from .selection import Loadable, Payloads, Selection
+from .storages import Buffers, Landed, read_storages
 
 
 async def load_storages(archive: Loadable, selection: Selection) -> tuple[LoadPlan, Buffers]:
-    """The plan for a selection and its storages' bytes (what reader.torch builds on too)."""
+    """The plan for a selection and its storages' bytes (what reader.torch builds on too): whole
+    storages by entry name, a shard's blocks by their keys."""
     payloads = archive.payloads()
-    plan = plan_load(selection.tensors(archive), payloads.entries)
-    buffers = await read_storages(
-        payloads.source, payloads.fetcher, plan, copy=selection.copy, verify=selection.verify
+    plan, blocks = _plan(archive, payloads, selection)
+    return plan, await _read(payloads, plan, blocks, selection)
+
+
+def _plan(archive: Loadable, payloads: Payloads, selection: Selection) -> tuple[LoadPlan, list[Block]]:
+    """The storages to read whole and the blocks to read in part; `plan.tensors` lists the tensors
+    (blocks as views of their own buffers) in the caller's order."""
+    tensors = selection.tensors(archive)
+    if selection.shard is None:
+        return plan_load(tensors, payloads.entries), []
+    ordered, blocks = split_by_shard(tensors, selection.shard, payloads.entries)
+    cut = {block.key for block in blocks}
+    plan = plan_load([info for info in ordered if info.storage.entry not in cut], payloads.entries)
+    return dataclasses.replace(plan, tensors=tuple(ordered)), blocks
+
+
+async def _read(
+    payloads: Payloads,
+    plan: LoadPlan,
+    blocks: list[Block],
+    selection: Selection,
+    landed: Landed | None = None,
+) -> Buffers:
+    """The plan's storages and the blocks' buffers, read at once; `landed` hears of each as it lands."""
+    whole = read_storages(
+        payloads.source, payloads.fetcher, plan, copy=selection.copy, verify=selection.verify, landed=landed
     )
-    return plan, buffers
+    if not blocks:
+        return await whole
+    async with task_group() as group:  # the first failure cancels the rest
+        storages = group.create_task(whole)
+        parts = group.create_task(read_blocks(payloads.source, payloads.fetcher, blocks, landed or _ignore))
+    return {**storages.result(), **parts.result()}
+
+
+def _ignore(buffers: Buffers) -> None:
+    pass
 
 
 async def iter_storages(
@@ -33,21 +69,12 @@ async def iter_storages(
     is in and checked) with the selected tensors that view it, in completion order. A failure of
     any read is raised here; leaving the loop early (aclose) cancels what is still being read."""
     payloads = archive.payloads()
-    plan = plan_load(selection.tensors(archive), payloads.entries)
+    plan, blocks = _plan(archive, payloads, selection)
     views: dict[str, list[TensorInfo]] = {}
     for info in plan.tensors:
         views.setdefault(info.storage.entry, []).append(info)
     arrived: asyncio.Queue[Buffers] = asyncio.Queue()
-    reading = asyncio.ensure_future(
-        read_storages(
-            payloads.source,
-            payloads.fetcher,
-            plan,
-            copy=selection.copy,
-            verify=selection.verify,
-            landed=arrived.put_nowait,
-        )
-    )
+    reading = asyncio.ensure_future(_read(payloads, plan, blocks, selection, arrived.put_nowait))
     try:
         while views:
             for name, buffer in (await _next_batch(arrived, reading)).items():

@@ -73,7 +73,7 @@ async def read_storages(
         for name, storage in plan.storages.items()
         if storage.zeros
     }
-    heard(buffers)
+    heard(dict(buffers))  # a dict of its own: `buffers` grows on
     if isinstance(source, LocalFileSource):
         if copy or verify or _deflated(plan):  # reads every byte: on a thread
             mapped = await asyncio.to_thread(_mapped, source, fetcher, plan, copy, verify)

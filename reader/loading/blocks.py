@@ -1,0 +1,224 @@
+"""A rank's blocks of sharded tensors: only their bytes, as one plan of coalesced, parallel reads.
+
+A block is a slice (`reader.pt2.slicing.plan_slice`: which byte runs of the storage it needs,
+and the strided view over those runs laid end to end). Each block gets a buffer of its own
+holding its runs laid end to end, and a `TensorInfo` that views that buffer (its storage entry
+is the block's key), so the arrays and torch tensors are built as for whole storages.
+
+The reads: the runs of every block, in archive offsets, sorted and grouped into requests where
+less than `REQUEST_GAP` lies between two runs (a gap costs less than a round trip); requests are
+received several at a time, each big one in parallel parts by the source. A dim-0 block of a
+dense row-major tensor is one run: exactly its bytes are read. Each entry's data offset comes
+from its local header, read first (the headers of nearby entries in one request).
+
+A block is not its whole entry, so no CRC-32 covers it: its bytes are length-checked and read
+from the version opened (SourceChanged otherwise). A cut that spans its whole dim (world size 1,
+say) is no block: that tensor is loaded whole, CRC-checked. A DEFLATE entry is inflated whole
+(CRC-checked) and its block copied out of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import zipfmt
+from ..errors import UnsupportedPayload
+from ..pt2.slicing import SlicePlan, plan_slice
+from ..pt2.tensorinfo import TensorInfo
+from ..reading.entries import EntryFetcher
+from ..reading.ranges import coalesce
+from ..sources import ByteSource
+from ..tasks import task_group
+from ..zipfmt import ZipEntry
+from ..zipfmt.structs import METHOD_STORED
+from .shards import Shard
+
+# Runs closer than this are one request (the bytes between are read and dropped).
+REQUEST_GAP = 64 << 10
+REQUESTS_AT_ONCE = 8
+
+Buffers = dict[str, np.ndarray]
+Landed = Callable[[Buffers], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """`info`: the block as a tensor viewing its own buffer (key `info.storage.entry`), whose bytes
+    are runs `plan.runs` of the payload `entry`."""
+
+    info: TensorInfo
+    entry: ZipEntry
+    plan: SlicePlan
+
+    @property
+    def key(self) -> str:
+        return self.info.storage.entry
+
+
+def split_by_shard(
+    tensors: Iterable[TensorInfo], shard: Shard | None, entries: Mapping[str, ZipEntry]
+) -> tuple[list[TensorInfo], list[Block]]:
+    """(the tensors in the caller's order, with each cut tensor replaced by its block's info; the
+    blocks). A tensor no pattern matches, or whose block is its whole dim, stays as it is."""
+    ordered: list[TensorInfo] = []
+    blocks: list[Block] = []
+    for info in tensors:
+        cut = shard.cut(info) if shard is not None else None
+        if cut is None or (cut.start, cut.stop) == (0, (info.sizes or ())[cut.dim]):
+            ordered.append(info)
+            continue
+        if info.unsupported:
+            raise UnsupportedPayload(f"{info.model}/{info.name}: {info.unsupported}")
+        block = _block(info, plan_slice(info, cut.index()), entries[info.storage.entry])
+        ordered.append(block.info)
+        blocks.append(block)
+    return ordered, blocks
+
+
+def _block(info: TensorInfo, plan: SlicePlan, entry: ZipEntry) -> Block:
+    itemsize = plan.itemsize
+    laid = plan.nbytes if plan.zeros else plan.read_bytes
+    storage = dataclasses.replace(
+        info.storage, entry=f"{info.storage.entry}#{info.model}/{info.name}", offset=plan.offset, nbytes=laid
+    )
+    numel = math.prod(plan.shape)
+    strides = tuple(stride // itemsize for stride in plan.strides)
+    view = dataclasses.replace(
+        info,
+        sizes=plan.shape,
+        strides=strides,
+        storage_offset=plan.offset // itemsize,
+        dim_order=tuple(range(len(plan.shape))),
+        dense=plan.read_bytes == plan.nbytes,
+        numel=numel,
+        nbytes=numel * itemsize,
+        storage=storage,
+    )
+    return Block(view, entry, plan)
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """Archive bytes [start, start + length) go to `at` in block `block`'s buffer."""
+
+    block: int
+    at: int
+    start: int
+    length: int
+
+
+def group_requests(pieces: Iterable[Piece], gap: int = REQUEST_GAP) -> list[tuple[int, int, list[Piece]]]:
+    """(start, end, pieces) of each request: runs less than `gap` apart (or overlapping: a tied
+    name's block) share one."""
+    ordered = sorted(pieces, key=lambda piece: piece.start)
+    spans = coalesce([(piece.start, piece.start + piece.length) for piece in ordered], gap)
+    requests: list[tuple[int, int, list[Piece]]] = [(low, high, []) for low, high in spans]
+    index = 0
+    for piece in ordered:
+        while piece.start >= requests[index][1]:
+            index += 1
+        requests[index][2].append(piece)
+    return requests
+
+
+async def read_blocks(
+    source: ByteSource, fetcher: EntryFetcher, blocks: list[Block], landed: Landed
+) -> Buffers:
+    """Every block's buffer by its key; `landed` hears of each block once all its runs are in."""
+    buffers: Buffers = {block.key: np.empty(block.info.storage.nbytes, dtype=np.uint8) for block in blocks}
+    pending = {index: len(block.plan.runs) for index, block in enumerate(blocks)}
+    done: Buffers = {}
+    for index, block in enumerate(blocks):
+        if block.plan.zeros or not block.plan.runs:
+            buffers[block.key][:] = 0
+            done[block.key] = buffers[block.key]
+            del pending[index]
+    landed(done)
+    stored = [index for index in pending if blocks[index].entry.method == METHOD_STORED]
+    offsets = await _data_offsets(source, fetcher, [blocks[index].entry for index in stored])
+    pieces = []
+    for index in stored:
+        block = blocks[index]
+        at = 0
+        for low, high in block.plan.runs:
+            pieces.append(Piece(index, at, offsets[block.entry.name] + low, high - low))
+            at += high - low
+    gate = asyncio.Semaphore(REQUESTS_AT_ONCE)
+
+    def _target(piece: Piece) -> np.ndarray:
+        return buffers[blocks[piece.block].key][piece.at : piece.at + piece.length]
+
+    def arrived(index: int) -> None:
+        pending[index] -= 1
+        if not pending[index]:
+            landed({blocks[index].key: buffers[blocks[index].key]})
+
+    async def request(start: int, end: int, into: list[Piece]) -> None:
+        async with gate:
+            if len(into) == 1 and (into[0].start, into[0].length) == (start, end - start):
+                piece = into[0]  # straight into the block's buffer
+                await source.read_into(start, memoryview(_target(piece)))
+            else:
+                held = np.empty(end - start, dtype=np.uint8)
+                await source.read_into(start, memoryview(held))
+                for piece in into:
+                    _target(piece)[:] = held[piece.start - start : piece.start - start + piece.length]
+        for piece in into:
+            arrived(piece.block)
+
+    async def inflated(block: Block) -> None:
+        async with gate:
+            whole = np.frombuffer(await fetcher.read(block.entry), dtype=np.uint8)  # CRC-checked
+        at = 0
+        for low, high in block.plan.runs:
+            buffers[block.key][at : at + high - low] = whole[low:high]
+            at += high - low
+        landed({block.key: buffers[block.key]})
+
+    async with task_group() as group:  # the first failure cancels the rest
+        for start, end, into in group_requests(pieces):
+            group.create_task(request(start, end, into))
+        for index in pending:
+            if blocks[index].entry.method != METHOD_STORED:
+                group.create_task(inflated(blocks[index]))
+    return buffers
+
+
+async def _data_offsets(source: ByteSource, fetcher: EntryFetcher, entries: list[ZipEntry]) -> dict[str, int]:
+    """Where each entry's data starts: known, else from its local header (nearby headers are read in
+    one request; the requests in parallel)."""
+    known = fetcher.known_offsets
+    wanted = {entry.name: entry for entry in entries if entry.name not in known}
+    regions = {
+        name: (
+            entry.header_offset,
+            min(entry.header_offset + zipfmt.local_header_guess(entry), entry.region_end),
+        )
+        for name, entry in wanted.items()
+    }
+    spans = coalesce(list(regions.values()), REQUEST_GAP)
+    gate = asyncio.Semaphore(REQUESTS_AT_ONCE)
+
+    async def read(low: int, high: int) -> bytes:
+        async with gate:
+            return await source.read(low, high)
+
+    fetched = await asyncio.gather(*(read(low, high) for low, high in spans))
+    for name, entry in wanted.items():
+        low, high = regions[name]
+        found = None
+        for (start, end), data in zip(spans, fetched):
+            if start <= low and high <= end:
+                found = zipfmt.locate_data(entry, memoryview(data)[low - start :])
+                break
+        if found is None or isinstance(found, zipfmt.NeedUntil):
+            await fetcher.data_offset(entry)  # a header longer than guessed: read on its own
+        else:
+            known[name] = found
+    return {entry.name: known[entry.name] for entry in entries}
