@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import operator
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -53,7 +52,6 @@ IN_PLACE_GAP = 64 << 10
 # after the smaller ranges, so that GPT-2's 154 MB embedding (the archive's first third) does not
 # hold back the tensors behind it. One more request; the same bytes and checks.
 APART = 32 << 20
-_size = operator.attrgetter("size")
 
 
 async def read_storages(
@@ -88,6 +86,10 @@ async def read_storages(
 
 def _ignore(buffers: Buffers) -> None:
     pass
+
+
+def _apart(rng: ReadRange) -> bool:
+    return rng.entries[0].size > APART  # set apart: read last (a stable sort keeps the rest's order)
 
 
 # -- local: memory-mapped --------------------------------------------------------------------
@@ -142,7 +144,7 @@ async def _received(
     # the bytes between a range's entries stay in memory with them: split where more lies between
     ranges = [part for rng in plan.ranges for part in group_ranges(rng.entries, IN_PLACE_GAP)]
     if apart:  # handed over as they land: a huge storage is read on its own, after the rest
-        ranges = sorted((part for rng in ranges for part in set_apart(rng, APART)), key=_size)
+        ranges = sorted((part for rng in ranges for part in set_apart(rng, APART)), key=_apart)
     small = [rng for rng in ranges if rng.size <= SMALL_RANGE]
     big = [rng for rng in ranges if rng.size > SMALL_RANGE]
     gate = asyncio.Semaphore(SMALL_RANGES_AT_ONCE)
