@@ -230,6 +230,8 @@ async def test_over_http_column_blocks_put_together_make_the_whole(tmp_path) -> 
             assert all(np.array_equal(arrays[name], array) for arrays in ranks)
         else:
             assert np.array_equal(np.concatenate([arrays[name] for arrays in ranks], axis=1), array)
+            # rows read joined across their small gaps, then gathered: a rank keeps only its block
+            assert all(arrays[name].flags.c_contiguous for arrays in ranks)
 
 
 async def test_leaving_a_sharded_iter_load_early_leaves_nothing_running(tmp_path) -> None:

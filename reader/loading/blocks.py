@@ -2,8 +2,10 @@
 
 A block is a slice (`reader.pt2.slicing.plan_slice`: which byte runs of the storage it needs,
 and the strided view over those runs laid end to end). Each block gets a buffer of its own
-holding its runs laid end to end, and a `TensorInfo` that views that buffer (its storage entry
-is the block's key), so the arrays and torch tensors are built as for whole storages.
+holding its runs laid end to end (or, when the runs hold more than the block, because rows were
+joined across small gaps, the block gathered row-major out of them: a rank keeps only its share),
+and a `TensorInfo` that views that buffer (its storage entry is the block's key), so the arrays
+and torch tensors are built as for whole storages.
 
 The reads: the runs of every block, in archive offsets, sorted and grouped into requests where
 less than `REQUEST_GAP` lies between two runs (a gap costs less than a round trip); requests are
@@ -84,25 +86,51 @@ def split_by_shard(
 
 
 def _block(info: TensorInfo, plan: SlicePlan, entry: ZipEntry) -> Block:
+    """The block as a tensor viewing its buffer: the runs laid end to end, or, when they hold more than
+    the block (rows joined across small gaps), the block gathered row-major into a buffer of its size."""
     itemsize = plan.itemsize
-    laid = plan.nbytes if plan.zeros else plan.read_bytes
-    storage = dataclasses.replace(
-        info.storage, entry=f"{info.storage.entry}#{info.model}/{info.name}", offset=plan.offset, nbytes=laid
-    )
     numel = math.prod(plan.shape)
-    strides = tuple(stride // itemsize for stride in plan.strides)
+    if _gathered(plan):
+        strides = tuple(math.prod(plan.shape[dim + 1 :]) for dim in range(len(plan.shape)))
+        offset, held = 0, plan.nbytes
+    else:
+        strides = tuple(stride // itemsize for stride in plan.strides)
+        offset, held = plan.offset // itemsize, plan.nbytes if plan.zeros else plan.read_bytes
+    storage = dataclasses.replace(
+        info.storage,
+        entry=f"{info.storage.entry}#{info.model}/{info.name}",
+        offset=offset * itemsize,
+        nbytes=held,
+    )
     view = dataclasses.replace(
         info,
         sizes=plan.shape,
         strides=strides,
-        storage_offset=plan.offset // itemsize,
+        storage_offset=offset,
         dim_order=tuple(range(len(plan.shape))),
-        dense=plan.read_bytes == plan.nbytes,
+        dense=_gathered(plan) or plan.read_bytes == plan.nbytes,
         numel=numel,
         nbytes=numel * itemsize,
         storage=storage,
     )
     return Block(view, entry, plan)
+
+
+def _gathered(plan: SlicePlan) -> bool:
+    return not plan.zeros and plan.read_bytes > plan.nbytes
+
+
+def _finished(block: Block, laid: np.ndarray) -> np.ndarray:
+    """The block's buffer once its runs are in `laid`: `laid` itself, or the block gathered out of it."""
+    plan = block.plan
+    if not _gathered(plan):
+        return laid
+    element = np.dtype(f"V{plan.itemsize}")
+    out = np.empty(plan.nbytes, dtype=np.uint8)
+    out.view(element).reshape(plan.shape)[...] = np.ndarray(
+        plan.shape, element, laid, plan.offset, plan.strides
+    )
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +161,10 @@ async def read_blocks(
     source: ByteSource, fetcher: EntryFetcher, blocks: list[Block], landed: Landed
 ) -> Buffers:
     """Every block's buffer by its key; `landed` hears of each block once all its runs are in."""
-    buffers: Buffers = {block.key: np.empty(block.info.storage.nbytes, dtype=np.uint8) for block in blocks}
+    buffers: Buffers = {
+        block.key: np.empty(block.plan.read_bytes or block.info.storage.nbytes, dtype=np.uint8)
+        for block in blocks
+    }
     pending = {index: len(block.plan.runs) for index, block in enumerate(blocks)}
     done: Buffers = {}
     for index, block in enumerate(blocks):
@@ -159,7 +190,11 @@ async def read_blocks(
     def arrived(index: int) -> None:
         pending[index] -= 1
         if not pending[index]:
-            landed({blocks[index].key: buffers[blocks[index].key]})
+            finished(blocks[index])
+
+    def finished(block: Block) -> None:
+        buffers[block.key] = _finished(block, buffers[block.key])
+        landed({block.key: buffers[block.key]})
 
     async def request(start: int, end: int, into: list[Piece]) -> None:
         async with gate:
@@ -181,7 +216,7 @@ async def read_blocks(
         for low, high in block.plan.runs:
             buffers[block.key][at : at + high - low] = whole[low:high]
             at += high - low
-        landed({block.key: buffers[block.key]})
+        finished(block)
 
     async with task_group() as group:  # the first failure cancels the rest
         for start, end, into in group_requests(pieces):
