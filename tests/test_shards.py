@@ -246,3 +246,23 @@ async def test_leaving_a_sharded_iter_load_early_leaves_nothing_running(tmp_path
         assert np.array_equal(array, truth[name] if name == "norm" else _block(truth[name], 3, 4, 0))
     await asyncio.sleep(0.01)
     assert asyncio.all_tasks() - before == set()
+
+
+async def test_a_corrupt_whole_tensor_beside_the_blocks_fails_the_load(tmp_path) -> None:
+    """Remotely the small whole tensors come with the cut entries' local headers: still CRC-checked."""
+    import zipfile
+
+    path, _ = _matrices(tmp_path)
+    data = bytearray(path.read_bytes())
+    with zipfile.ZipFile(path) as archive:
+        info = archive.getinfo("synthetic/data/weights/weight_4")  # "norm", 4 KiB
+    data[info.header_offset + 1000] ^= 0xFF  # inside its data
+    async with FaultServer() as server:
+        server.put("/m.pt2", bytes(data))
+        async with reader.open_archive(server.url("/m.pt2")) as archive:
+            shard = reader.Shard(1, 4, {"layer*": 0})
+            with pytest.raises(reader.IntegrityError, match="weight_4"):
+                await archive.load(shard=shard)
+            with pytest.raises(reader.IntegrityError, match="weight_4"):
+                async for name, _ in archive.iter_load(shard=shard):
+                    assert name != "norm"

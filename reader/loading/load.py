@@ -12,8 +12,9 @@ import numpy as np
 from ..pt2.tensorinfo import TensorInfo
 from ..sources import ByteSource, LocalFileSource
 from ..tasks import task_group
+from ..zipfmt import ZipEntry
 from .arrays import view_array
-from .blocks import Block, read_blocks, split_by_shard
+from .blocks import SMALL_WHOLE, Block, read_blocks, set_small_apart, split_by_shard
 from .plan import LoadPlan, plan_load
 from .selection import Loadable, Payloads, Selection
 from .storages import Buffers, Landed, read_storages
@@ -47,14 +48,16 @@ async def _read(
     landed: Landed | None = None,
 ) -> Buffers:
     """The plan's storages and the blocks' buffers, read at once; `landed` hears of each as it lands."""
-    whole = read_storages(
-        payloads.source, payloads.fetcher, plan, copy=selection.copy, verify=selection.verify, landed=landed
-    )
+    source, fetcher = payloads.source, payloads.fetcher
+    nearby: list[ZipEntry] = []
+    if blocks and not isinstance(source, LocalFileSource):  # requests cost: small ones join the headers
+        plan, nearby = set_small_apart(plan, SMALL_WHOLE)
+    whole = read_storages(source, fetcher, plan, copy=selection.copy, verify=selection.verify, landed=landed)
     if not blocks:
         return await whole
     async with task_group() as group:  # the first failure cancels the rest
         storages = group.create_task(whole)
-        parts = group.create_task(read_blocks(payloads.source, payloads.fetcher, blocks, landed or _ignore))
+        parts = group.create_task(read_blocks(source, fetcher, blocks, landed or _ignore, nearby))
     return {**storages.result(), **parts.result()}
 
 
