@@ -207,7 +207,7 @@ async def read_blocks(
             at += high - low
     gate = asyncio.Semaphore(REQUESTS_AT_ONCE)
 
-    def _target(piece: Piece) -> np.ndarray:
+    def target(piece: Piece) -> np.ndarray:
         return buffers[blocks[piece.block].key][piece.at : piece.at + piece.length]
 
     def arrived(index: int) -> None:
@@ -223,12 +223,12 @@ async def read_blocks(
         async with gate:
             if len(into) == 1 and (into[0].start, into[0].length) == (start, end - start):
                 piece = into[0]  # straight into the block's buffer
-                await source.read_into(start, memoryview(_target(piece)))
+                await source.read_into(start, memoryview(target(piece)))
             else:
                 held = np.empty(end - start, dtype=np.uint8)
                 await source.read_into(start, memoryview(held))
                 for piece in into:
-                    _target(piece)[:] = held[piece.start - start : piece.start - start + piece.length]
+                    target(piece)[:] = held[piece.start - start : piece.start - start + piece.length]
         for piece in into:
             arrived(piece.block)
 
