@@ -12,6 +12,7 @@ tensor changes the process's copy only.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Unpack
@@ -55,10 +56,11 @@ async def _tensors(archive: Archive, selection: Selection) -> dict[str, _torch.T
 async def _iter_tensors(archive: Archive, selection: Selection) -> AsyncIterator[tuple[str, _torch.Tensor]]:
     import torch
 
-    async for infos, buffer in iter_storages(archive, selection):
-        storage = _storage(torch, buffer)
-        for info in infos:
-            yield info.name, _tensor(torch, info, storage, selection)
+    async with contextlib.aclosing(iter_storages(archive, selection)) as storages:  # closed with this one
+        async for infos, buffer in storages:
+            storage = _storage(torch, buffer)
+            for info in infos:
+                yield info.name, _tensor(torch, info, storage, selection)
 
 
 def _tensor(

@@ -125,7 +125,8 @@ async def load_arrays(archive: Loadable, selection: Selection) -> dict[str, np.n
 async def iter_arrays(archive: Loadable, selection: Selection) -> AsyncIterator[tuple[str, np.ndarray]]:
     """`load_arrays`' arrays as their storages land (see `iter_storages`)."""
     source = archive.payloads().source
-    async for infos, buffer in iter_storages(archive, selection):
-        read_only(source, buffer)
-        for info in infos:
-            yield info.name, view_array(info, buffer, selection.order)
+    async with contextlib.aclosing(iter_storages(archive, selection)) as storages:  # closed with this one
+        async for infos, buffer in storages:
+            read_only(source, buffer)
+            for info in infos:
+                yield info.name, view_array(info, buffer, selection.order)
