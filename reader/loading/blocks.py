@@ -11,7 +11,8 @@ The reads: the runs of every block, in archive offsets, sorted and grouped into 
 less than `REQUEST_GAP` lies between two runs (a gap costs less than a round trip); requests are
 received several at a time, each big one in parallel parts by the source. A dim-0 block of a
 dense row-major tensor is one run: exactly its bytes are read. Each entry's data offset comes
-from its local header, read first (the headers of nearby entries in one request); remotely the
+from its local header (the headers of nearby entries in one request), and a block's requests start
+as soon as its header is in; remotely the
 small whole tensors (biases, norms: `SMALL_WHOLE`) come in the same requests, since a cut entry's
 header lies right after them (GPT-2 at world 4: 105 requests a rank, where apart they were 153).
 
@@ -36,7 +37,7 @@ from ..errors import IntegrityError, UnsupportedPayload
 from ..pt2.slicing import SlicePlan, plan_slice
 from ..pt2.tensorinfo import TensorInfo
 from ..reading.entries import EntryFetcher
-from ..reading.ranges import coalesce, containing
+from ..reading.ranges import coalesce
 from ..sources import ByteSource
 from ..tasks import task_group
 from ..zipfmt import ZipEntry
@@ -195,16 +196,9 @@ async def read_blocks(
             del pending[index]
     landed(done)
     stored = [index for index in pending if blocks[index].entry.method == METHOD_STORED]
-    offsets, wholes = await _data_offsets(source, fetcher, [blocks[index].entry for index in stored], nearby)
-    buffers.update(wholes)
-    landed(wholes)
-    pieces = []
+    by_entry: dict[str, list[int]] = {}
     for index in stored:
-        block = blocks[index]
-        at = 0
-        for low, high in block.plan.runs:
-            pieces.append(Piece(index, at, offsets[block.entry.name] + low, high - low))
-            at += high - low
+        by_entry.setdefault(blocks[index].entry.name, []).append(index)
     gate = asyncio.Semaphore(REQUESTS_AT_ONCE)
 
     def target(piece: Piece) -> np.ndarray:
@@ -242,22 +236,48 @@ async def read_blocks(
         finished(block)
 
     async with task_group() as group:  # the first failure cancels the rest
-        for start, end, into in group_requests(pieces):
-            group.create_task(request(start, end, into))
+
+        def located(names: Iterable[str]) -> None:
+            """Start the requests of the blocks whose entries' data offsets are now known."""
+            known = fetcher.known_offsets
+            pieces = []
+            for index in (index for name in names for index in by_entry.get(name, ())):
+                block, at = blocks[index], 0
+                for low, high in block.plan.runs:
+                    pieces.append(Piece(index, at, known[block.entry.name] + low, high - low))
+                    at += high - low
+            for start, end, into in group_requests(pieces):
+                group.create_task(request(start, end, into))
+
+        def wholes_landed(wholes: Buffers) -> None:
+            buffers.update(wholes)
+            landed(wholes)
+
         for index in pending:
             if blocks[index].entry.method != METHOD_STORED:
                 group.create_task(inflated(blocks[index]))
+        entries = [blocks[index].entry for index in stored]
+        await _locate(source, fetcher, entries, nearby, gate, located, wholes_landed)
     return buffers
 
 
-async def _data_offsets(
-    source: ByteSource, fetcher: EntryFetcher, entries: list[ZipEntry], nearby: list[ZipEntry]
-) -> tuple[dict[str, int], Buffers]:
+async def _locate(
+    source: ByteSource,
+    fetcher: EntryFetcher,
+    entries: list[ZipEntry],
+    nearby: list[ZipEntry],
+    gate: asyncio.Semaphore,
+    located: Callable[[list[str]], None],
+    wholes_landed: Landed,
+) -> None:
     """Where each of `entries`' data starts (known, else from its local header), and the whole entries
     `nearby` (CRC-checked): headers and those entries that lie close together in one request, the
-    requests in parallel."""
+    requests in parallel; `located` hears of the entries whose offsets are known as each request
+    lands (so their blocks' requests start at once), `wholes_landed` of the whole entries."""
     known = fetcher.known_offsets
+    located([entry.name for entry in entries if entry.name in known])
     wanted = {entry.name: entry for entry in entries if entry.name not in known}
+    whole = {entry.name: entry for entry in nearby}
     regions = {
         name: (
             entry.header_offset,
@@ -265,32 +285,40 @@ async def _data_offsets(
         )
         for name, entry in wanted.items()
     }
-    regions.update({entry.name: (entry.header_offset, entry.region_end) for entry in nearby})
+    regions.update({name: (entry.header_offset, entry.region_end) for name, entry in whole.items()})
     spans = coalesce(list(regions.values()), REQUEST_GAP)
-    gate = asyncio.Semaphore(REQUESTS_AT_ONCE)
 
-    async def read(low: int, high: int) -> bytes:
+    async def span(start: int, end: int) -> None:
         async with gate:
-            return await source.read(low, high)
+            data = memoryview(await source.read(start, end))
+        inside = [name for name, (low, high) in regions.items() if start <= low and high <= end]
+        found, wholes = [], {}
+        for name in inside:
+            low, high = regions[name]
+            window = data[low - start : high - start]
+            if name in whole:
+                wholes[name] = _whole(whole[name], window, known)
+            if name in wanted:
+                offset = zipfmt.locate_data(wanted[name], window)
+                if isinstance(offset, zipfmt.NeedUntil):
+                    await fetcher.data_offset(wanted[name])  # a header longer than guessed: on its own
+                else:
+                    known[name] = offset
+                found.append(name)
+        wholes_landed(wholes)
+        located(found)
 
-    fetched = dict(zip(spans, await asyncio.gather(*(read(low, high) for low, high in spans))))
-    windows = {}
-    for name, (low, high) in regions.items():
-        start, end = spans[containing(spans, low)]
-        windows[name] = memoryview(fetched[start, end])[low - start : high - start]
-    for name, entry in wanted.items():
-        found = zipfmt.locate_data(entry, windows[name])
-        if isinstance(found, zipfmt.NeedUntil):
-            await fetcher.data_offset(entry)  # a header longer than guessed: read on its own
-        else:
-            known[name] = found
-    wholes: Buffers = {}
-    for entry in nearby:
-        found = zipfmt.locate_data(entry, windows[entry.name], entry.size)
-        if isinstance(found, zipfmt.NeedUntil):
-            raise IntegrityError(f"entry {entry.name!r}: its data runs past its region")
-        known[entry.name] = found
-        data = windows[entry.name][found - entry.header_offset : found - entry.header_offset + entry.size]
-        zipfmt.verify_crc(entry, zipfmt.crc32(data))
-        wholes[entry.name] = np.frombuffer(data, dtype=np.uint8).copy()
-    return {entry.name: known[entry.name] for entry in entries}, wholes
+    async with task_group() as group:
+        for start, end in spans:
+            group.create_task(span(start, end))
+
+
+def _whole(entry: ZipEntry, window: memoryview, known: dict[str, int]) -> np.ndarray:
+    """A whole stored entry out of archive bytes from its local header, CRC-checked."""
+    found = zipfmt.locate_data(entry, window, entry.size)
+    if isinstance(found, zipfmt.NeedUntil):
+        raise IntegrityError(f"entry {entry.name!r}: its data runs past its region")
+    known[entry.name] = found
+    data = window[found - entry.header_offset : found - entry.header_offset + entry.size]
+    zipfmt.verify_crc(entry, zipfmt.crc32(data))
+    return np.frombuffer(data, dtype=np.uint8).copy()
