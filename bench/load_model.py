@@ -30,6 +30,9 @@ rows (target):
   `safetensors.numpy.load_file` then the same (>= 1.0x).
 - torch: `reader.torch.load(path)` then every byte touched vs `safetensors.torch.load_file` then the
   same (>= 1.0x); `torch.export.load(path)` reported.
+- iter: the first tensor `Archive.iter_load("s3://…")` hands over (open included) vs a whole
+  `reader.load` of the same object (first <= 0.2x the whole, i.e. the ratio >= 5x); iter_load to its
+  end reported beside it.
 - rss: peak RSS of `reader.load("s3://…")` in a fresh process, over its RSS before the load (VmHWM
   reset through /proc/self/clear_refs), against the output's size (<= output + 64 MiB).
 """
@@ -62,11 +65,12 @@ from _rounds import alternate, compare  # noqa: E402
 from make_gpt2 import CONFIGS, DEFAULT_CACHE, ensure_gpt2  # noqa: E402
 
 import reader  # noqa: E402
+from reader.loading.sync import run_sync  # noqa: E402
 from reader.sources import S3Settings  # noqa: E402
 from reader.zipfmt import crc32  # noqa: E402
 from testing.servers import free_port, stop_process, wait_listening  # noqa: E402
 
-TARGETS = {"curl": 0.9, "runai": 2.5, "service": 0.8, "local": 1.0, "torch": 1.0}
+TARGETS = {"curl": 0.9, "runai": 2.5, "service": 0.8, "local": 1.0, "torch": 1.0, "iter": 5.0}
 RSS_SLACK = 64 << 20
 VOLUME_BYTES = 64 << 20  # testing/seaweed.py's volume size
 verdicts: dict[str, bool] = {}
@@ -247,6 +251,33 @@ def bench_s3(rig: S3Rig, nbytes: int, repeat: int) -> None:
         "memory floor", "curl", None)  # fmt: skip
     cpu_row(nbytes, {label: cpu[label] for label in cpu if label != "memory floor"})
     print(f"  {steal_note(since)}")
+
+
+def bench_iter(rig: S3Rig, nbytes: int, repeat: int) -> None:
+    """The first tensor `Archive.iter_load` hands over (open included) vs a whole `reader.load`."""
+    print("\nS3: tensors as they land (Archive.iter_load), the first one vs the whole load", flush=True)
+    wholes: list[float] = []
+
+    def first() -> float:
+        async def run() -> float:
+            started = time.perf_counter()
+            first_at = None
+            async with reader.open_archive(rig.location, s3_settings=rig.settings) as archive:
+                async for _ in archive.iter_load():
+                    first_at = first_at or time.perf_counter() - started
+            wholes.append(time.perf_counter() - started)
+            return first_at or 0.0
+
+        return run_sync(run)
+
+    first()  # warm SeaweedFS's caches and the imports once
+    wholes.clear()
+    runs = alternate({"iter_load first": first, "reader.load": rig.reader_load}, repeat)
+    runs["iter_load whole"] = wholes
+    row("iter_load's first tensor vs a whole reader.load (target: first <= 0.2x)", nbytes, runs,
+        "iter_load first", "reader.load", TARGETS["iter"])  # fmt: skip
+    row("iter_load to its end vs reader.load, informational", nbytes, runs, "iter_load whole", "reader.load",
+        None)  # fmt: skip
 
 
 def bench_service(rig: S3Rig, nbytes: int, repeat: int, link: str | None) -> None:
@@ -446,7 +477,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"archive: {archive} ({nbytes / 1e6:.0f} MB); {tensors.name} "
           f"({tensors.stat().st_size / 1e6:.0f} MB); {os.cpu_count()} CPUs, load average "
           f"{os.getloadavg()[0]:.2f}; medians of {args.repeat} alternating rounds", flush=True)  # fmt: skip
-    if rows & {"s3", "service", "rss"}:
+    if rows & {"s3", "service", "rss", "iter"}:
         from testing.seaweed import SeaweedS3, weed_binary
 
         if weed_binary() is None:
@@ -458,6 +489,8 @@ def main(argv: list[str] | None = None) -> int:
                 rig = S3Rig(s3, archive, tensors)
                 if "s3" in rows:
                     bench_s3(rig, nbytes, args.repeat)
+                if "iter" in rows:
+                    bench_iter(rig, nbytes, args.repeat)
                 if "service" in rows:
                     bench_service(rig, nbytes, args.repeat, None if args.link == "none" else args.link)
                 if "rss" in rows:

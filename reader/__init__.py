@@ -6,6 +6,7 @@ async with reader.open_archive("model.pt2") as ar:
 
 arrays = reader.load("s3://bucket/model.pt2")         # every weight, as NumPy arrays
 tensors = reader.torch.load("s3://bucket/model.pt2")  # the same as torch tensors (torch optional)
+rank_1 = reader.load("s3://bucket/model.pt2", shard=reader.Shard(1, 4, {"*.mlp.*": 0}))  # its blocks
 """
 
 from .archive import Archive, open_archive
@@ -23,6 +24,7 @@ from .errors import (
     TensorNotFound,
     UnsupportedPayload,
 )
+from .loading.shards import InvalidShard, Shard
 from .loading.sync import load
 from .pt2.executorch import EmbeddedFile
 from .pt2.tensorinfo import StorageRef, TensorInfo
@@ -34,11 +36,13 @@ __all__ = [
     "EmbeddedFile",
     "FileNotFound",
     "IntegrityError",
+    "InvalidShard",
     "LocationError",
     "ModelNotFound",
     "NoReadableWeights",
     "NotCached",
     "ReaderError",
+    "Shard",
     "ShardedArchive",
     "SourceChanged",
     "SourceError",

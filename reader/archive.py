@@ -6,8 +6,8 @@ import asyncio
 import copy
 import difflib
 import os
-from collections.abc import AsyncIterator, Awaitable, Generator, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Generator, Iterable, Mapping
+from typing import Any, Unpack
 
 import numpy as np
 
@@ -21,6 +21,8 @@ from .errors import (
     TensorNotFound,
     UnsupportedPayload,
 )
+from .loading.load import iter_arrays, load_arrays
+from .loading.selection import LoadKeywords, Payloads, Selection
 from .pt2.dtypes import BY_NAME, to_numpy
 from .pt2.executorch import EmbeddedFile, executorch_files
 from .pt2.graph import MAX_PROGRAM_BYTES, Graph, TensorConsumers, consumers_of, parse_graph
@@ -158,16 +160,7 @@ class Archive:
         info = tensor.info
         return to_numpy(await tensor.read(), BY_NAME[info.dtype], info.sizes)  # type: ignore[index,arg-type]
 
-    async def load(
-        self,
-        model: str | None = None,
-        prefix: str | None = None,
-        names: Sequence[str] | None = None,
-        order: str = "default",
-        *,
-        copy: bool = False,
-        verify: bool | None = None,
-    ) -> dict[str, np.ndarray]:
+    async def load(self, model: str | None = None, **keywords: Unpack[LoadKeywords]) -> dict[str, np.ndarray]:
         """Every readable tensor of one model (the named one, else the default), those whose names
         start with `prefix`, or exactly `names`, as arrays: read as a plan of a few large ranges
         (remotely: parallel parts), each storage once. Tied names and views share memory as
@@ -175,12 +168,24 @@ class Archive:
         "contiguous"`: row-major copies). From a local file, stored payloads are memory-mapped
         and the arrays are read-only views read when touched (`copy=True`: owned arrays).
         Whatever is read is checked against its CRC-32 (`verify=True` also checks mapped views).
-        Raises and returns nothing if any part fails (SourceChanged if the object changed)."""
-        from .loading.load import load_arrays
+        `shard=reader.Shard(rank, world_size, dims)`: the rank's blocks of the tensors it names.
+        Raises and returns nothing if any part fails (SourceChanged if the object changed).
+        The keywords: `reader.loading.selection.LoadKeywords`."""
+        return await load_arrays(self, Selection(model, **keywords))
 
-        return await load_arrays(
-            self, model=model, prefix=prefix, names=names, order=order, copy=copy, verify=verify
-        )
+    def iter_load(
+        self, model: str | None = None, **keywords: Unpack[LoadKeywords]
+    ) -> AsyncIterator[tuple[str, np.ndarray]]:
+        """What `load` returns, as (name, array) pairs in the order the storages land: the same
+        plan, reads, memory and checks. An array is handed over once its storage is in and checked
+        (tied names and views with it) and is never written again; a failure is raised from the
+        loop. Leaving the loop early: `async with contextlib.aclosing(ar.iter_load()) as it`
+        cancels the reads at once."""
+        return iter_arrays(self, Selection(model, **keywords))
+
+    def payloads(self) -> Payloads:
+        """What a load reads through (reader.loading): the source, the entries and the fetcher."""
+        return Payloads(self.source, self._entries, self._fetcher)
 
     @property
     def executorch_files(self) -> list[EmbeddedFile]:

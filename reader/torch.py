@@ -13,14 +13,17 @@ tensor changes the process's copy only. `reader.torch.read(location, name, index
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any, Unpack
 
 import numpy as np
 
-from .loading.arrays import ORDERS
-from .loading.sync import with_archive
+from .loading.load import iter_storages, load_storages
+from .loading.selection import LoadKeywords, Selection
+from .loading.sync import LocationLoadKeywords, load_location, with_archive
+from .pt2.tensorinfo import TensorInfo
 from .sliced import SliceBytes
 from .sources import ByteSource
 
@@ -32,41 +35,59 @@ if TYPE_CHECKING:
 
 
 async def load_archive(
-    archive: Archive | ShardedArchive,
-    *,
-    model: str | None = None,
-    prefix: str | None = None,
-    names: Sequence[str] | None = None,
-    order: str = "default",
-    copy: bool = False,
-    verify: bool | None = None,
+    archive: Archive | ShardedArchive, model: str | None = None, **keywords: Unpack[LoadKeywords]
 ) -> dict[str, _torch.Tensor]:
     """The selection of an open archive (as `Archive.load` selects it) as torch tensors."""
+    return await _tensors(archive, Selection(model, **keywords))
+
+
+def iter_load(
+    archive: Archive | ShardedArchive, model: str | None = None, **keywords: Unpack[LoadKeywords]
+) -> AsyncIterator[tuple[str, _torch.Tensor]]:
+    """`Archive.iter_load` as torch tensors: `async for name, tensor in reader.torch.iter_load(ar)`."""
+    return _iter_tensors(archive, Selection(model, **keywords))
+
+
+async def _tensors(archive: Archive | ShardedArchive, selection: Selection) -> dict[str, _torch.Tensor]:
     import torch
 
-    from .loading.load import load_storages
     from .sharded import ShardedArchive
 
-    if order not in ORDERS:
-        raise ValueError(f"order must be one of {ORDERS}, not {order!r}")
     if isinstance(archive, ShardedArchive):  # each shard's part as from its own file, merged
-        return await archive.load_with(
-            lambda shard, part: load_archive(shard, names=part, order=order, copy=copy, verify=verify),
-            model=model, prefix=prefix, names=names,
-        )  # fmt: skip
-    plan, buffers = await load_storages(
-        archive, model=model, prefix=prefix, names=names, copy=copy, verify=verify
-    )
+        return await archive.load_with(selection, _tensors)
+    plan, buffers = await load_storages(archive, selection)
     storages = {name: _storage(torch, buffer) for name, buffer in buffers.items()}
-    tensors = {}
-    for info in plan.tensors:
-        tensor = torch.empty(0, dtype=getattr(torch, info.dtype or "")).set_(
-            storages[info.storage.entry], info.storage_offset or 0, info.sizes or (), info.strides or ()
-        )
-        if order == "contiguous":
-            tensor = tensor.contiguous()
-        tensors[info.name] = tensor
-    return tensors
+    return {info.name: _tensor(torch, info, storages[info.storage.entry], selection) for info in plan.tensors}
+
+
+async def _iter_tensors(
+    archive: Archive | ShardedArchive, selection: Selection
+) -> AsyncIterator[tuple[str, _torch.Tensor]]:
+    import torch
+
+    from .sharded import ShardedArchive
+
+    if isinstance(archive, ShardedArchive):  # shard after shard, each part as it lands
+        for shard, part in archive.parts(selection):
+            async with contextlib.aclosing(_iter_tensors(shard, part)) as tensors:
+                async for item in tensors:
+                    yield item
+        return
+
+    async with contextlib.aclosing(iter_storages(archive, selection)) as storages:  # closed with this one
+        async for infos, buffer in storages:
+            storage = _storage(torch, buffer)
+            for info in infos:
+                yield info.name, _tensor(torch, info, storage, selection)
+
+
+def _tensor(
+    torch: Any, info: TensorInfo, storage: _torch.UntypedStorage, selection: Selection
+) -> _torch.Tensor:
+    tensor = torch.empty(0, dtype=getattr(torch, info.dtype or "")).set_(
+        storage, info.storage_offset or 0, info.sizes or (), info.strides or ()
+    )
+    return tensor.contiguous() if selection.order == "contiguous" else tensor
 
 
 def _storage(torch: Any, buffer: np.ndarray) -> _torch.UntypedStorage:
@@ -79,25 +100,15 @@ def load(
     location: str | os.PathLike[str] | ByteSource,
     *,
     model: str | None = None,
-    prefix: str | None = None,
-    names: Sequence[str] | None = None,
-    order: str = "default",
-    copy: bool = False,
-    verify: bool | None = None,
-    **options: Any,
+    **keywords: Unpack[LocationLoadKeywords],
 ) -> dict[str, _torch.Tensor]:
-    """Open `location`, load the selection as torch tensors, close. `options` go to `open_archive`."""
-    return with_archive(
-        location,
-        options,
-        lambda archive: load_archive(
-            archive, model=model, prefix=prefix, names=names, order=order, copy=copy, verify=verify
-        ),
-    )
+    """Open `location`, load the selection as torch tensors, close. The keywords are those of
+    `reader.load`."""
+    return load_location(location, model, keywords, _tensors)
 
 
 async def read_tensor(
-    archive: Archive, name: str, *, model: str | None = None, index: Any = None
+    archive: Archive | ShardedArchive, name: str, *, model: str | None = None, index: Any = None
 ) -> _torch.Tensor:
     """One tensor of an open archive as a row-major torch tensor of its dtype, or with `index`
     (NumPy basic indexing) `full[index]`, reading only the byte runs the slice covers."""

@@ -14,8 +14,6 @@ from ..pt2 import strided
 from ..pt2.dtypes import BY_NAME, to_numpy
 from ..pt2.tensorinfo import TensorInfo
 
-ORDERS = ("default", "contiguous")
-
 
 def view_array(info: TensorInfo, storage: np.ndarray, order: str = "default") -> np.ndarray:
     """The tensor `info` describes, as a view of `storage` (its payload's bytes) where NumPy can."""

@@ -1,67 +1,133 @@
-"""`Archive.load`: which tensors, then the plan, the storages and the arrays."""
+"""`Archive.load` and `Archive.iter_load`: the selection, then the plan, the storages and the arrays."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator
 
 import numpy as np
 
 from ..cache.source import CachedSource
 from ..pt2.tensorinfo import TensorInfo
-from ..sources import LocalFileSource
-from .arrays import ORDERS, view_array
+from ..sources import ByteSource, LocalFileSource
+from ..tasks import task_group
+from ..zipfmt import ZipEntry
+from .arrays import view_array
+from .blocks import SMALL_WHOLE, Block, read_blocks, set_small_apart, split_by_shard
 from .plan import LoadPlan, plan_load
-from .storages import Buffers, read_storages
-
-if TYPE_CHECKING:
-    from ..archive import Archive
+from .selection import Loadable, Payloads, Selection
+from .storages import Buffers, Landed, read_storages
 
 
-def select_tensors(
-    archive: Archive, model: str | None, prefix: str | None, names: Sequence[str] | None
-) -> list[TensorInfo]:
-    """Named tensors as given (each must be readable), else every readable tensor of one model
-    (the named one, else the default) whose name starts with `prefix`: weights and constants, as
-    torch's state dict plus its constants holds them."""
-    if names is not None:
-        return [archive.layout(name, model) for name in dict.fromkeys(names)]
-    resolved = archive.resolve_model(model)
-    return [t for t in archive.tensors(resolved) if t.readable and t.name.startswith(prefix or "")]
+async def load_storages(archive: Loadable, selection: Selection) -> tuple[LoadPlan, Buffers]:
+    """The plan for a selection and its storages' bytes (what reader.torch builds on too): whole
+    storages by entry name, a shard's blocks by their keys."""
+    payloads = archive.payloads()
+    plan, blocks = _plan(archive, payloads, selection)
+    return plan, await _read(payloads, plan, blocks, selection)
 
 
-async def load_storages(
-    archive: Archive,
-    *,
-    model: str | None = None,
-    prefix: str | None = None,
-    names: Sequence[str] | None = None,
-    copy: bool = False,
-    verify: bool | None = None,
-) -> tuple[LoadPlan, Buffers]:
-    """The plan for a selection and its storages' bytes (what reader.torch builds on too)."""
-    plan = plan_load(select_tensors(archive, model, prefix, names), archive._entries)
-    buffers = await read_storages(archive.source, archive._fetcher, plan, copy=copy, verify=verify)
-    return plan, buffers
+def _plan(archive: Loadable, payloads: Payloads, selection: Selection) -> tuple[LoadPlan, list[Block]]:
+    """The storages to read whole and the blocks to read in part; `plan.tensors` lists the tensors
+    (blocks as views of their own buffers) in the caller's order."""
+    tensors = selection.tensors(archive)
+    if selection.shard is None:
+        return plan_load(tensors, payloads.entries), []
+    ordered, blocks = split_by_shard(tensors, selection.shard, payloads.entries)
+    cut = {block.key for block in blocks}
+    plan = plan_load([info for info in ordered if info.storage.entry not in cut], payloads.entries)
+    return dataclasses.replace(plan, tensors=tuple(ordered)), blocks
 
 
-async def load_arrays(
-    archive: Archive,
-    *,
-    model: str | None = None,
-    prefix: str | None = None,
-    names: Sequence[str] | None = None,
-    order: str = "default",
-    copy: bool = False,
-    verify: bool | None = None,
-) -> dict[str, np.ndarray]:
-    if order not in ORDERS:
-        raise ValueError(f"order must be one of {ORDERS}, not {order!r}")
-    plan, buffers = await load_storages(
-        archive, model=model, prefix=prefix, names=names, copy=copy, verify=verify
-    )
-    if isinstance(archive.source, (LocalFileSource, CachedSource)):
-        for buffer in buffers.values():
-            if not buffer.flags.owndata:  # a view of the mapped file: read-only, as documented
-                buffer.flags.writeable = False
-    return {info.name: view_array(info, buffers[info.storage.entry], order) for info in plan.tensors}
+async def _read(
+    payloads: Payloads,
+    plan: LoadPlan,
+    blocks: list[Block],
+    selection: Selection,
+    landed: Landed | None = None,
+) -> Buffers:
+    """The plan's storages and the blocks' buffers, read at once; `landed` hears of each as it lands."""
+    source, fetcher = payloads.source, payloads.fetcher
+    nearby: list[ZipEntry] = []
+    if blocks and not isinstance(source, LocalFileSource):  # requests cost: small ones join the headers
+        plan, nearby = set_small_apart(plan, SMALL_WHOLE)
+    whole = read_storages(source, fetcher, plan, copy=selection.copy, verify=selection.verify, landed=landed)
+    if not blocks:
+        return await whole
+    async with task_group() as group:  # the first failure cancels the rest
+        storages = group.create_task(whole)
+        parts = group.create_task(read_blocks(source, fetcher, blocks, landed or _ignore, nearby))
+    return {**storages.result(), **parts.result()}
+
+
+def _ignore(buffers: Buffers) -> None:
+    pass
+
+
+async def iter_storages(
+    archive: Loadable, selection: Selection
+) -> AsyncIterator[tuple[list[TensorInfo], np.ndarray]]:
+    """The same plan and reads as `load_storages`, handed over as they land: each storage (once it
+    is in and checked) with the selected tensors that view it, in completion order. A failure of
+    any read is raised here; leaving the loop early (aclose) cancels what is still being read."""
+    payloads = archive.payloads()
+    plan, blocks = _plan(archive, payloads, selection)
+    views: dict[str, list[TensorInfo]] = {}
+    for info in plan.tensors:
+        views.setdefault(info.storage.entry, []).append(info)
+    arrived: asyncio.Queue[Buffers] = asyncio.Queue()
+    reading = asyncio.ensure_future(_read(payloads, plan, blocks, selection, arrived.put_nowait))
+    try:
+        while views:
+            for name, buffer in (await _next_batch(arrived, reading)).items():
+                yield views.pop(name), buffer
+    finally:
+        if not reading.done():
+            reading.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reading  # a failure after the last storage was handed over still counts
+
+
+async def _next_batch(arrived: asyncio.Queue[Buffers], reading: asyncio.Future[Buffers]) -> Buffers:
+    """The next batch of storages, or the reads' failure; never waits on a read that ended."""
+    if arrived.empty():
+        waiting = asyncio.ensure_future(arrived.get())
+        try:
+            await asyncio.wait((waiting, reading), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiting.cancel()
+        if waiting.done() and not waiting.cancelled():
+            return waiting.result()
+    if not arrived.empty():
+        return arrived.get_nowait()
+    reading.result()  # raises the reads' failure
+    raise AssertionError("the reads ended with storages still to hand over")
+
+
+def read_only(source: ByteSource, buffer: np.ndarray) -> np.ndarray:
+    """A storage as arrays see it: a view of a mapped local file is read-only, as documented."""
+    if isinstance(source, (LocalFileSource, CachedSource)) and not buffer.flags.owndata:
+        buffer.flags.writeable = False
+    return buffer
+
+
+async def load_arrays(archive: Loadable, selection: Selection) -> dict[str, np.ndarray]:
+    plan, buffers = await load_storages(archive, selection)
+    source = archive.payloads().source
+    for buffer in buffers.values():
+        read_only(source, buffer)
+    return {
+        info.name: view_array(info, buffers[info.storage.entry], selection.order) for info in plan.tensors
+    }
+
+
+async def iter_arrays(archive: Loadable, selection: Selection) -> AsyncIterator[tuple[str, np.ndarray]]:
+    """`load_arrays`' arrays as their storages land (see `iter_storages`)."""
+    source = archive.payloads().source
+    async with contextlib.aclosing(iter_storages(archive, selection)) as storages:  # closed with this one
+        async for infos, buffer in storages:
+            read_only(source, buffer)
+            for info in infos:
+                yield info.name, view_array(info, buffer, selection.order)

@@ -109,6 +109,20 @@ def group_ranges(entries: Iterable[ZipEntry], gap: int = RANGE_GAP) -> list[Read
     return ranges
 
 
+def set_apart(rng: ReadRange, limit: int) -> list[ReadRange]:
+    """`rng` split so that every entry bigger than `limit` is a range of its own."""
+    ranges: list[ReadRange] = []
+    run: list[ZipEntry] = []
+    for entry in rng.entries:
+        if entry.size > limit:
+            ranges += [_range(run)] if run else []
+            ranges.append(_range([entry]))
+            run = []
+        else:
+            run.append(entry)
+    return ranges + ([_range(run)] if run else [])
+
+
 def _range(run: list[ZipEntry]) -> ReadRange:
     return ReadRange(run[0].header_offset, max(entry.region_end for entry in run), tuple(run))
 

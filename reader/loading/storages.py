@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -36,10 +36,11 @@ from ..tasks import task_group
 from ..zipfmt import ZipEntry
 from ..zipfmt.structs import METHOD_STORED
 from .landing import Arrivals, Follower
-from .plan import LoadPlan, ReadRange, group_ranges
+from .plan import LoadPlan, ReadRange, group_ranges, set_apart
 from .prefault import prefaulting
 
 Buffers = dict[str, np.ndarray]
+Landed = Callable[[Buffers], None]  # hears of storages as they are in and checked
 # Ranges at most this big are read several at a time (each is a round trip more than bytes);
 # bigger ones are read one after the other, each as parallel parts (the parts bound the memory).
 SMALL_RANGE = 16 << 20
@@ -48,6 +49,10 @@ ALIGNMENT = 64
 # A range received in place keeps what lies between its entries (local headers; entries not selected)
 # as long as the storages live: at most this much per gap. A whole model's gaps are its local headers.
 IN_PLACE_GAP = 64 << 10
+# Storages handed over as they land (iter_load): one bigger than this is a range of its own, read
+# after the smaller ranges, so that GPT-2's 154 MB embedding (the archive's first third) does not
+# hold back the tensors behind it. One more request; the same bytes and checks.
+APART = 32 << 20
 
 
 async def read_storages(
@@ -57,23 +62,37 @@ async def read_storages(
     *,
     copy: bool = False,
     verify: bool | None = None,
+    landed: Landed | None = None,
 ) -> Buffers:
-    """Every storage of `plan` by entry name; zero payloads are zeros of the views' extent."""
+    """Every storage of `plan` by entry name; zero payloads are zeros of the views' extent.
+    `landed` (when given) hears of each batch of storages as soon as they are in and checked."""
+    heard = landed or _ignore
     buffers: Buffers = {
         name: np.zeros(storage.nbytes, dtype=np.uint8)
         for name, storage in plan.storages.items()
         if storage.zeros
     }
+    heard(dict(buffers))  # a dict of its own: `buffers` grows on
     if isinstance(source, (LocalFileSource, CachedSource)):
         if isinstance(source, CachedSource):  # what is missing is fetched to disk first
             await source.fill((rng.start, rng.end) for rng in plan.ranges)
         if copy or verify or _deflated(plan) or _unchecked(source, plan):  # reads every byte: on a thread
-            buffers.update(await asyncio.to_thread(_mapped, source, fetcher, plan, copy, verify))
+            mapped = await asyncio.to_thread(_mapped, source, fetcher, plan, copy, verify)
         else:  # a mapping and views of it: microseconds, where a thread hop cost a millisecond
-            buffers.update(_mapped(source, fetcher, plan, copy, verify))
+            mapped = _mapped(source, fetcher, plan, copy, verify)
+        heard(mapped)
+        buffers.update(mapped)
     else:
-        buffers.update(await _received(source, fetcher, plan))
+        buffers.update(await _received(source, fetcher, plan, heard, apart=landed is not None))
     return buffers
+
+
+def _ignore(buffers: Buffers) -> None:
+    pass
+
+
+def _apart(rng: ReadRange) -> bool:
+    return rng.entries[0].size > APART  # set apart: read last (a stable sort keeps the rest's order)
 
 
 # -- local: memory-mapped --------------------------------------------------------------------
@@ -139,9 +158,13 @@ def _check_crc(entry: ZipEntry, data: np.ndarray) -> None:
 # -- remote: ranges received in place ---------------------------------------------------------
 
 
-async def _received(source: ByteSource, fetcher: EntryFetcher, plan: LoadPlan) -> Buffers:
+async def _received(
+    source: ByteSource, fetcher: EntryFetcher, plan: LoadPlan, landed: Landed, apart: bool
+) -> Buffers:
     # the bytes between a range's entries stay in memory with them: split where more lies between
     ranges = [part for rng in plan.ranges for part in group_ranges(rng.entries, IN_PLACE_GAP)]
+    if apart:  # handed over as they land: a huge storage is read on its own, after the rest
+        ranges = sorted((part for rng in ranges for part in set_apart(rng, APART)), key=_apart)
     small = [rng for rng in ranges if rng.size <= SMALL_RANGE]
     big = [rng for rng in ranges if rng.size > SMALL_RANGE]
     gate = asyncio.Semaphore(SMALL_RANGES_AT_ONCE)
@@ -149,11 +172,11 @@ async def _received(source: ByteSource, fetcher: EntryFetcher, plan: LoadPlan) -
 
     async def read_small(rng: ReadRange) -> None:
         async with gate:
-            buffers.update(await _read_range(source, fetcher, rng))
+            buffers.update(await _read_range(source, fetcher, rng, landed))
 
     async def read_big() -> None:
         for rng in big:
-            buffers.update(await _read_range(source, fetcher, rng))
+            buffers.update(await _read_range(source, fetcher, rng, landed))
 
     async with task_group() as group:  # the first failure cancels the rest
         for rng in small:
@@ -162,7 +185,7 @@ async def _received(source: ByteSource, fetcher: EntryFetcher, plan: LoadPlan) -
     return buffers
 
 
-async def _read_range(source: ByteSource, fetcher: EntryFetcher, rng: ReadRange) -> Buffers:
+async def _read_range(source: ByteSource, fetcher: EntryFetcher, rng: ReadRange, landed: Landed) -> Buffers:
     """The range's bytes received into one buffer; its stored entries are views of it (CRC-checked
     on a thread as they land, where the source says what landed), its DEFLATE entries inflated into
     buffers of their own."""
@@ -172,6 +195,7 @@ async def _read_range(source: ByteSource, fetcher: EntryFetcher, rng: ReadRange)
         rng.entries,
         Arrivals(rng.start, rng.end),
         functools.partial(_entries_of, whole, rng.start, known=known),
+        landed,
     )
 
     async def receive() -> None:

@@ -7,13 +7,14 @@ import atexit
 import contextvars
 import os
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
 import numpy as np
 
-from ..sources import ByteSource
+from ..sources import ByteSource, HttpOptions, S3Settings
+from .selection import LoadKeywords, Selection
 
 if TYPE_CHECKING:
     from ..archive import Archive
@@ -113,19 +114,40 @@ def with_archive(
     return run_sync(run)
 
 
+class LocationLoadKeywords(LoadKeywords, total=False):
+    """A load's keywords plus `open_archive`'s, for the one-call loads that open the archive too."""
+
+    tail_size: int | None
+    chunk_size: int
+    http_options: HttpOptions | None
+    s3_settings: S3Settings | None
+    cache_dir: str | os.PathLike[str] | None
+    offline: bool | None
+
+
+def load_location(
+    location: str | os.PathLike[str] | ByteSource,
+    model: str | None,
+    keywords: Mapping[str, Any],
+    use: Callable[[Archive, Selection], Awaitable[T]],
+) -> T:
+    """Open `location` with the keywords that are not the selection's, run `use` on the archive and
+    the selection, close: synchronously."""
+    selection, options = Selection.split(model, keywords)
+    return with_archive(location, options, lambda archive: use(archive, selection))
+
+
 def load(
     location: str | os.PathLike[str] | ByteSource,
     *,
     model: str | None = None,
-    prefix: str | None = None,
-    names: Sequence[str] | None = None,
-    order: str = "default",
-    copy: bool = False,
-    verify: bool | None = None,
-    **options: Any,
+    **keywords: Unpack[LocationLoadKeywords],
 ) -> dict[str, np.ndarray]:
-    """Open `location`, load the selection as `Archive.load` does, close. `options` go to
-    `open_archive` (http_options, s3_settings, tail_size, chunk_size)."""
-    return with_archive(
-        location, options, lambda archive: archive.load(model, prefix, names, order, copy=copy, verify=verify)
-    )
+    """Open `location`, load the selection as `Archive.load` does, close. The keywords are
+    `Archive.load`'s and `open_archive`'s (http_options, s3_settings, tail_size, chunk_size)."""
+    return load_location(location, model, keywords, _arrays)
+
+
+def _arrays(archive: Any, selection: Selection) -> Awaitable[dict[str, np.ndarray]]:
+    """The archive's own load (an Archive's, or a sharded checkpoint's split by shard)."""
+    return archive.load(**selection.keywords())

@@ -22,8 +22,8 @@ import dataclasses
 import difflib
 import hashlib
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Unpack
 
 import numpy as np
 
@@ -37,6 +37,7 @@ from ..errors import (
     SourceError,
     TensorNotFound,
 )
+from ..loading.selection import LoadKeywords, Selection
 from ..pt2.checkpoint import CHECKPOINT_MODEL
 from ..pt2.tensorinfo import TensorInfo
 from ..sources import ByteSource, LocalFileSource, SourceStats, redact_location
@@ -245,72 +246,51 @@ class ShardedArchive:
         self, names: Iterable[str], model: str | None = None, order: str = "default"
     ) -> dict[str, bytes]:
         """As `Archive.read_many`: each shard's names in one call, the shards concurrently."""
-        wanted = list(dict.fromkeys(names))
-        found = await self._by_shard(wanted, model, lambda shard, part: shard.read_many(part, None, order))
-        return {name: found[name] for name in wanted}
+        parts = self.parts(Selection(model, names=tuple(names)))
+        found = await self._by_shard(
+            parts, lambda shard, part: shard.read_many(part.names or (), None, order)
+        )
+        return {name: found[name] for _, part in parts for name in part.names or ()}
 
-    async def load(
-        self,
-        model: str | None = None,
-        prefix: str | None = None,
-        names: Sequence[str] | None = None,
-        order: str = "default",
-        *,
-        copy: bool = False,
-        verify: bool | None = None,
-        **options: Any,
-    ) -> dict[str, np.ndarray]:
+    async def load(self, model: str | None = None, **keywords: Unpack[LoadKeywords]) -> dict[str, np.ndarray]:
         """As `Archive.load`; only the shards holding the selection are read, concurrently, each
         as one `Archive.load` of its part (so tied names in a shard share memory as there)."""
         return await self.load_with(
-            lambda shard, part: shard.load(names=part, order=order, copy=copy, verify=verify, **options),
-            model=model, prefix=prefix, names=names,
-        )  # fmt: skip
+            Selection(model, **keywords), lambda shard, part: shard.load(**part.keywords())
+        )
 
     async def load_with(
-        self,
-        load_part: Callable[[Archive, list[str]], Awaitable[dict[str, Any]]],
-        *,
-        model: str | None = None,
-        prefix: str | None = None,
-        names: Sequence[str] | None = None,
+        self, selection: Selection, load_part: Callable[[Archive, Selection], Awaitable[dict[str, Any]]]
     ) -> dict[str, Any]:
-        """The selection `Archive.load` makes, loaded shard by shard with `load_part(shard, its
-        names)` and merged in the selection's order (reader.torch loads through this too)."""
-        selected = self._select(model, prefix, names)
-        found = await self._by_shard(selected, model, load_part)
-        return {name: found[name] for name in selected}
+        """The selection loaded shard by shard with `load_part(shard, its part of the selection)`,
+        merged in the selection's order (reader.torch loads through this too)."""
+        parts = self.parts(selection)
+        found = await self._by_shard(parts, load_part)
+        return {name: found[name] for _, part in parts for name in part.names or ()}
+
+    def parts(self, selection: Selection) -> list[tuple[Archive, Selection]]:
+        """Each shard holding some of the selection, with its part (exactly its names)."""
+        by_shard: dict[str, list[str]] = {}
+        for info in selection.tensors(self):
+            by_shard.setdefault(self.index.weight_map[info.name], []).append(info.name)
+        return [(self.shards[shard], selection.part(names)) for shard, names in by_shard.items()]
 
     async def iter_load(
-        self,
-        model: str | None = None,
-        prefix: str | None = None,
-        names: Sequence[str] | None = None,
-        order: str = "default",
-        *,
-        copy: bool = False,
-        verify: bool | None = None,
-        **options: Any,
+        self, model: str | None = None, **keywords: Unpack[LoadKeywords]
     ) -> AsyncIterator[tuple[str, np.ndarray]]:
         """`(name, array)` for the selection `load` makes, in completion order: each shard's part
-        through its own `iter_load` where shards have one (else its `load`, yielded when it
-        lands), READ_CONCURRENCY shards at once. Stopping early cancels what is still reading."""
-        selected = self._select(model, prefix, names)
-        arguments = {"order": order, "copy": copy, "verify": verify, **options}
+        through its own `iter_load`, READ_CONCURRENCY shards at once. Stopping early cancels what
+        is still reading."""
         landed: asyncio.Queue[tuple[str, np.ndarray] | None] = asyncio.Queue()
 
-        async def part(shard: Archive, names: list[str]) -> dict[str, Any]:
-            if hasattr(shard, "iter_load"):
-                async for item in shard.iter_load(names=names, **arguments):
-                    landed.put_nowait(item)
-            else:
-                for item in (await shard.load(names=names, **arguments)).items():
-                    landed.put_nowait(item)
+        async def part(shard: Archive, selection: Selection) -> dict[str, Any]:
+            async for item in shard.iter_load(**selection.keywords()):
+                landed.put_nowait(item)
             return {}
 
         async def run() -> None:
             try:
-                await self._by_shard(selected, model, part)
+                await self._by_shard(self.parts(Selection(model, **keywords)), part)
             finally:
                 landed.put_nowait(None)
 
@@ -322,33 +302,20 @@ class ShardedArchive:
         finally:
             task.cancel()
 
-    def _select(self, model: str | None, prefix: str | None, names: Sequence[str] | None) -> list[str]:
-        """What `Archive.load` selects: exactly `names` (each must exist), else every readable
-        tensor whose name starts with `prefix`."""
-        if names is not None:
-            return [self.layout(name, model).name for name in dict.fromkeys(names)]
-        return [t.name for t in self.tensors(model) if t.readable and t.name.startswith(prefix or "")]
-
     async def _by_shard(
         self,
-        names: list[str],
-        model: str | None,
-        call: Callable[[Archive, list[str]], Awaitable[dict[str, Any]]],
+        parts: list[tuple[Archive, Selection]],
+        call: Callable[[Archive, Selection], Awaitable[dict[str, Any]]],
     ) -> dict[str, Any]:
-        """`call(shard, its names)` for each shard holding some of `names`, READ_CONCURRENCY at
-        once; their results merged."""
-        parts: dict[str, list[str]] = {}
-        for name in names:
-            self.layout(name, model)
-            parts.setdefault(self.index.weight_map[name], []).append(name)
+        """`call(shard, its part)` for each part, READ_CONCURRENCY at once; their results merged."""
         limit = asyncio.Semaphore(READ_CONCURRENCY)
 
-        async def one(shard: str, part: list[str]) -> dict[str, Any]:
+        async def one(shard: Archive, part: Selection) -> dict[str, Any]:
             async with limit:
-                return await call(self.shards[shard], part)
+                return await call(shard, part)
 
         async with task_group() as group:  # a failure cancels the other shards' reads
-            tasks = [group.create_task(one(shard, part)) for shard, part in parts.items()]
+            tasks = [group.create_task(one(shard, part)) for shard, part in parts]
         return {name: value for task in tasks for name, value in task.result().items()}
 
     # -- what a checkpoint does not have --------------------------------------------------------

@@ -1,0 +1,111 @@
+"""What a load takes: one typed `Selection`, and the two things it reads through.
+
+The public loads (`Archive.load`, `Archive.iter_load`, `reader.load`, `reader.torch.load`) take
+`model` and the keywords of `LoadKeywords`, written once here; inside they carry one `Selection`.
+The loader never imports the archive: it selects from a `Catalog` (what `Archive` answers) and
+reads through the `Payloads` the archive hands it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields, replace
+from typing import Any, Protocol, TypedDict
+
+from ..pt2.tensorinfo import TensorInfo
+from ..reading.entries import EntryFetcher
+from ..sources import ByteSource
+from ..tensor import ORDERS
+from ..zipfmt import ZipEntry
+from .shards import Shard
+
+
+class LoadKeywords(TypedDict, total=False):
+    """The keywords of every load after `model` (the public functions' signature, written once).
+
+    prefix: only tensors whose names start with it; names: exactly these (in this order);
+    order: "default" (memory order, views keep their strides) or "contiguous" (row-major);
+    copy: owned arrays instead of read-only views of a mapped local file;
+    verify: check every CRC-32, mapped views included (None: whatever is read);
+    shard: a rank's blocks of the tensors its patterns name (see `Shard`)."""
+
+    prefix: str | None
+    names: Sequence[str] | None
+    order: str
+    copy: bool
+    verify: bool | None
+    shard: Shard | None
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """Which tensors a load returns and how: `model` plus `LoadKeywords`, checked once."""
+
+    model: str | None = None
+    prefix: str | None = None
+    names: tuple[str, ...] | None = None
+    order: str = "default"
+    copy: bool = False
+    verify: bool | None = None
+    shard: Shard | None = None
+
+    def __post_init__(self) -> None:
+        if self.order not in ORDERS:
+            raise ValueError(f"order must be one of {ORDERS}, not {self.order!r}")
+        if self.names is not None:
+            if isinstance(self.names, str):
+                raise TypeError("names is a sequence of tensor names, not one string")
+            object.__setattr__(self, "names", tuple(dict.fromkeys(self.names)))
+        if self.shard is not None and not isinstance(self.shard, Shard):
+            raise TypeError(f"shard must be a reader.Shard, not {type(self.shard).__name__}")
+
+    def keywords(self) -> dict[str, Any]:
+        """The selection as the public loads take it (`ar.load(**selection.keywords())`)."""
+        return {field.name: getattr(self, field.name) for field in fields(self)}
+
+    def part(self, names: Sequence[str]) -> Selection:
+        """The same selection narrowed to exactly `names` (a sharded checkpoint's part in one shard)."""
+        return replace(self, model=None, prefix=None, names=tuple(names))
+
+    @classmethod
+    def split(cls, model: str | None, keywords: Mapping[str, Any]) -> tuple[Selection, dict[str, Any]]:
+        """The selection in `keywords` and the rest (options for `open_archive`)."""
+        fields = LoadKeywords.__annotations__
+        chosen = {key: value for key, value in keywords.items() if key in fields}
+        return cls(model, **chosen), {key: value for key, value in keywords.items() if key not in fields}
+
+    def tensors(self, catalog: Catalog) -> list[TensorInfo]:
+        """Named tensors as given (each must exist), else every readable tensor of one model (the
+        named one, else the default) whose name starts with `prefix`: weights and constants, as
+        torch's state dict plus its constants holds them."""
+        if self.names is not None:
+            return [catalog.layout(name, self.model) for name in self.names]
+        model = catalog.resolve_model(self.model)
+        prefix = self.prefix or ""
+        return [t for t in catalog.tensors(model) if t.readable and t.name.startswith(prefix)]
+
+
+class Catalog(Protocol):
+    """What a selection is made from (an `Archive`)."""
+
+    def tensors(self, model: str | None = None) -> list[TensorInfo]: ...
+
+    def layout(self, name: str, model: str | None = None) -> TensorInfo: ...
+
+    def resolve_model(self, model: str | None) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Payloads:
+    """What a load reads through: the archive's source, its entries by name and its fetcher (which
+    knows the data offsets found so far)."""
+
+    source: ByteSource
+    entries: Mapping[str, ZipEntry]
+    fetcher: EntryFetcher
+
+
+class Loadable(Catalog, Protocol):
+    """An open archive as the loader sees it."""
+
+    def payloads(self) -> Payloads: ...
