@@ -12,6 +12,12 @@ ARG BASE_IMAGE=python:3.11-slim
 # -- builder: turn the source tree into a wheel (build tools stay in this stage) ----------------------
 FROM ${BASE_IMAGE} AS builder
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
+# a stub of the project from pyproject.toml alone (no code): the runtime stage installs its
+# dependencies in a layer that only a change of pyproject.toml rebuilds
+WORKDIR /stub
+COPY pyproject.toml ./
+RUN --mount=type=secret,id=pip.conf,target=/etc/pip.conf --mount=type=secret,id=pip-ca.pem \
+    mkdir reader app && touch README.md && python -m pip wheel --no-deps --wheel-dir /stub/wheel .
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY reader ./reader
@@ -22,10 +28,15 @@ RUN --mount=type=secret,id=pip.conf,target=/etc/pip.conf --mount=type=secret,id=
 # -- runtime: the wheel and its runtime dependencies only, run as a non-root user ---------------------
 FROM ${BASE_IMAGE}
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
-COPY --from=builder /wheels /wheels
-# the README's service install (`pip install .`), from the wheel built above, with the extras named by
-# EXTRAS (the cloud SDKs of gs:// and az://; `--build-arg EXTRAS=` builds the image without them)
+# EXTRAS: the extras installed (the cloud SDKs of gs:// and az://; `--build-arg EXTRAS=` builds the
+# image without them)
 ARG EXTRAS=all
+# the dependencies, through the stub (then uninstalled; a stale layer only leaves the next step more
+# to install), then the README's service install (`pip install .`) from the wheel built above
+RUN --mount=type=bind,from=builder,source=/stub/wheel,target=/stub \
+    --mount=type=secret,id=pip.conf,target=/etc/pip.conf --mount=type=secret,id=pip-ca.pem \
+    pip install "$(ls /stub/*.whl)${EXTRAS:+[$EXTRAS]}" && pip uninstall --yes pt2serve
+COPY --from=builder /wheels /wheels
 RUN --mount=type=secret,id=pip.conf,target=/etc/pip.conf --mount=type=secret,id=pip-ca.pem \
     pip install "$(ls /wheels/*.whl)${EXTRAS:+[$EXTRAS]}" && rm -rf /wheels
 RUN useradd --system --uid 10001 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin pt2serve

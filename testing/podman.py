@@ -363,7 +363,7 @@ class ComposeRun:
     `service_completed_successfully`: the one-shot container exited 0). Images: `build:` services run
     `built`, the others `images[name without tag]` (the stand-ins).
 
-    `runs[service]` runs a service several times in sequence, each with extra environment and podman
+    `runs[service]` runs a service several times at once, each with extra environment and podman
     options (a one-shot upload per archive); `env[service]` overrides environment on every run.
     Containers are named PREFIX-SERVICE[-N] and removed, with their volumes, by `down()`."""
 
@@ -429,17 +429,18 @@ class ComposeRun:
     def _start(self, name: str) -> None:
         service = self.services[name]
         runs = self.runs.get(name) or [({}, ())]
+        self.started_at[name] = time.monotonic()
+        names = []
         for index, (run_env, run_options) in enumerate(runs):
             options, args = compose_run_options(
                 service, project=self.project, network_name=self.prefix, alias=name,
                 volume_prefix=self.prefix, env_overrides={**self.env.get(name, {}), **run_env},
             )  # fmt: skip
-            container = f"{self.prefix}-{name}" + (f"-{index}" if len(runs) > 1 else "")
-            self.containers[name] = container
-            self.started_at[name] = time.monotonic()
-            run_detached(self.image(name), *args, name=container, options=[*options, *run_options])
-            if index < len(runs) - 1:
-                self._completed(name)
+            names.append(f"{self.prefix}-{name}" + (f"-{index}" if len(runs) > 1 else ""))
+            run_detached(self.image(name), *args, name=names[-1], options=[*options, *run_options])
+        for container in names[:-1]:  # the runs go together; dependents wait for the last one
+            self._completed(container)
+        self.containers[name] = names[-1]
 
     def _wait_for_dependencies(self, name: str) -> None:
         for dep, spec in (self.services[name].get("depends_on") or {}).items():
@@ -450,11 +451,10 @@ class ComposeRun:
                 wait_healthy(self.containers[dep], self.timeout)
                 self.ready_after.setdefault(dep, time.monotonic() - self.started_at[dep])
             elif condition == "service_completed_successfully":
-                self._completed(dep)
+                self._completed(self.containers[dep])
 
-    def _completed(self, name: str) -> None:
-        """Wait for the one-shot container to exit; PodmanError unless it exited 0."""
-        container = self.containers[name]
+    def _completed(self, container: str) -> None:
+        """Wait for a one-shot container to exit; PodmanError unless it exited 0."""
         status = podman("wait", container, timeout=self.timeout).strip()
         if status != "0":
             raise PodmanError(f"{container} exited {status}:\n{logs(container)}")
