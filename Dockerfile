@@ -8,6 +8,7 @@
 # private index or a proxy's CA (`--secret id=pip.conf,src=FILE`, plus any file it names, such as
 # `--secret id=pip-ca.pem,src=CA_FILE` mounted at /run/secrets/pip-ca.pem). Never copied into the image.
 ARG BASE_IMAGE=python:3.11-slim
+# checkov:skip=CKV_DOCKER_7: FROM ${BASE_IMAGE} is python:3.11-slim, a version tag, unless the build names another; checkov does not expand build arguments
 
 # -- builder: turn the source tree into a wheel (build tools stay in this stage) ----------------------
 FROM ${BASE_IMAGE} AS builder
