@@ -363,7 +363,7 @@ class ComposeRun:
     `service_completed_successfully`: the one-shot container exited 0). Images: `build:` services run
     `built`, the others `images[name without tag]` (the stand-ins).
 
-    `runs[service]` runs a service several times at once, each with extra environment and podman
+    `runs[service]` runs a service several times in turn, each with extra environment and podman
     options (a one-shot upload per archive); `env[service]` overrides environment on every run.
     Containers are named PREFIX-SERVICE[-N] and removed, with their volumes, by `down()`."""
 
@@ -430,17 +430,17 @@ class ComposeRun:
         service = self.services[name]
         runs = self.runs.get(name) or [({}, ())]
         self.started_at[name] = time.monotonic()
-        names = []
         for index, (run_env, run_options) in enumerate(runs):
+            if index:  # one after the other, as the service runs alone (init-s3.sh's bucket check races)
+                self._completed(self.containers[name])
             options, args = compose_run_options(
                 service, project=self.project, network_name=self.prefix, alias=name,
                 volume_prefix=self.prefix, env_overrides={**self.env.get(name, {}), **run_env},
             )  # fmt: skip
-            names.append(f"{self.prefix}-{name}" + (f"-{index}" if len(runs) > 1 else ""))
-            run_detached(self.image(name), *args, name=names[-1], options=[*options, *run_options])
-        for container in names[:-1]:  # the runs go together; dependents wait for the last one
-            self._completed(container)
-        self.containers[name] = names[-1]
+            self.containers[name] = f"{self.prefix}-{name}" + (f"-{index}" if len(runs) > 1 else "")
+            run_detached(
+                self.image(name), *args, name=self.containers[name], options=[*options, *run_options]
+            )
 
     def _wait_for_dependencies(self, name: str) -> None:
         for dep, spec in (self.services[name].get("depends_on") or {}).items():
