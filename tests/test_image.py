@@ -163,7 +163,8 @@ def compose_topology(base, image, big_archive):
 @pytest.fixture(scope="module")
 def edge(compose_topology):
     _, url = compose_topology
-    with httpx.Client(base_url=url, timeout=30) as client:
+    # generous: on this shared 2-core machine a replica's first read from SeaweedFS took 15 s once
+    with httpx.Client(base_url=url, timeout=120) as client:
         yield client
 
 
