@@ -164,15 +164,11 @@ def standin_tools(base: str, weed: str) -> dict[str, str]:
         return tags
     with tempfile.TemporaryDirectory(prefix="pt2serve-tools-") as tmp:
         pathlib.Path(tmp, "Containerfile").write_text(TOOLS_CONTAINERFILE)
-        os.link(weed, pathlib.Path(tmp, "weed")) if _same_device(weed, tmp) else shutil.copy(weed, tmp)
+        shutil.copy(weed, tmp)  # the build context: podman copies it into the image
         for name, target in STANDIN_TARGETS.items():
             podman("build", "--runtime", RUNTIME, "--network", "host", "--build-arg", f"BASE_IMAGE={base}",
                    "--target", target, "-t", tags[name], tmp, timeout=900)  # fmt: skip
     return tags
-
-
-def _same_device(a: str, b: str) -> bool:
-    return os.stat(a).st_dev == os.stat(b).st_dev
 
 
 # -- the pt2serve image ----------------------------------------------------------------------------
