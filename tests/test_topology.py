@@ -82,7 +82,11 @@ def _data_url(name: str, archive: str | None = None) -> str:
     return f"{prefix}/tensors/{quote(name, safe='')}/data"
 
 
-def test_every_tensor_through_nginx(client):
+# -- checks shared with tests/test_image.py (the same topology in containers) ------------------------
+# Each takes an httpx client on nginx whose default archive (the first) is layouts.pt2.
+
+
+def check_every_tensor_through_nginx(client) -> None:
     expected = run(_all_bytes(ARCHIVES / "layouts.pt2", "default"))
     assert len(expected) > 5
     for name, data in expected.items():
@@ -99,7 +103,8 @@ def test_every_tensor_through_nginx(client):
     assert listing["archive"] == "layouts" and {t["name"] for t in listing["tensors"]} >= set(expected)
 
 
-def test_multi_slice_tensor_and_range_requests_hit_the_cache(client, big_archive):
+def check_multi_slice_tensor_and_range_requests_hit_the_cache(client, big_archive: pathlib.Path) -> None:
+    """`big_archive` (the `big_archive` fixture's file) is served as archive `big`."""
     expected = run(_all_bytes(big_archive, "default"))["big.weight"]
     first = client.get(_data_url("big.weight", archive="big"))
     assert first.status_code == 200 and first.content == expected
@@ -127,6 +132,34 @@ def test_multi_slice_tensor_and_range_requests_hit_the_cache(client, big_archive
     assert [r.status_code for r in tail] == [206, 206]
     assert all(r.content == data[-100:] for r in tail)
     assert [r.headers["x-cache-status"] for r in tail] == ["MISS", "HIT"]
+
+
+def check_requests_survive_a_killed_replica(client, kill_one_replica) -> None:
+    """`kill_one_replica()` SIGKILLs one of the two replicas and returns once it is dead."""
+    # earlier tests may have had a replica answer 503 (an archive update), which nginx counts
+    # against it for fail_timeout (5 s); with that one marked down and the other killed, nginx
+    # would have no live upstream. Start from both replicas in good standing.
+    import time
+
+    time.sleep(5.5)
+    kill_one_replica()
+    expected = run(_all_bytes(ARCHIVES / "layouts.pt2", "contiguous"))
+    # new URLs (order=contiguous, not cached yet): every one has to reach a live replica
+    for _ in range(2):
+        for name, data in expected.items():
+            response = client.get(_data_url(name) + "?order=contiguous")
+            assert response.status_code == 200, (name, response.status_code, response.text)
+            assert response.content == data
+        assert client.get("/tensors").status_code == 200
+        assert client.get("/healthz").status_code == 200
+
+
+def test_every_tensor_through_nginx(client):
+    check_every_tensor_through_nginx(client)
+
+
+def test_multi_slice_tensor_and_range_requests_hit_the_cache(client, big_archive):
+    check_multi_slice_tensor_and_range_requests_hit_the_cache(client, big_archive)
 
 
 def test_replacing_the_object_while_clients_stream(topo, client, net_versions):
@@ -233,23 +266,11 @@ def test_replacing_the_object_while_clients_stream(topo, client, net_versions):
 
 
 def test_requests_survive_a_killed_replica(topo, client):
-    # earlier tests may have had a replica answer 503 (an archive update), which nginx counts
-    # against it for fail_timeout (5 s); with that one marked down and the other killed, nginx
-    # would have no live upstream. Start from both replicas in good standing.
-    import time
+    def kill_one_replica() -> None:
+        pid = topo.kill_replica(0, signal.SIGKILL)
+        assert topo.replicas[0].process.poll() is not None, pid
 
-    time.sleep(5.5)
-    pid = topo.kill_replica(0, signal.SIGKILL)
-    assert topo.replicas[0].process.poll() is not None, pid
-    expected = run(_all_bytes(ARCHIVES / "layouts.pt2", "contiguous"))
-    # new URLs (order=contiguous, not cached yet): every one has to reach a live replica
-    for _ in range(2):
-        for name, data in expected.items():
-            response = client.get(_data_url(name) + "?order=contiguous")
-            assert response.status_code == 200, (name, response.status_code, response.text)
-            assert response.content == data
-        assert client.get("/tensors").status_code == 200
-        assert client.get("/healthz").status_code == 200
+    check_requests_survive_a_killed_replica(client, kill_one_replica)
 
 
 # -- behind an API token: the edge still caches, and only for valid credentials --------------------
