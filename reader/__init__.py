@@ -9,6 +9,7 @@ tensors = reader.torch.load("s3://bucket/model.pt2")  # the same as torch tensor
 """
 
 from .archive import Archive, open_archive
+from .compare import compare
 from .errors import (
     ArchiveFormatError,
     FileNotFound,
@@ -42,6 +43,7 @@ __all__ = [
     "TensorInfo",
     "TensorNotFound",
     "UnsupportedPayload",
+    "compare",
     "load",
     "open_archive",
 ]
