@@ -95,3 +95,48 @@ def test_compare_view_fits_390_px_and_the_chooser_works(browser, archives):
             assert not errors, errors
         finally:
             context.close()
+
+
+@pytest.fixture(scope="module")
+def versions(tmp_path_factory):
+    pytest.importorskip("torch", reason="torch writes the two archive versions (with their graphs)")
+    from testing.versioned_archives import write_version
+
+    out = tmp_path_factory.mktemp("graph-colour")
+    return [
+        f"v1={write_version(out / 'v1' / 'net.pt2', 1)}",
+        f"v2={write_version(out / 'v2' / 'net.pt2', 2)}",
+    ]
+
+
+def test_graph_coloured_by_relative_change_and_by_a_statistic(browser, versions):
+    with serve(versions, token=TOKEN) as base:
+        context, page, errors = _page(browser)
+        try:
+            page.goto(f"{base}/#/archive/v2/graph")
+            page.wait_for_selector("[data-testid=graph-node], [data-testid=graph-group]")
+            page.select_option("[data-testid=graph-colour]", "change")  # from v1, the first choice
+            page.wait_for_function(
+                "document.querySelector('[data-testid=graph-legend]').textContent.includes('relative change')"
+            )
+            values = page.eval_on_selector_all(
+                "[data-module]",
+                "els => Object.fromEntries(els.map(e => [e.dataset.module, e.dataset.colourValue]))",
+            )
+            # head.bias changed (head), norm did not: coloured by their figures
+            assert float(values["head"]) > 0 and float(values["norm"]) == 0, values
+            fills = page.eval_on_selector_all(
+                "[data-module=head] > rect, [data-module=norm] > rect", "els => els.map(e => e.style.fill)"
+            )
+            assert len(set(fills)) == 2 and all(fills), fills
+            page.select_option("[data-testid=graph-colour]", "std")
+            page.wait_for_function(
+                "document.querySelector('[data-testid=graph-legend]').textContent.startsWith('std')"
+            )
+            coloured = page.eval_on_selector_all(
+                "[data-module]", "els => els.filter(e => e.dataset.colourValue).length"
+            )
+            assert coloured > 0
+            assert not errors, errors
+        finally:
+            context.close()
