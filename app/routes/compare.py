@@ -26,8 +26,10 @@ from .params import ModelQ, PrefixQ, serve
 
 router = APIRouter()
 
-SideA = Annotated[str, Path(description="the old side: an archive id, or `{id}@{version}`")]
-SideB = Annotated[str, Path(description="the new side: an archive id, or `{id}@{version}`")]
+SideA = Annotated[
+    str, Path(description="the old side: an archive id, or `{id}@{version}`", alias="archive_id")
+]
+SideB = Annotated[str, Path(description="the new side: an archive id, or `{id}@{version}`", alias="other_id")]
 ExactQ = Annotated[
     bool,
     Query(description="figures from a full pass over large changed tensors (default: sampled above 16 MiB)"),
@@ -46,7 +48,7 @@ async def _sides(request: Request, a: str, b: str) -> tuple[Served, Served]:
 
 
 @router.get(
-    "/archives/{a}/compare/{b}",
+    "/archives/{archive_id}/compare/{other_id}",
     summary="What changed between two archives or two versions: per tensor, and by module",
     responses=ERRORS,
 )
@@ -81,7 +83,7 @@ async def compare_archives(
 
 
 @router.get(
-    "/archives/{a}/compare/{b}/tensors/{name:path}",
+    "/archives/{archive_id}/compare/{other_id}/tensors/{name:path}",
     summary="One tensor on both sides: heat maps of each and of their difference (a - b), sampled as /stats",
     responses=ERRORS,
 )
