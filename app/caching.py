@@ -45,6 +45,14 @@ def credentialed(scope: Scope) -> bool:
     return any(name == b"authorization" for name, _ in scope["headers"])
 
 
+def pair_policy(both_pinned: bool, scope: Scope) -> Fields:
+    """An answer about two archive versions at once (a comparison): immutable only when both URLs
+    named their versions, else revalidated (either side may move on)."""
+    if both_pinned:
+        return Fields({"cache-control": IMMUTABLE_PRIVATE if credentialed(scope) else IMMUTABLE})
+    return REVALIDATE_HEADERS
+
+
 def default_policy(path: str) -> str:
     return NO_STORE if path in NO_STORE_PATHS else REVALIDATE
 

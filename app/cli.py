@@ -26,6 +26,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
+from . import cli_diff
 from .cli_cache import add_cache_command, cmd_cache
 from .cli_output import (
     PROGRESS_THRESHOLD,
@@ -254,6 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"progress bar on stderr (default: on a terminal, for {PROGRESS_THRESHOLD >> 20} MiB and more)",
     )
     _add_trust_option(pull)
+    _add_trust_option(cli_diff.add_parser(commands))
     for command in commands.choices.values():
         command.add_argument(
             "--no-sign-request",
@@ -351,6 +353,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.environ[OFFLINE_ENV] = "1"
     if args.command == "serve":
         return serve(args)
+    if args.command == "diff":
+        status = run_command(lambda a: cli_diff.cmd_diff(a, _http_options(a)), args)
+        return cli_diff.exit_status(status, args)
     commands: dict[str, Callable[[argparse.Namespace], Any]] = {
         "ls": cmd_ls,
         "layout": cmd_layout,

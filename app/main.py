@@ -16,6 +16,7 @@ from .limits import StreamLimiter
 from .metrics import Metrics, MetricsMiddleware
 from .registry import Registry
 from .routes import bundles, executorch, graph, hot, manifest, service, signing, tensors, values, viewer
+from .routes import compare as compare_routes
 from .routes.params import default_archive, named_archive, one_value_each
 from .security import AccessGate, BearerTokenMiddleware, JsonCORSMiddleware, quiet_url_logging
 from .settings import Settings
@@ -107,6 +108,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             app.include_router(router, prefix=prefix)
             mounted.append((router, prefix))
     app.include_router(bundles.router)
+    app.include_router(compare_routes.router)
     app.include_router(executorch.router)
     app.include_router(signing.router)
     app.include_router(viewer.router)

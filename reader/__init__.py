@@ -10,6 +10,7 @@ rank_1 = reader.load("s3://bucket/model.pt2", shard=reader.Shard(1, 4, {"*.mlp.*
 """
 
 from .archive import Archive, open_archive
+from .compare import compare
 from .errors import (
     ArchiveFormatError,
     FileNotFound,
@@ -50,6 +51,7 @@ __all__ = [
     "TensorInfo",
     "TensorNotFound",
     "UnsupportedPayload",
+    "compare",
     "load",
     "open_archive",
 ]

@@ -89,8 +89,9 @@ def test_no_route_takes_a_url_or_location() -> None:
         for operation in methods.values():
             names |= {p["name"] for p in operation.get("parameters", [])}
     # /sign's `path` is a path on this service (anything with a scheme or host is refused: 422)
-    allowed = {"archive_id", "name", "model", "prefix", "kind", "order", "format", "alignment", "path", "ttl",
-               "redirect", "slice"}  # fmt: skip
+    allowed = {"archive_id", "name", "model", "prefix", "kind", "order", "format", "alignment", "path", "ttl"}
+    allowed |= {"redirect", "slice"}  # a flag; NumPy indexing of the named tensor
+    allowed |= {"other_id", "exact"}  # /archives/{archive_id}/compare/{other_id}: an archive id; a flag
     assert names <= allowed, names
     for route in app.routes:
         assert not {"POST", "PUT", "PATCH", "DELETE"} & set(getattr(route, "methods", set()) or ())

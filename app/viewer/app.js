@@ -84,12 +84,16 @@ function hashFor(archive, model, { tensor = null, node = null, graph = state.tab
 }
 
 function setHash() {
-  if (!state.archive) return;
+  if (!state.archive || comparing()) return;
   const hash = hashFor(state.archive, state.model, { tensor: state.open, node: state.open ? null : state.node });
   if (location.hash !== hash) history.replaceState(null, "", hash);
 }
 
+// #/compare/... belongs to compare.js: this view leaves the hash and its panes alone there
+const comparing = () => location.hash.startsWith("#/compare/");
+
 async function applyRoute(route = parseHash()) {
+  if (comparing()) return;
   const archive = route.archive && state.archives.some((a) => a.id === route.archive) ? route.archive : null;
   if (archive && (archive !== state.archive || (route.model && route.model !== state.model))) {
     await loadArchive(archive, route.model || null);
