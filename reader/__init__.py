@@ -9,7 +9,7 @@ tensors = reader.torch.load("s3://bucket/model.pt2")  # the same as torch tensor
 rank_1 = reader.load("s3://bucket/model.pt2", shard=reader.Shard(1, 4, {"*.mlp.*": 0}))  # its blocks
 """
 
-from .archive import Archive, open_archive
+from .archive import Archive
 from .compare import compare
 from .errors import (
     ArchiveFormatError,
@@ -27,6 +27,7 @@ from .errors import (
 )
 from .loading.shards import InvalidShard, Shard
 from .loading.sync import load
+from .opener import open_archive
 from .pt2.executorch import EmbeddedFile
 from .pt2.tensorinfo import StorageRef, TensorInfo
 from .sharded import ShardedArchive

@@ -19,7 +19,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from . import zipfmt
 from .errors import ReaderError
@@ -28,7 +28,8 @@ from .sources import LocalFileSource
 from .zipfmt import ZipEntry
 
 if TYPE_CHECKING:
-    from .archive import Archive
+    from .pt2.executorch import EmbeddedFile
+    from .pt2.tensorinfo import TensorInfo
 
 Chunk = bytes | memoryview
 
@@ -115,7 +116,27 @@ async def entry_read(fetcher: EntryFetcher, entry: ZipEntry, start: int, end: in
     return data
 
 
-async def verify_ahead(archive: Archive) -> int:
+class _OneEntry(Protocol):
+    """A tensor's or a file's bytes (TensorBytes, EntryBytes): the entry and who reads it."""
+
+    entry: ZipEntry
+    fetcher: EntryFetcher
+
+
+class Verifiable(Protocol):
+    """What `verify_ahead` goes through (an Archive; named structurally: the archive imports this)."""
+
+    @property
+    def executorch_files(self) -> list[EmbeddedFile]: ...
+
+    def tensors(self, model: str | None = None) -> list[TensorInfo]: ...
+
+    def tensor(self, name: str, model: str | None = None) -> _OneEntry: ...
+
+    def executorch_file(self, name: str) -> _OneEntry: ...
+
+
+async def verify_ahead(archive: Verifiable) -> int:
     """CRC-check every stored payload entry of a local archive not yet verified (a background job:
     one pass over the file, entry by entry); returns how many entries are verified."""
     entries: dict[str, tuple[EntryFetcher, ZipEntry]] = {}

@@ -105,7 +105,7 @@ def with_archive(
     use: Callable[[Archive], Awaitable[T]],
 ) -> T:
     """Open `location` (`options` go to `open_archive`), run `use` on it, close it: synchronously."""
-    from ..archive import open_archive
+    from ..opener import open_archive
 
     async def run() -> T:
         async with open_archive(location, **options) as archive:
