@@ -55,7 +55,7 @@ async def tensor_stats(archive: reader.Archive, name: str, model: str | None) ->
     info = tensor.info
     assert info.sizes is not None and info.dtype is not None
     numel, nbytes = info.numel or 0, info.nbytes or 0
-    shape2d = _shape2d(info.sizes)
+    shape2d = shape2d_of(info.sizes)
     if nbytes <= SMALL_BYTES and numel <= SMALL_ELEMENTS:
         values = decode(await tensor.read(), info.dtype)
         result = summarize(values, info.dtype, shape2d)
@@ -65,7 +65,7 @@ async def tensor_stats(archive: reader.Archive, name: str, model: str | None) ->
             raise reader.UnsupportedPayload(
                 f"{info.model}/{info.name}: a non-dense view of {nbytes} bytes is too large to sample"
             )
-        values, rows, first = await _sample(archive, info)
+        values, rows, first = await sample(archive, info)
         result = summarize(values, info.dtype, None)
         result["first"] = _json_values(first, info.dtype)
         if rows is not None and shape2d is not None:
@@ -143,7 +143,7 @@ def heatmap(matrix: np.ndarray, dtype: str) -> dict[str, Any]:
     }
 
 
-async def _sample(
+async def sample(
     archive: reader.Archive, info: reader.TensorInfo
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
     """(sampled values, sampled rows as a 2-D array or None, the first values in logical order)."""
@@ -151,7 +151,7 @@ async def _sample(
     itemsize, nbytes = info.itemsize or 1, info.nbytes or 0
     row_major = tuple(info.dim_order or ()) == tuple(range(len(info.sizes)))
     order = "contiguous" if row_major else "default"
-    shape2d = _shape2d(info.sizes)
+    shape2d = shape2d_of(info.sizes)
     limit = asyncio.Semaphore(CONCURRENT_READS)
 
     tensors = {o: archive.tensor(info.name, info.model, o) for o in {order, "default"}}
@@ -192,7 +192,7 @@ async def _sample(
     return values, rows, first
 
 
-def _shape2d(sizes: tuple[int, ...]) -> tuple[int, int] | None:
+def shape2d_of(sizes: tuple[int, ...]) -> tuple[int, int] | None:
     if len(sizes) < 2 or math.prod(sizes) == 0:
         return None
     return sizes[0], math.prod(sizes[1:])

@@ -21,7 +21,7 @@ from reader.pt2.dtypes import BY_NAME, to_numpy
 from ..caching import pair_policy
 from ..openapi import ARCHIVE, MODEL, TENSOR, answers, json_resource
 from ..registry import Served
-from ..values import SMALL_BYTES, SMALL_ELEMENTS, _sample, _shape2d, heatmap
+from ..values import SMALL_BYTES, SMALL_ELEMENTS, heatmap, sample, shape2d_of
 from ..versioning import TaggedJson, json_etag_response
 from .params import ModelQ, PrefixQ, serve
 
@@ -122,13 +122,13 @@ async def compare_tensor(request: Request, a: SideA, b: SideB, name: str, model:
 async def _rows(archive: reader.Archive, info: reader.TensorInfo) -> np.ndarray | None:
     """The rows of the tensor's 2-D view the stats route draws its heat map from: all of them for
     a small tensor, the same evenly spaced rows for a large one (None: no 2-D view, or blocks)."""
-    shape2d = _shape2d(info.sizes or ())
+    shape2d = shape2d_of(info.sizes or ())
     if shape2d is None:
         return None
     if (info.nbytes or 0) <= SMALL_BYTES and (info.numel or 0) <= SMALL_ELEMENTS:
         raw = await archive.read(info.name, info.model, "contiguous")
         return to_numpy(raw, BY_NAME[info.dtype or ""], shape2d)
-    _, rows, _ = await _sample(archive, info)
+    _, rows, _ = await sample(archive, info)
     return rows
 
 
