@@ -284,9 +284,12 @@ class Registry:
                 log.warning("archive %s failed to open: %s", slot.spec.id, slot.error)
             else:
                 opened = Opened(archive, source_version(archive.source), Digests(archive))
-                digests, local = self._digests_ahead(archive), isinstance(archive.source, LocalFileSource)
-                if digests or local:
-                    opened.ahead = asyncio.create_task(self._compute_ahead(slot.spec.id, opened, digests))
+                digests = self._digests_ahead(archive)
+                # "off": nothing read in the background (an entry is verified by its first whole read)
+                verify = self.settings.digests_ahead != "off" and isinstance(archive.source, LocalFileSource)
+                if digests or verify:
+                    ahead = self._compute_ahead(slot.spec.id, opened, digests, verify)
+                    opened.ahead = asyncio.create_task(ahead)
                 slot.current, slot.status, slot.error = opened, "open", None
                 if opened.version in slot.gone:
                     slot.gone.remove(opened.version)
@@ -296,13 +299,13 @@ class Registry:
         return mode == "all" or (mode == "local" and is_local(archive))
 
     @staticmethod
-    async def _compute_ahead(archive_id: str, opened: Opened, digests: bool) -> None:
+    async def _compute_ahead(archive_id: str, opened: Opened, digests: bool, verify: bool) -> None:
         """The digests (if asked for), then the CRC-32 of each local payload the digests' reads did
         not cover (reader.verified: what may then be sent with sendfile)."""
         try:
             if digests:
                 await opened.digests.compute_ahead(opened.archive.tensors())
-            if isinstance(opened.archive.source, LocalFileSource):
+            if verify:
                 await verify_ahead(opened.archive)
         except reader.ReaderError as exc:  # requests compute what they need, and report errors
             log.warning("checking %s@%s ahead stopped: %s", archive_id, opened.version, exc)

@@ -92,7 +92,9 @@ def test_schemathesis_every_check_finds_nothing(server, tmp_path):
     """`schemathesis run --checks all` over every phase (coverage, fuzzing, stateful), deterministic
     and kept to 10 cases an operation (tens of seconds)."""
     command = [
-        *(sys.executable, "-m", "schemathesis.cli", "run", f"{server.url}/openapi.json"),
+        *(sys.executable, "-m", "schemathesis.cli"),
+        *("--config-file", str(pathlib.Path(__file__).with_name("schemathesis.toml"))),
+        *("run", f"{server.url}/openapi.json"),
         *("--checks", "all", "--phases", "coverage,fuzzing,stateful", "--max-examples", "10"),
         *("--generation-deterministic", "--workers", "2", "--no-color", "--request-timeout", "30"),
     ]

@@ -15,7 +15,7 @@ import reader
 from reader.digests import repr_digest, tensor_key
 from reader.formats.body import Body
 from reader.formats.npy import npy_body
-from reader.pt2.slicing import parse_index
+from reader.pt2.slicing import INDEX_SYNTAX, parse_index
 from reader.sliced import SliceBytes
 from reader.tensor import TensorBytes
 
@@ -42,6 +42,7 @@ SliceQ = Annotated[
     Query(
         description="a slice of the tensor in NumPy's basic indexing, e.g. `0:128,:,4:8`, `-1`, `::2,...`: "
         "its row-major bytes (order is ignored), only the bytes it covers read",
+        pattern=INDEX_SYNTAX,
     ),
 ]
 

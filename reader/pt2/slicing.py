@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import operator
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import EllipsisType
@@ -132,9 +133,17 @@ def index_key(normalized: Sequence[NormalizedEntry]) -> str:
     return ",".join(parts)
 
 
+# The query syntax of an index, as a regular expression (the service's OpenAPI `pattern` too):
+# entries `...`, an integer, or start:stop[:step] with optional integers, split by commas.
+_ENTRY = r"(?:\.\.\.|-?[0-9]+|-?[0-9]*:-?[0-9]*(?::-?[0-9]*)?)"
+INDEX_SYNTAX = rf"^ *(?:{_ENTRY}(?: *, *{_ENTRY})*)? *$"
+
+
 def parse_index(text: str) -> tuple[int | slice | EllipsisType, ...]:
     """The index a query text means, NumPy's syntax without brackets: "0:128,:,4:8", "-1",
-    "::2", "...,0". An empty text is the whole tensor. ValueError for anything else."""
+    "::2", "...,0" (INDEX_SYNTAX). An empty text is the whole tensor. ValueError for anything else."""
+    if not re.fullmatch(INDEX_SYNTAX, text):
+        raise ValueError(f"{text!r}: entries are integers, start:stop:step slices or '...', split by commas")
     text = text.strip()
     if not text:
         return ()
