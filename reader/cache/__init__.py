@@ -67,7 +67,7 @@ async def open_cached(
         version = store.version(key, remote.identity, remote.size, remote.pinned())
         held = remote.held
         if held is not None:  # the tail the open read: the next open finds it here
-            version.write(held.start, held.data)
+            version.write(held.start, [held.data])
             version.mark(held.start, held.start + len(held.data))
         store.evict(keep=version.path)
     except BaseException:

@@ -15,6 +15,8 @@ from ..sources.base import DEFAULT_CHUNK_SIZE, SourceStats, check_range, fresh_b
 from ..sources.http import HttpSource
 from .store import CachedVersion, CacheStore
 
+WRITE_SIZE = 8 << 20  # bytes gathered per write to the cache
+
 
 class CachedSource:
     """The ByteSource contract over a cached version, filled from `remote` (None: offline)."""
@@ -97,13 +99,26 @@ class CachedSource:
         self.version.mark_verified(name, crc)
 
     async def _through(self, start: int, end: int, chunk_size: int, purpose: str) -> AsyncIterator[bytes]:
-        """[start, end) from the remote source, written to the cache as it passes, each chunk counted
-        as in once it is written whole (a cut stream leaves the rest a miss; a caller that stops
-        early keeps what it saw)."""
+        """[start, end) from the remote source, yielded as it arrives and written to the cache
+        WRITE_SIZE at a time (big writes: see CachedVersion.write), each batch counted as in once it
+        is written whole. A cut stream keeps what arrived whole; a caller that stops early too."""
         assert self.remote is not None
-        at = start
-        async for chunk in self.remote.stream(start, end, chunk_size=chunk_size, purpose=purpose):
-            self.version.write(at, chunk)
-            self.version.mark(at, at + len(chunk))
-            at += len(chunk)
-            yield chunk
+        written = at = start
+        pending: list[bytes] = []
+        try:
+            async for chunk in self.remote.stream(start, end, chunk_size=chunk_size, purpose=purpose):
+                if not isinstance(chunk, bytes):  # kept until written: the caller may not change it
+                    chunk = memoryview(chunk).toreadonly()
+                pending.append(chunk)
+                at += len(chunk)
+                if at - written >= WRITE_SIZE:
+                    self._keep(written, at, pending)
+                    written, pending = at, []
+                yield chunk
+        finally:
+            self._keep(written, at, pending)
+
+    def _keep(self, start: int, end: int, pieces: list[bytes]) -> None:
+        if pieces:
+            self.version.write(start, pieces)
+            self.version.mark(start, end)

@@ -24,7 +24,7 @@ import os
 import shutil
 import tempfile
 from bisect import insort
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ DATA = "data"
 SPANS = "spans"
 VERIFIED = "verified"
 USED = "used"
+IOV_MAX = 1024  # pieces per pwritev (Linux's UIO_MAXIOV)
 
 
 def digest(text: str) -> str:
@@ -103,13 +104,20 @@ class CachedVersion:
         self._spans = _merged(_read_spans(self.path / SPANS))
         return sum(end - start for start, end in self._spans)
 
-    def write(self, start: int, data: bytes | memoryview) -> None:
-        """Bytes at `start` of the object, not yet counted as in (see `mark`)."""
-        view = memoryview(data)
-        while view:
-            written = os.pwrite(self._descriptor(), view, start)
-            view = view[written:]
+    def write(self, start: int, pieces: Sequence[bytes | memoryview]) -> None:
+        """`pieces`, one after another, at `start` of the object, not yet counted as in (see `mark`).
+
+        One write per call, however many pieces: the page cache keeps a file written in big writes
+        in big folios, and mapping those back costs a fraction of mapping 64 KiB ones (touching a
+        498 MB model measured 65 ms against 154 ms when written in 64 KiB writes)."""
+        views = [memoryview(piece).cast("B") for piece in pieces if len(piece)]
+        while views:
+            written = os.pwritev(self._descriptor(), views[:IOV_MAX], start)
             start += written
+            while views and written >= len(views[0]):
+                written -= len(views.pop(0))
+            if written:
+                views[0] = views[0][written:]
 
     def mark(self, start: int, end: int) -> None:
         """Count [start, end) as in: its bytes were all written."""
