@@ -9,10 +9,10 @@ from collections.abc import Awaitable, Generator, Mapping
 from typing import Any
 
 from .archive import Archive
-from .cache import CacheStore, cache_store, offline_for, open_cached
-from .errors import NotCached
+from .cache import CachedSource, CacheStore, cache_store, offline_for, open_cached
+from .errors import NotCached, SourceChanged
 from .reading.entries import EntryFetcher
-from .reading.opening import read_index
+from .reading.opening import OpenedIndex, read_index
 from .sharded import ShardedArchive, is_shard_index, open_sharded
 from .sources import (
     DEFAULT_CHUNK_SIZE,
@@ -70,9 +70,16 @@ class open_archive:  # noqa: N801 - used like a function: `async with open_archi
         else:
             source = location
         if is_shard_index(location):  # a sharded checkpoint: its shards, each opened as this one is
+            if isinstance(source, CachedSource):
+                source = await _confirmed(source)
             return await open_sharded(os.fspath(location), source, lambda shard: self._at(shard)._open())
         try:
-            opened = await read_index(source, tail_size)
+            opened = await _read_index(source, tail_size)
+            if isinstance(source, CachedSource):  # read from disk while the origin was asked
+                current = await source.current()
+                if current is not source or opened is None:  # the object is another version now
+                    source = current
+                    opened = await read_index(source, tail_size)
         except BaseException:
             await source.close()
             raise
@@ -116,3 +123,21 @@ class open_archive:  # noqa: N801 - used like a function: `async with open_archi
     async def __aexit__(self, *exc_info: object) -> None:
         if self._archive is not None:
             await self._archive.close()
+
+
+async def _read_index(source: ByteSource, tail_size: int) -> OpenedIndex | None:
+    """The index; None where a cached version turned out to be outdated while it was read."""
+    try:
+        return await read_index(source, tail_size)
+    except SourceChanged:
+        if isinstance(source, CachedSource):
+            return None
+        raise
+
+
+async def _confirmed(source: CachedSource) -> CachedSource:
+    try:
+        return await source.current()
+    except BaseException:
+        await source.close()
+        raise

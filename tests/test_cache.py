@@ -80,6 +80,31 @@ async def test_a_replaced_object_is_a_miss_never_stale_bytes(server, tmp_path):
     assert len(versions) == 2 and len({v.version for v in versions}) == 2
 
 
+async def test_a_replaced_object_whose_index_is_not_cached_opens_as_the_new_version(server, tmp_path):
+    # The index of a cached version is read from disk while the origin is asked whether it is still
+    # current; a miss in it needs the origin, which says the object changed: the open goes on with
+    # the version the object is now, never a mix of the two.
+    server.put("/many.pt2", (ARCHIVES / "many.pt2").read_bytes())
+    url = server.url("/many.pt2")
+    await load(url, tmp_path)
+    (version,) = CacheStore(tmp_path).list()
+    for span in (version.path / "spans").iterdir():  # only the tail the open read stays in
+        if int(span.name.split("-")[1]) != version.size:
+            span.unlink()
+    server.put("/many.pt2", DTYPES)
+    got, _ = await load(url, tmp_path)
+    assert_same(got, local_arrays(ARCHIVES / "dtypes.pt2"))
+
+
+async def test_a_cached_version_is_not_opened_when_the_origin_cannot_confirm_it(tmp_path):
+    async with FaultServer() as gone:
+        gone.put("/m.pt2", LAYOUTS)
+        url = gone.url("/m.pt2")
+        await load(url, tmp_path)
+    with pytest.raises(reader.SourceError):  # online and unreachable: an error, not unconfirmed bytes
+        await load(url, tmp_path)
+
+
 async def test_offline_opens_the_cached_version_with_no_request(server, tmp_path):
     url = server.url("/m.pt2")
     await load(url, tmp_path)

@@ -10,13 +10,14 @@ for hf://) the version used last opens with no request at all. See docs/cache.md
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from ..errors import NotCached
 from ..sources import HttpSource, redact_location
-from .source import CachedSource
+from .source import CachedSource, keep_version
 from .store import CachedVersion, CacheStore, VersionInfo
 
 CACHE_DIR_ENV = "PT2SERVE_CACHE_DIR"
@@ -51,8 +52,9 @@ def offline_for(location: str, offline: bool | None) -> bool:
 async def open_cached(
     location: str, store: CacheStore, *, offline: bool, open_remote: OpenRemote
 ) -> CachedSource:
-    """`location` through the cache: one revalidation of the version cached (or an ordinary open
-    when none is), or offline the version used last with no request."""
+    """`location` through the cache: the version cached (its revalidation started, and awaited by
+    `CachedSource.current` once the index is read from disk), an ordinary open when none is, or
+    offline the version used last with no request."""
     key = redact_location(location)
     latest = store.latest(key)
     if offline:
@@ -60,20 +62,13 @@ async def open_cached(
             raise NotCached(f"{key}: offline, and no version of it is in the cache {store.root}")
         latest.touch()
         return CachedSource(latest, None, key, store)
-    remote = await open_remote(latest.meta["pinned"] if latest is not None else None)
+    if latest is not None:
+        confirming = asyncio.ensure_future(open_remote(latest.meta["pinned"]))
+        return CachedSource(latest, None, key, store, confirming=confirming)
+    remote = await open_remote(None)
     if not isinstance(remote, HttpSource):  # every remote scheme's source is one
         return remote
-    try:
-        version = store.version(key, remote.identity, remote.size, remote.pinned())
-        held = remote.held
-        if held is not None:  # the tail the open read: the next open finds it here
-            version.write(held.start, [held.data])
-            version.mark(held.start, held.start + len(held.data))
-        store.evict(keep=version.path)
-    except BaseException:
-        await remote.close()
-        raise
-    return CachedSource(version, remote, key, store)
+    return await keep_version(remote, key, store)
 
 
 def parse_size(text: str) -> int:

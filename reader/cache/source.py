@@ -3,14 +3,21 @@
 Reads are served from the cache when every byte they ask for is in, else the missing spans are
 fetched from the remote source (pinned to the version opened, as every remote read is), written to
 the cache and then served from it. Offline (no remote source) a miss is a `NotCached` error.
+
+A version already cached opens before the origin has answered whether it is still current: the
+index is read from disk while that one request is under way, and `current()` (which the open awaits
+before handing the archive out) gives this source when the origin confirms it, else a source for the
+version the object is now. No byte of the cached version reaches a caller unconfirmed: until then a
+read needing the origin waits for the answer, and a read of a version that changed is SourceChanged.
 """
 
 from __future__ import annotations
 
+import asyncio
 import mmap
 from collections.abc import AsyncIterator, Iterable
 
-from ..errors import NotCached
+from ..errors import NotCached, SourceChanged
 from ..sources.base import DEFAULT_CHUNK_SIZE, SourceStats, check_range, fresh_buffer
 from ..sources.http import HttpSource
 from .store import CachedVersion, CacheStore
@@ -22,7 +29,13 @@ class CachedSource:
     """The ByteSource contract over a cached version, filled from `remote` (None: offline)."""
 
     def __init__(
-        self, version: CachedVersion, remote: HttpSource | None, location: str, store: CacheStore
+        self,
+        version: CachedVersion,
+        remote: HttpSource | None,
+        location: str,
+        store: CacheStore,
+        *,
+        confirming: asyncio.Future[HttpSource] | None = None,
     ) -> None:
         self.version = version
         self.remote = remote
@@ -31,6 +44,24 @@ class CachedSource:
         self.size = version.size
         self.identity: str = version.meta["version"]
         self.stats = remote.stats if remote is not None else SourceStats()
+        self._confirming = confirming  # the origin's open with this version pinned, under way
+        self._successor: CachedSource | None = None  # the version the object is now, if not this
+
+    async def current(self) -> CachedSource:
+        """This source once the origin confirms its version, else one for the version the object
+        is now (this one's version closed). Errors of the origin's open are raised here."""
+        if self._confirming is not None:
+            confirming, self._confirming = self._confirming, None
+            remote = await confirming
+            if self._same_version(remote):
+                for purpose, counted in self.stats.by_purpose.items():  # what the open read from disk
+                    remote.stats.record(purpose, counted.bytes, requests=counted.requests)
+                self.remote, self.stats = remote, remote.stats
+                self.version.touch()  # used now: the last to be evicted
+            else:
+                self.version.close()
+                self._successor = await keep_version(remote, self.location, self.store)
+        return self._successor or self
 
     # -- the ByteSource contract -----------------------------------------------------------
 
@@ -50,7 +81,7 @@ class CachedSource:
         self, start: int, end: int, *, chunk_size: int = DEFAULT_CHUNK_SIZE, purpose: str = "data"
     ) -> AsyncIterator[bytes]:
         check_range(self, start, end)
-        if self.version.missing(start, end) and self.remote is not None:
+        if self.version.missing(start, end) and await self._remote() is not None:
             # a miss streams as it arrives (the bytes are written on the way) rather than after all of it
             async for chunk in self._through(start, end, chunk_size, purpose):
                 yield chunk
@@ -58,14 +89,32 @@ class CachedSource:
         for at in range(start, end, chunk_size):
             yield await self.read(at, min(end, at + chunk_size), purpose=purpose)
 
+    def _same_version(self, remote: HttpSource) -> bool:
+        pinned = remote.pinned()
+        return self.store.folder(self.location, remote.identity, remote.size, pinned) == self.version.path
+
     async def revalidate(self) -> bool:
         """Offline, the cached version is the one opened by definition."""
-        return True if self.remote is None else await self.remote.revalidate()
+        remote = await self._remote()
+        return True if remote is None else await remote.revalidate()
 
     async def close(self) -> None:
         self.version.close()
+        if self._confirming is not None:  # closed before the origin answered: its source too
+            confirming, self._confirming = self._confirming, None
+            confirming.cancel()  # an open cancelled closes what it opened
+            await asyncio.wait([confirming])
+            if not confirming.cancelled() and confirming.exception() is None:
+                self.remote = confirming.result()
         if self.remote is not None:
             await self.remote.close()
+
+    async def _remote(self) -> HttpSource | None:
+        """The origin's source for this version (None offline); SourceChanged if the object is now
+        another version than the one cached."""
+        if self._confirming is not None and await self.current() is not self:
+            raise SourceChanged(f"{self.location} is no longer version {self.identity}")
+        return self.remote
 
     # -- the cache -------------------------------------------------------------------------
 
@@ -77,7 +126,7 @@ class CachedSource:
         fetched = False
         for start, end in spans:
             for gap_start, gap_end in self.version.missing(start, end):
-                if self.remote is None:
+                if await self._remote() is None:
                     raise NotCached(
                         f"{self.location}: offline, and bytes {gap_start}-{gap_end} of version "
                         f"{self.identity} are not in the cache ({self.version.path})"
@@ -122,3 +171,18 @@ class CachedSource:
         if pieces:
             self.version.write(start, pieces)
             self.version.mark(start, end)
+
+
+async def keep_version(remote: HttpSource, location: str, store: CacheStore) -> CachedSource:
+    """The cache's version of what `remote` opened (the tail the open read kept in it)."""
+    try:
+        version = store.version(location, remote.identity, remote.size, remote.pinned())
+        held = remote.held
+        if held is not None:  # the tail the open read: the next open finds it here
+            version.write(held.start, [held.data])
+            version.mark(held.start, held.start + len(held.data))
+        store.evict(keep=version.path)
+    except BaseException:
+        await remote.close()
+        raise
+    return CachedSource(version, remote, location, store)

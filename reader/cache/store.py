@@ -177,10 +177,14 @@ class CacheStore:
     def object_path(self, location: str) -> Path:
         return self.root / digest(location)
 
+    def folder(self, location: str, version: str, size: int, pinned: dict[str, Any]) -> Path:
+        """Where this version of the object is kept: named by everything the source pinned (a Hub
+        file's commit besides its ETag, a GCS generation), not its identity alone."""
+        return self.object_path(location) / digest(json.dumps([version, size, pinned], sort_keys=True))
+
     def version(self, location: str, version: str, size: int, pinned: dict[str, Any]) -> CachedVersion:
-        """The folder of this version of the object, made if new: named by everything the source
-        pinned (a Hub file's commit besides its ETag, a GCS generation), not its identity alone."""
-        path = self.object_path(location) / digest(json.dumps([version, size, pinned], sort_keys=True))
+        """The folder of this version of the object (`folder`), made if new."""
+        path = self.folder(location, version, size, pinned)
         meta = {"location": location, "version": version, "size": size, "pinned": pinned}
         if not (path / META).exists():
             for folder in (path / SPANS, path / VERIFIED):

@@ -23,10 +23,10 @@ import functools
 import random
 import re
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import httpx
 
@@ -82,6 +82,9 @@ class HttpOptions:
     def __post_init__(self) -> None:
         if self.parallel_parts < 1 or self.part_size < 1 or self.parallel_above < 0:
             raise ValueError("parallel_parts and part_size must be >= 1, parallel_above >= 0")
+
+
+T = TypeVar("T")
 
 
 class _Retry(Exception):
@@ -566,13 +569,12 @@ class HttpSource:
                 self.read_url = str(response.url)
         return response
 
-    async def _retrying(self, attempt_once: Callable[[], object]) -> None:
+    async def _retrying(self, attempt_once: Callable[[], Awaitable[T]]) -> T:
         deadline = self._deadline()
         attempt = 0
         while True:
             try:
-                await asyncio.wait_for(attempt_once(), _remaining(deadline))  # type: ignore[arg-type]
-                return
+                return await asyncio.wait_for(attempt_once(), _remaining(deadline))
             except TimeoutError:
                 raise SourceError(
                     f"{self.location}: time budget of {self.options.time_budget}s spent"
@@ -598,7 +600,11 @@ class HttpSource:
         await asyncio.sleep(delay)
 
     async def revalidate(self) -> bool:
-        """True if the object is still the one opened (a conditional HEAD; 304 when ETags allow)."""
+        """True if the object is still the one opened (a conditional HEAD; 304 when ETags allow),
+        retried as every request is."""
+        return await self._retrying(self._revalidate_once)
+
+    async def _revalidate_once(self) -> bool:
         headers = {"If-None-Match": self.etag} if self.etag else {}
         response = await self._send(self._request("HEAD", headers, self.url), "revalidate")
         await response.aclose()
