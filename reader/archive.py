@@ -9,6 +9,7 @@ from typing import Any, Unpack
 
 import numpy as np
 
+from .backed import SourceBacked
 from .embedded import EntryBytes
 from .errors import (
     ArchiveFormatError,
@@ -35,7 +36,7 @@ from .zipfmt import ZipEntry
 DEFAULT_MODEL = "model"
 
 
-class Archive:
+class Archive(SourceBacked):
     """An opened archive. Get one from `open_archive`.
 
     `container` says which PyTorch ZIP it is: "pt2" (torch.export), "checkpoint" (torch.save;
@@ -212,19 +213,6 @@ class Archive:
 
     async def _read_graph(self, entry: ZipEntry, model: str) -> Graph:
         return parse_graph(await self._fetcher.read(entry), model, entry.name)
-
-    async def revalidate(self) -> bool:
-        """True if the archive is still the one indexed (a cheap conditional request remotely)."""
-        return await self.source.revalidate()
-
-    async def close(self) -> None:
-        await self.source.close()
-
-    async def __aenter__(self) -> Archive:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
 
     def resolve_model(self, model: str | None) -> str:
         """The model a call means: the named one, else the only one, else "model"."""

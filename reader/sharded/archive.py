@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 import numpy as np
 
+from ..backed import SourceBacked
 from ..errors import (
     ArchiveFormatError,
     FileNotFound,
@@ -106,7 +107,7 @@ def _combined_identity(index: ByteSource, shards: dict[str, Archive]) -> str:
     return "sharded-" + hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 
 
-class ShardedArchive:
+class ShardedArchive(SourceBacked):
     """A sharded checkpoint (`*.bin.index.json` and its shards) behind the API of `Archive`.
 
     One model, "checkpoint", whose tensors are the names of the index's `weight_map`, listed shard
@@ -336,19 +337,6 @@ class ShardedArchive:
         return await self.graph(model)
 
     # -- life ------------------------------------------------------------------------------------
-
-    async def revalidate(self) -> bool:
-        """True if the index and every shard are still the ones opened."""
-        return await self.source.revalidate()
-
-    async def close(self) -> None:
-        await self.source.close()
-
-    async def __aenter__(self) -> ShardedArchive:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
 
 
 async def open_sharded(location: str, source: ByteSource, open_shard: OpenShard) -> ShardedArchive:
