@@ -26,7 +26,7 @@ def views(draw) -> tuple[list[int], list[int]]:
 
 
 @needs_torch
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=600, deadline=None)
 @given(views())
 def test_matches_torch(view: tuple[list[int], list[int]]) -> None:
     import torch
@@ -39,7 +39,7 @@ def test_matches_torch(view: tuple[list[int], list[int]]) -> None:
     assert strided.dim_order(sizes, strides) == tuple(tensor.dim_order())
 
 
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=600, deadline=None)
 @given(views(), st.integers(0, 7))
 def test_a_dense_view_reaches_exactly_its_elements(view: tuple[list[int], list[int]], offset: int) -> None:
     """What a load's plan takes for granted of dense views (their extent, without the arithmetic)."""
