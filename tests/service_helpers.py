@@ -55,10 +55,12 @@ async def real_server(app: FastAPI) -> AsyncIterator[str]:
     """The app under a real uvicorn (uvloop + httptools, as `pt2serve serve` runs it) on loopback, in
     a thread; yields its URL.
 
-    Waits asynchronously, so servers running on the caller's loop (upstreams) keep answering."""
+    Waits asynchronously, so servers running on the caller's loop (upstreams) keep answering.
+    Idle connections are kept a minute (uvicorn closes them after 5 s): a pooled connection that
+    sat idle while a busy host ran other tests would be closed as the client reuses it."""
     port = free_port()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", loop="uvloop",
-                            http=HTTP_PROTOCOL, lifespan="on")  # fmt: skip
+                            http=HTTP_PROTOCOL, lifespan="on", timeout_keep_alive=60)  # fmt: skip
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
