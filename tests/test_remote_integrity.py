@@ -24,7 +24,7 @@ from tests.service_helpers import make_app, real_server
 SINGLE = HttpOptions(parallel_parts=1, max_attempts=2, backoff_base=0.01)
 PARTS = HttpOptions(parallel_parts=4, part_size=1 << 20, parallel_above=1 << 20, fast_connection=None,
                     max_attempts=2, backoff_base=0.01)  # fmt: skip
-BIG = 6 << 20  # several running_crc.BATCHes: the worker checks most of it
+BIG = 18 << 20  # several running_crc.BATCHes: the worker checks most of it
 
 
 def _archive(path: pathlib.Path) -> dict[str, bytes]:
