@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -44,7 +45,7 @@ from ..pt2.slicing import SlicePlan, plan_slice
 from ..pt2.tensorinfo import TensorInfo
 from ..reading.entries import EntryFetcher
 from ..reading.ranges import coalesce
-from ..sources import ByteSource
+from ..sources import ByteSource, HttpSource, multirange
 from ..tasks import task_group
 from ..zipfmt import ZipEntry
 from ..zipfmt.structs import METHOD_STORED
@@ -57,6 +58,9 @@ from .storages import aligned_empty
 REQUEST_GAP = 64 << 10
 # torch's ZIP writer starts every entry's data at a multiple of this (its local header's extra field pads)
 DATA_ALIGNMENT = 64
+# Runs of a block read in a multi-range request are parts apart where more than this lies between
+# them: a part's boundary and headers cost about 110 bytes (nginx's), a run's share of the Range header 20.
+PART_GAP = 128
 # Requests in flight at once (each big one in parallel parts of its own): as many as a load's parallel
 # parts, so a rank opens no more connections than a whole load (a new one cost 12 ms on a busy host).
 REQUESTS_AT_ONCE = 8
@@ -73,11 +77,15 @@ Landed = Callable[[Buffers], None]
 @dataclass(frozen=True, slots=True)
 class Block:
     """`info`: the block as a tensor viewing its own buffer (key `info.storage.entry`), whose bytes
-    are runs `plan.runs` of the payload `entry`."""
+    are runs `plan.runs` of the payload `entry`: laid end to end, or (`gathered`) the block gathered
+    row-major out of them. `whole[index]` is the block."""
 
     info: TensorInfo
     entry: ZipEntry
     plan: SlicePlan
+    whole: TensorInfo
+    index: tuple[slice, ...]
+    gathered: bool
 
     @property
     def key(self) -> str:
@@ -98,15 +106,16 @@ def split_by_shard(
             continue
         if info.unsupported:
             raise UnsupportedPayload(f"{info.model}/{info.name}: {info.unsupported}")
-        block = _block(info, plan_slice(info, cut.index()), entries[info.storage.entry])
+        block = _block(info, cut.index(), entries[info.storage.entry])
         ordered.append(block.info)
         blocks.append(block)
     return ordered, blocks
 
 
-def _block(info: TensorInfo, plan: SlicePlan, entry: ZipEntry) -> Block:
+def _block(info: TensorInfo, index: tuple[slice, ...], entry: ZipEntry) -> Block:
     """The block as a tensor viewing its buffer: the runs laid end to end, or, when they hold more than
     the block (rows joined across small gaps), the block gathered row-major into a buffer of its size."""
+    plan = plan_slice(info, index)
     itemsize = plan.itemsize
     numel = math.prod(plan.shape)
     if _gathered(plan):
@@ -132,17 +141,29 @@ def _block(info: TensorInfo, plan: SlicePlan, entry: ZipEntry) -> Block:
         nbytes=numel * itemsize,
         storage=storage,
     )
-    return Block(view, entry, plan)
+    return Block(view, entry, plan, info, index, _gathered(plan))
 
 
 def _gathered(plan: SlicePlan) -> bool:
     return not plan.zeros and plan.read_bytes > plan.nbytes
 
 
+def _row_major(plan: SlicePlan) -> bool:
+    """The runs laid end to end are the block row-major."""
+    if plan.zeros or plan.offset or plan.read_bytes != plan.nbytes:
+        return False
+    step = plan.itemsize
+    for size, stride in zip(reversed(plan.shape), reversed(plan.strides), strict=True):
+        if size > 1 and stride != step:
+            return False
+        step *= size
+    return True
+
+
 def _finished(block: Block, laid: np.ndarray) -> np.ndarray:
     """The block's buffer once its runs are in `laid`: `laid` itself, or the block gathered out of it."""
     plan = block.plan
-    if not _gathered(plan):
+    if not block.gathered or _row_major(plan):
         return laid
     element = np.dtype(f"V{plan.itemsize}")
     out = np.empty(plan.nbytes, dtype=np.uint8)
@@ -237,8 +258,14 @@ async def read_blocks(
     """Every block's buffer by its key, and each of the whole entries `nearby` by its name (read with
     the local headers, CRC-checked); `landed` hears of each once it is in. `entries` (the archive's,
     by name) lets the data offsets of an archive torch wrote be predicted (`written_as_torch_does`)."""
-    reads = _BlockReads(source, fetcher, blocks, landed)
-    wanted = reads.wanted(nearby, written_as_torch_does(fetcher.known_offsets, entries))
+    finer: set[int] = set()
+    scattered = any(_scattered(block) for block in blocks)
+    if scattered and isinstance(source, HttpSource) and await source.serves_multiple_ranges():
+        # their runs, not the rows they lie in
+        finer = {index for index, block in enumerate(blocks) if _scattered(block)}
+        blocks = [_finer(block) if index in finer else block for index, block in enumerate(blocks)]
+    reads = _BlockReads(source, fetcher, blocks, landed, finer)
+    wanted, several = reads.wanted(nearby, written_as_torch_does(fetcher.known_offsets, entries))
     requests = group_requests(wanted)
     kept = [(start, end) for start, end, inside in requests if any(reads.viewed(item) for item in inside)]
     arena, slots = _arena(kept)
@@ -251,9 +278,22 @@ async def read_blocks(
             slot = slots.get(start)
             held = aligned_empty(end - start, start) if slot is None else arena[slot : slot + end - start]
             group.create_task(reads.request(start, end, inside, held))
+        reads.launch_several(several)
     if reads.missing:  # cannot happen unless the bookkeeping above is broken
         raise AssertionError(f"blocks {sorted(reads.missing)} did not come in")
     return reads.buffers
+
+
+def _scattered(block: Block) -> bool:
+    """A stored block of several runs, or of rows joined across small gaps (a column block): over
+    HTTP, read as a part a run where the server answers multi-range requests."""
+    return block.entry.method == METHOD_STORED and (block.gathered or len(block.plan.runs) > 1)
+
+
+def _finer(block: Block) -> Block:
+    """The block read as its own runs, parts of multi-range requests (apart where more than a part's
+    head lies between them)."""
+    return dataclasses.replace(block, plan=plan_slice(block.whole, block.index, PART_GAP))
 
 
 def _arena(spans: list[tuple[int, int]]) -> tuple[np.ndarray, dict[int, int]]:
@@ -280,18 +320,21 @@ class _BlockReads:
 
     A block of one run is a view of the bytes its request received (a dim-0 block: kept as it is; one
     whose run holds more than the block: gathered out of it); a block of several runs gets a buffer of
-    its own, the runs copied in. A whole entry is copied out (small: its request's bytes go)."""
+    its own, the runs copied in, or (the `finer` blocks) received straight into it as the parts of
+    multi-range requests. A whole entry is copied out (small: its request's bytes go)."""
 
     def __init__(
-        self, source: ByteSource, fetcher: EntryFetcher, blocks: list[Block], landed: Landed
+        self, source: ByteSource, fetcher: EntryFetcher, blocks: list[Block], landed: Landed, finer: set[int]
     ) -> None:
         self.source, self.fetcher, self.blocks, self.landed = source, fetcher, blocks, landed
+        self.finer = finer  # the blocks whose runs are parts of multi-range requests
         self.offsets = fetcher.known_offsets  # confirmed data offsets, by entry name
         self.assumed: dict[str, int] = {}  # predicted, until the entry's local header is read
-        self.tentative: dict[str, list[Piece]] = {}  # runs in at a prediction not yet confirmed
+        self.tentative: dict[str, list[tuple[int, int]]] = {}  # (block, runs) in at an unconfirmed offset
         self.by_entry: dict[str, list[int]] = {}
         self.buffers: Buffers = {}
         self.missing: dict[str, int] = {}  # runs still to come in right, by block key
+        self.twins: dict[int, list[int]] = {}  # finer blocks with the same runs as this one (tied names)
         self.gate = asyncio.Semaphore(REQUESTS_AT_ONCE)
         self.group: asyncio.TaskGroup | None = None
         done: Buffers = {}
@@ -304,10 +347,11 @@ class _BlockReads:
                 self.by_entry.setdefault(block.entry.name, []).append(index)
         landed(done)
 
-    def wanted(self, nearby: list[ZipEntry], predict: bool) -> list[Wanted]:
-        """What the first requests read: the runs at known or predicted offsets, the local headers
-        not known, the whole entries `nearby`."""
+    def wanted(self, nearby: list[ZipEntry], predict: bool) -> tuple[list[Wanted], list[tuple[int, int]]]:
+        """What the first requests read: the runs at known or predicted offsets, the local headers not
+        known, the whole entries `nearby`; and the finer blocks with the offset they are read at."""
         wanted: list[Wanted] = []
+        several: list[tuple[int, int]] = []
         for name, indexes in self.by_entry.items():
             offset = self.offsets.get(name)
             entry = self.blocks[indexes[0]].entry
@@ -316,36 +360,119 @@ class _BlockReads:
                 if not predict:
                     continue
                 offset = self.assumed[name] = predicted_offset(entry)
-            wanted += self.pieces(name, offset)
-        return wanted + [Region(entry, entry.header_offset, entry.region_end, True) for entry in nearby]
+            pieces, finer = self.pieces(name, offset)
+            wanted += pieces
+            several += finer
+        return wanted + [
+            Region(entry, entry.header_offset, entry.region_end, True) for entry in nearby
+        ], several
 
     def viewed(self, item: Wanted) -> bool:
         """A run that is its block's buffer as received."""
         if not isinstance(item, Piece):
             return False
-        plan = self.blocks[item.block].plan
-        return len(plan.runs) == 1 and not _gathered(plan)
+        block = self.blocks[item.block]
+        return len(block.plan.runs) == 1 and (not block.gathered or _row_major(block.plan))
 
-    def pieces(self, name: str, offset: int) -> list[Piece]:
-        pieces = []
+    def pieces(self, name: str, offset: int) -> tuple[list[Piece], list[tuple[int, int]]]:
+        """The runs of entry `name`'s blocks at data offset `offset`; the finer ones as (block, offset)."""
+        pieces, finer = [], []
         for index in self.by_entry[name]:
+            if index in self.finer:
+                finer.append((index, offset))
+                continue
             at = 0
             for run, (low, high) in enumerate(self.blocks[index].plan.runs):
                 pieces.append(Piece(index, run, at, offset + low, high - low, offset))
                 at += high - low
-        return pieces
+        return pieces, finer
 
-    def launch(self, wanted: list[Wanted]) -> None:
-        """Requests for `wanted`, each into a buffer of its own."""
+    def launch(self, wanted: list[Wanted], several: list[tuple[int, int]]) -> None:
+        """Requests for `wanted`, each into a buffer of its own, and multi-range ones for `several`."""
         assert self.group is not None
         for start, end, inside in group_requests(wanted):
             self.group.create_task(self.request(start, end, inside, aligned_empty(end - start, start)))
+        self.launch_several(several)
+
+    def launch_several(self, several: list[tuple[int, int]]) -> None:
+        """Multi-range requests for the runs of finer blocks (block, data offset), in archive order, each
+        request's Range header kept short (multirange.batches); a block with the same runs as one before
+        it (a tied name) is a copy of it, one whose runs overlap another's is read apart."""
+        assert self.group is not None
+        runs: list[tuple[int, int]] = []
+        owners: list[tuple[int, int, int, list[int]]] = []  # (block, its first run in `runs`, offset, ats)
+        firsts: dict[tuple[str, int, tuple[tuple[int, int], ...]], int] = {}
+        apart: list[Piece] = []
+        for index, offset in sorted(several, key=lambda item: item[1] + self.blocks[item[0]].plan.runs[0][0]):
+            block = self.blocks[index]
+            same = firsts.setdefault((block.entry.name, offset, block.plan.runs), index)
+            if same != index:
+                if index not in self.twins.setdefault(same, []):
+                    self.twins[same].append(index)
+                continue
+            first = block.plan.runs[0][0] + offset
+            if runs and first < runs[-1][1]:
+                apart += self._pieces_of(index, offset)
+                continue
+            ats = list(itertools.accumulate((high - low for low, high in block.plan.runs), initial=0))
+            owners.append((index, len(runs), offset, ats))
+            runs += [(offset + low, offset + high) for low, high in block.plan.runs]
+        batches = multirange.batches(runs)
+        owner, done = 0, 0
+        for batch in batches:  # each batch: (block, its runs [low, high), offset, where run low goes)
+            parts: list[tuple[int, int, int, int, int]] = []
+            end = done + len(batch)
+            while done < end:
+                index, base, offset, ats = owners[owner]
+                stop = min(base + len(self.blocks[index].plan.runs), end)
+                parts.append((index, done - base, stop - base, offset, ats[done - base]))
+                done = stop
+                if stop == base + len(self.blocks[index].plan.runs):
+                    owner += 1
+            self.group.create_task(self.ranges_request(parts))
+        for start, end, inside in group_requests(apart):
+            self.group.create_task(self.request(start, end, inside, aligned_empty(end - start, start)))
+
+    def _pieces_of(self, index: int, offset: int) -> list[Piece]:
+        pieces, at = [], 0
+        for run, (low, high) in enumerate(self.blocks[index].plan.runs):
+            pieces.append(Piece(index, run, at, offset + low, high - low, offset))
+            at += high - low
+        return pieces
+
+    async def ranges_request(self, parts: list[tuple[int, int, int, int, int]]) -> None:
+        """One multi-range request for runs [low, high) of blocks (block, low, high, offset, where run low
+        goes in the block's buffer), each run straight into its place in its block's buffer."""
+        assert isinstance(self.source, HttpSource)
+        async with self.gate:
+            parts = [part for part in parts if not self._refuted(part[0], part[3])]
+            if not parts:  # runs at a prediction refuted while they waited: read again elsewhere
+                return
+            ranges: list[tuple[int, int]] = []
+            views: list[memoryview] = []
+            for index, low, high, offset, at in parts:
+                buffer = memoryview(self.own(self.blocks[index]))
+                for start, end in self.blocks[index].plan.runs[low:high]:
+                    ranges.append((offset + start, offset + end))
+                    views.append(buffer[at : at + end - start])
+                    at += end - start
+            await self.source.read_ranges_into(ranges, views, fallback_gap=REQUEST_GAP)
+        for index, low, high, offset, _ in parts:
+            self.arrived_runs(index, high - low, offset)
+
+    def target(self, piece: Piece) -> np.ndarray:
+        """Where a run goes in its block's own buffer."""
+        return self.own(self.blocks[piece.block])[piece.at : piece.at + piece.length]
 
     async def request(self, start: int, end: int, inside: list[Wanted], held: np.ndarray) -> None:
         """Archive bytes [start, end) into `held`, then what lies in them: headers first (a run right
         after its header in one request is confirmed at once), whole entries, runs."""
         async with self.gate:
-            inside = [item for item in inside if not self.refuted(item)]
+            inside = [
+                item
+                for item in inside
+                if not (isinstance(item, Piece) and self._refuted(item.block, item.offset))
+            ]
             if not inside:  # runs at a prediction refuted while they waited: read again elsewhere
                 return
             await self.source.read_into(start, memoryview(held))
@@ -364,12 +491,10 @@ class _BlockReads:
             if isinstance(item, Piece):
                 self.arrived(item, held[item.start - start : _end(item) - start])
 
-    def refuted(self, item: Wanted) -> bool:
-        """A run to read at an offset its entry's header has refuted."""
-        if not isinstance(item, Piece):
-            return False
-        confirmed = self.offsets.get(self.blocks[item.block].entry.name)
-        return confirmed is not None and confirmed != item.offset
+    def _refuted(self, index: int, offset: int) -> bool:
+        """Runs of block `index` read at `offset`, which its entry's header has refuted."""
+        confirmed = self.offsets.get(self.blocks[index].entry.name)
+        return confirmed is not None and confirmed != offset
 
     async def located(self, entry: ZipEntry, window: np.ndarray) -> None:
         """`entry`'s data offset from its local header in `window` (a second read for a header longer
@@ -381,8 +506,8 @@ class _BlockReads:
         self.offsets[name] = offset
         assumed = self.assumed.pop(name, None)
         if assumed == offset:
-            for piece in self.tentative.pop(name, []):
-                self.accepted(piece)
+            for index, count in self.tentative.pop(name, []):
+                self.accepted(index, count)
             return
         self.tentative.pop(name, None)
         if assumed is not None:  # mispredicted: what came in at the wrong offset goes
@@ -390,23 +515,29 @@ class _BlockReads:
                 block = self.blocks[index]
                 self.buffers.pop(block.key, None)
                 self.missing[block.key] = len(block.plan.runs)
-        self.launch(self.pieces(name, offset))
+        self.launch(*self.pieces(name, offset))
 
     def arrived(self, piece: Piece, data: np.ndarray) -> None:
-        """A run's bytes are in: counted once its offset is confirmed; dropped when they were read at
-        an offset the entry's header refuted."""
-        if self.refuted(piece):
+        """A run's bytes are in `data`: in the block's buffer unless read at a refuted offset."""
+        if self._refuted(piece.block, piece.offset):
             return
         block = self.blocks[piece.block]
         if len(block.plan.runs) == 1:
             self.buffers[block.key] = data  # a view: the block, or what it is gathered from
         else:
-            self.own(block)[piece.at : piece.at + piece.length] = data
-        name = block.entry.name
+            self.target(piece)[:] = data
+        self.arrived_runs(piece.block, 1, piece.offset)
+
+    def arrived_runs(self, index: int, count: int, offset: int) -> None:
+        """`count` runs of block `index`, read at `offset`, are in its buffer: counted once the offset is
+        confirmed; dropped when the entry's header refuted it."""
+        if self._refuted(index, offset):
+            return
+        name = self.blocks[index].entry.name
         if name in self.offsets:
-            self.accepted(piece)
+            self.accepted(index, count)
         else:
-            self.tentative.setdefault(name, []).append(piece)
+            self.tentative.setdefault(name, []).append((index, count))
 
     def own(self, block: Block) -> np.ndarray:
         """The block's own buffer, its runs laid end to end."""
@@ -415,11 +546,14 @@ class _BlockReads:
             buffer = self.buffers[block.key] = np.empty(block.plan.read_bytes, np.uint8)
         return buffer
 
-    def accepted(self, piece: Piece) -> None:
-        block = self.blocks[piece.block]
-        self.missing[block.key] -= 1
+    def accepted(self, index: int, count: int) -> None:
+        block = self.blocks[index]
+        self.missing[block.key] -= count
         if not self.missing[block.key]:
             self.finished(block)
+            for twin in self.twins.pop(index, ()):  # the same runs: the same bytes
+                self.buffers[self.blocks[twin].key] = self.buffers[block.key]
+                self.finished(self.blocks[twin])
 
     def finished(self, block: Block) -> None:
         del self.missing[block.key]

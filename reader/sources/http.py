@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import random
 import re
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, Self
@@ -31,7 +32,8 @@ from typing import Any, Self
 import httpx
 
 from ..errors import SourceChanged, SourceError
-from . import bulk
+from ..reading.ranges import coalesce
+from . import bulk, multirange
 from .base import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_TAIL_SIZE,
@@ -468,6 +470,84 @@ class HttpSource:
         if received != expected:
             raise _Retry(f"body of {received} bytes, expected {expected}")
         return b"".join(parts)
+
+    # -- several ranges a request (multirange.py) ------------------------------
+
+    # Does the server answer a multi-range request with multipart/byteranges? None: not asked yet.
+    multirange: bool | None = None
+
+    async def serves_multiple_ranges(self) -> bool:
+        """Whether the server answers several ranges in one request (asked once, with two ranges of a
+        byte each, and remembered): nginx does; S3 answers 200 with the whole object (its body is
+        not read)."""
+        if self.multirange is None and self.size >= 3:
+            await self._retrying(
+                lambda: self._ranges_once([(0, 1), (2, 3)], [memoryview(bytearray(1))] * 2, "data")
+            )
+        return bool(self.multirange)
+
+    async def read_ranges_into(
+        self,
+        ranges: Sequence[tuple[int, int]],
+        views: Sequence[memoryview],
+        *,
+        purpose: str = "data",
+        fallback_gap: int = 64 << 10,
+    ) -> None:
+        """Bytes [start, end) of each of `ranges` (sorted, disjoint) into its view: in one request where
+        the server answers multipart/byteranges (the caller keeps the header short:
+        multirange.batches), each part checked against what was asked; else (a 200 or a single range
+        to a multi-range request: its body is not read, and the answer remembered) the ranges joined
+        where at most `fallback_gap` lies between them, one range a request."""
+        for (start, end), view in zip(ranges, views, strict=True):
+            check_range(self, start, end)
+            if len(view) != end - start:
+                raise ValueError(f"a view of {len(view)} bytes for range [{start}, {end})")
+        if any(low < high for (_, high), (low, _) in itertools.pairwise(ranges)):
+            raise ValueError("ranges must be sorted and disjoint")
+        if len(ranges) > 1 and self.multirange is not False:
+            await self._retrying(lambda: self._ranges_once(ranges, views, purpose))
+            if self.multirange:
+                return
+        exact = dict(zip(ranges, views, strict=True))
+        for low, high in coalesce(ranges, fallback_gap):
+            if (low, high) in exact:  # one range on its own: straight into its view
+                await self.read_into(low, exact[low, high], purpose=purpose)
+                continue
+            held = memoryview(bytearray(high - low))
+            await self.read_into(low, held, purpose=purpose)
+            for (start, end), view in exact.items():
+                if low <= start and end <= high:
+                    view[:] = held[start - low : end - low]
+
+    async def _ranges_once(
+        self, ranges: Sequence[tuple[int, int]], views: Sequence[memoryview], purpose: str
+    ) -> None:
+        """One multi-range GET: its parts into `views`, or (a server that does not serve several
+        ranges a request) `multirange` set False with nothing read."""
+        request = self._request("GET", {"Range": multirange.range_header(ranges), **self._pin()})
+        response = await self._send(request, purpose)
+        try:
+            boundary = multirange.boundary_of(response.headers.get("content-type"))
+            if response.status_code == 200 or (response.status_code == 206 and boundary is None):
+                self._check_same_object(response, None)
+                self.multirange = False  # its body is dropped with the connection
+                return
+            self._check_status(response, allow=(206,))
+            self._check_same_object(response, None)
+            assert boundary is not None
+            parser = multirange.ByteRangesParser(boundary, ranges, self.size, self.location)
+            try:
+                async for chunk in response.aiter_raw():
+                    self.stats.add_bytes(purpose, len(chunk))
+                    for index, at, piece in parser.feed(chunk):
+                        views[index][at : at + len(piece)] = piece
+            except httpx.TransportError as exc:
+                raise _Retry(f"multipart body cut ({type(exc).__name__})") from None
+            parser.finish()
+            self.multirange = True
+        finally:
+            await response.aclose()
 
     # -- validation ----------------------------------------------------------
 

@@ -1,0 +1,191 @@
+"""Several byte ranges in one request (sans-IO): the `Range` header and the `multipart/byteranges` body.
+
+A server that serves several ranges a request (nginx does; S3 does not) answers `Range: bytes=a-b,c-d`
+with 206 and a `multipart/byteranges` body (RFC 9110 section 14.6): per part a boundary line, headers
+with the part's `Content-Range`, a blank line and exactly that range's bytes. The parser takes the
+body in any chunks and says where each piece of part data goes: which asked range, at which offset.
+
+Every part must be one of the asked ranges, whole (its `Content-Range` names exactly an asked
+range of the object opened), each asked range exactly once, and each part's bytes must be followed
+by the boundary (a short or long part is caught there, before its range counts as in); anything else
+is a `SourceError` (the object's size changed: `SourceChanged`), never bytes put in the wrong place.
+
+`batches` splits ranges into requests whose `Range` header stays within `MAX_RANGE_HEADER`
+characters: nginx reads a request's header lines into buffers of 8 KiB by default
+(`large_client_header_buffers 4 8k`) and answers 400 to a longer line.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from ..errors import SourceChanged, SourceError
+
+MAX_RANGE_HEADER = 6000  # characters of `bytes=a-b,...`: within nginx's default 8 KiB header line
+MAX_RANGES = 1000  # ranges a request, whatever their length
+MAX_PART_HEAD = 4096  # bytes of a part's boundary line and headers before its data
+_BOUNDARY = re.compile(r';\s*boundary\s*=\s*(?:"([^"]+)"|([^\s;]+))', re.IGNORECASE)
+_PART_RANGE = re.compile(rb"bytes (\d+)-(\d+)/(\d+)")
+_CONTENT_RANGE = re.compile(rb"^content-range:[ \t]*([^\r\n]*?)[ \t]*\r$", re.IGNORECASE | re.MULTILINE)
+
+Range = tuple[int, int]  # [start, end) in the object
+
+
+def range_header(ranges: Sequence[Range]) -> str:
+    """`bytes=a-b,c-d,...` (inclusive ends) for [start, end) ranges."""
+    return "bytes=" + ",".join(f"{start}-{end - 1}" for start, end in ranges)
+
+
+def batches(ranges: Sequence[Range]) -> list[list[Range]]:
+    """`ranges` in order, as requests whose `Range` header stays within MAX_RANGE_HEADER characters
+    and MAX_RANGES ranges."""
+    out: list[list[Range]] = []
+    length = 0
+    for start, end in ranges:
+        spec = len(f"{start}-{end - 1},")
+        if not out or length + spec > MAX_RANGE_HEADER or len(out[-1]) >= MAX_RANGES:
+            out.append([])
+            length = len("bytes=")
+        out[-1].append((start, end))
+        length += spec
+    return out
+
+
+def boundary_of(content_type: str | None) -> bytes | None:
+    """The boundary of a `multipart/byteranges` Content-Type, or None for any other type."""
+    if not content_type or not content_type.strip().lower().startswith("multipart/byteranges"):
+        return None
+    found = _BOUNDARY.search(content_type)
+    if found is None:
+        return None
+    return (found.group(1) or found.group(2)).encode("latin-1")
+
+
+class ByteRangesParser:
+    """Feed it a `multipart/byteranges` body answering `asked` (disjoint [start, end) ranges of an
+    object of `size` bytes); `feed` returns (asked index, offset in that range, bytes) pieces, in
+    body order. `finish` checks that every asked range came, whole."""
+
+    def __init__(self, boundary: bytes, asked: Sequence[Range], size: int, where: str = "the server") -> None:
+        self.delimiter = b"--" + boundary
+        # after a part's data: CRLF, the boundary, then "--" (the end) or the next part's headers
+        self.next_part = re.compile(
+            re.escape(b"\r\n" + self.delimiter) + rb"(?:(--)|[ \t]*\r\n((?:[^\r\n]+\r\n)*)\r\n)"
+        )
+        self.asked = {(start, end): index for index, (start, end) in enumerate(asked)}
+        self.size = size
+        self.where = where
+        self.pending = bytearray()  # a boundary line or part head cut by a chunk's end
+        self.state = "preamble"  # preamble | head | data | after | done
+        self.part: int | None = None  # asked index of the part being received
+        self.left = 0  # data bytes of the current part still to come
+        self.at = 0  # offset in the current range of the next data byte
+        self.arrived: set[int] = set()  # asked ranges whose bytes all came, boundary checked
+
+    def feed(self, data: bytes | memoryview) -> list[tuple[int, int, memoryview]]:
+        buf = data if isinstance(data, bytes) else bytes(data)
+        if self.pending:  # a boundary line or part head cut by the chunk before (small)
+            buf = bytes(self.pending) + buf
+            self.pending.clear()
+        view = memoryview(buf)
+        out: list[tuple[int, int, memoryview]] = []
+        pos = 0
+        while pos < len(buf):
+            if self.state == "data":
+                take = min(self.left, len(buf) - pos)
+                assert self.part is not None
+                out.append((self.part, self.at, view[pos : pos + take]))
+                self.at += take
+                self.left -= take
+                pos += take
+                if not self.left:
+                    self.state = "after"
+            elif self.state == "done":
+                break  # the epilogue: ignored
+            else:
+                moved = self._parse(buf, pos)
+                if moved is None:  # more bytes needed: keep the rest for the next chunk
+                    self.pending += view[pos:]
+                    self._limit()
+                    break
+                pos = moved
+        return out
+
+    def _parse(self, buf: bytes, pos: int) -> int | None:
+        """One step through a boundary line or a part's headers from `pos`: where it ends, or None
+        when `buf` does not hold all of it yet."""
+        if self.state == "preamble":
+            found = buf.find(self.delimiter, pos)
+            if found < 0:
+                return None
+            self.state = "head"
+            return found + len(self.delimiter)
+        if self.state == "after":  # right after a part's data: CRLF and the boundary, exactly
+            found = self.next_part.match(buf, pos)
+            if found is not None:  # the common case: the boundary and the next part's head at once
+                assert self.part is not None
+                self.arrived.add(self.part)
+                self.part = None
+                if found.group(1):
+                    self.state = "done"
+                    return len(buf)
+                self._start_part(b"\r\n" + found.group(2))
+                return found.end()
+            expected = b"\r\n" + self.delimiter
+            if len(buf) - pos < len(expected):
+                return None
+            if buf[pos : pos + len(expected)] != expected:
+                raise SourceError(f"{self.where}: a part of the multipart answer is not the length "
+                                  "its Content-Range says (no boundary after it)")  # fmt: skip
+            assert self.part is not None
+            self.arrived.add(self.part)
+            self.part = None
+            self.state = "head"
+            return pos + len(expected)
+        # "head", after a boundary: "--" (the end), or CRLF, the part's headers and CRLF CRLF
+        if len(buf) - pos < 2:
+            return None
+        if buf[pos : pos + 2] == b"--":
+            self.state = "done"
+            return len(buf)
+        end = buf.find(b"\r\n\r\n", pos)
+        if end < 0:
+            return None
+        self._start_part(buf[pos:end])
+        return end + 4
+
+    def _limit(self) -> None:
+        if len(self.pending) > MAX_PART_HEAD:
+            raise SourceError(f"{self.where}: more than {MAX_PART_HEAD} bytes of the multipart answer "
+                              "without a boundary or the end of a part's headers")  # fmt: skip
+
+    def _start_part(self, head: bytes) -> None:
+        padding, _, fields = head.partition(b"\r\n")
+        if padding.strip():  # transport padding after the boundary is whitespace only
+            raise SourceError(f"{self.where}: a multipart boundary line carries {padding[:40]!r}")
+        ranges = _CONTENT_RANGE.findall(fields + b"\r\n")
+        if len(ranges) != 1:
+            raise SourceError(
+                f"{self.where}: a part of the multipart answer has {len(ranges)} Content-Range headers"
+            )
+        found = _PART_RANGE.fullmatch(ranges[0])
+        if found is None:
+            raise SourceError(f"{self.where}: a part's Content-Range {ranges[0][:60]!r} is not bytes a-b/N")
+        first, last, total = (int(value) for value in found.groups())
+        if total != self.size:
+            raise SourceChanged(f"{self.where} changed: {self.size} bytes are now {total}")
+        index = self.asked.get((first, last + 1))
+        if index is None:
+            raise SourceError(f"{self.where}: a part holds bytes {first}-{last}, which were not asked for")
+        if index in self.arrived or index == self.part:
+            raise SourceError(f"{self.where}: bytes {first}-{last} came twice in one multipart answer")
+        self.part, self.at, self.left = index, 0, last + 1 - first
+        self.state = "data" if self.left else "after"
+
+    def finish(self) -> None:
+        """The body ended: every asked range must have come, whole, and the closing boundary too."""
+        if self.state != "done" or len(self.arrived) != len(self.asked):
+            missing = len(self.asked) - len(self.arrived)
+            raise SourceError(f"{self.where}: the multipart answer ended with {missing} of "
+                              f"{len(self.asked)} asked ranges missing or cut")  # fmt: skip
