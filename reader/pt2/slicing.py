@@ -288,20 +288,19 @@ def _runs_plan(
     for dim, size in enumerate(shape):
         if size <= 1:
             byte_strides[dim] = 0
-    runs = _touching_joined([(int(start), int(start) + extent) for start in starts])
+    runs = _touching_joined(starts, extent)
     return SlicePlan(shape, runs, nbytes, itemsize, tuple(byte_strides), offset, False, key)
 
 
-def _touching_joined(runs: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
-    """Sorted disjoint runs with touching neighbours reported as one (their bytes laid end to
-    end are the same either way)."""
-    joined: list[list[int]] = []
-    for start, end in runs:
-        if joined and joined[-1][1] == start:
-            joined[-1][1] = end
-        else:
-            joined.append([start, end])
-    return tuple((start, end) for start, end in joined)
+def _touching_joined(starts: np.ndarray, extent: int) -> tuple[tuple[int, int], ...]:
+    """The sorted disjoint runs [start, start + extent), touching neighbours reported as one (their
+    bytes laid end to end are the same either way); in NumPy: a column block of an embedding has
+    tens of thousands."""
+    ends = starts + extent
+    apart = np.flatnonzero(starts[1:] != ends[:-1]) + 1
+    firsts = starts[np.concatenate(([0], apart))].tolist()
+    lasts = ends[np.concatenate((apart - 1, [len(starts) - 1]))].tolist()
+    return tuple(zip(firsts, lasts, strict=True))
 
 
 def assemble(plan: SlicePlan, info: TensorInfo, runs_bytes: Sequence[bytes | memoryview]) -> bytes:

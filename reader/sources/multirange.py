@@ -27,6 +27,8 @@ MAX_RANGES = 1000  # ranges a request, whatever their length
 MAX_PART_HEAD = 4096  # bytes of a part's boundary line and headers before its data
 _BOUNDARY = re.compile(r';\s*boundary\s*=\s*(?:"([^"]+)"|([^\s;]+))', re.IGNORECASE)
 _PART_RANGE = re.compile(rb"bytes (\d+)-(\d+)/(\d+)")
+# after a part's data, CRLF and the boundary: "--" (the end), or padding, CRLF, headers, CRLF CRLF
+_AFTER_BOUNDARY = re.compile(rb"(?:(--)|[ \t]*\r\n((?:[^\r\n]+\r\n)*)\r\n)")
 _CONTENT_RANGE = re.compile(rb"^content-range:[ \t]*([^\r\n]*?)[ \t]*\r$", re.IGNORECASE | re.MULTILINE)
 
 Range = tuple[int, int]  # [start, end) in the object
@@ -69,16 +71,12 @@ class ByteRangesParser:
 
     def __init__(self, boundary: bytes, asked: Sequence[Range], size: int, where: str = "the server") -> None:
         self.delimiter = b"--" + boundary
-        # after a part's data: CRLF, the boundary, then "--" (the end) or the next part's headers
-        self.next_part = re.compile(
-            re.escape(b"\r\n" + self.delimiter) + rb"(?:(--)|[ \t]*\r\n((?:[^\r\n]+\r\n)*)\r\n)"
-        )
         self.order = list(asked)
-        self.asked = {(start, end): index for index, (start, end) in enumerate(asked)}
+        self._asked: dict[Range, int] | None = None  # by range, made when a part comes out of order
         # the bytes around a part's "a-b/N" as the first part had them: a part in the order asked is
         # then recognised by comparing what comes with what it must be (parts: a few hundred bytes
         # each, tens of thousands an answer)
-        self.template: tuple[bytes, bytes] | None = None
+        self.template: tuple[bytes, bytes] | None = None  # (before "a-b", "/N" and after)
         self.size = size
         self.where = where
         self.pending = bytearray()  # a boundary line or part head cut by a chunk's end
@@ -135,8 +133,11 @@ class ByteRangesParser:
             self.state = "head"
             return found + len(self.delimiter)
         if self.state == "after":  # right after a part's data: CRLF and the boundary, exactly
-            found = self.next_part.match(buf, pos)
-            if found is not None:  # the common case: the boundary and the next part's head at once
+            delimiter = b"\r\n" + self.delimiter
+            found = (
+                _AFTER_BOUNDARY.match(buf, pos + len(delimiter)) if buf.startswith(delimiter, pos) else None
+            )
+            if found is not None:  # the boundary and the next part's head at once
                 assert self.part is not None
                 self.arrived.add(self.part)
                 self.part = None
@@ -176,7 +177,7 @@ class ByteRangesParser:
         if self.part + 1 in self.arrived:
             return None
         start, end = self.order[self.part + 1]
-        return self.template[0] + b"%d-%d/%d" % (start, end - 1, self.size) + self.template[1]
+        return self.template[0] + b"%d-%d" % (start, end - 1) + self.template[1]
 
     def _limit(self) -> None:
         if len(self.pending) > MAX_PART_HEAD:
@@ -198,7 +199,11 @@ class ByteRangesParser:
         first, last, total = (int(value) for value in found.groups())
         if total != self.size:
             raise SourceChanged(f"{self.where} changed: {self.size} bytes are now {total}")
-        index = self.asked.get((first, last + 1))
+        index: int | None = len(self.arrived)  # in the order asked, as nginx answers
+        if index >= len(self.order) or self.order[index] != (first, last + 1):
+            if self._asked is None:
+                self._asked = {(start, end): number for number, (start, end) in enumerate(self.order)}
+            index = self._asked.get((first, last + 1))
         if index is None:
             raise SourceError(f"{self.where}: a part holds bytes {first}-{last}, which were not asked for")
         if index in self.arrived or index == self.part:
@@ -207,11 +212,14 @@ class ByteRangesParser:
         self.state = "data" if self.left else "after"
         if self.template is None:
             before, _, after = head.partition(ranges[0])
-            self.template = (b"\r\n" + self.delimiter + before + b"bytes ", after + b"\r\n\r\n")
+            self.template = (
+                b"\r\n" + self.delimiter + before + b"bytes ",
+                b"/%d" % self.size + after + b"\r\n\r\n",
+            )
 
     def finish(self) -> None:
         """The body ended: every asked range must have come, whole, and the closing boundary too."""
-        if self.state != "done" or len(self.arrived) != len(self.asked):
-            missing = len(self.asked) - len(self.arrived)
+        if self.state != "done" or len(self.arrived) != len(self.order):
+            missing = len(self.order) - len(self.arrived)
             raise SourceError(f"{self.where}: the multipart answer ended with {missing} of "
-                              f"{len(self.asked)} asked ranges missing or cut")  # fmt: skip
+                              f"{len(self.order)} asked ranges missing or cut")  # fmt: skip
