@@ -275,3 +275,39 @@ async def test_the_small_server_serves_right_answers_right(tmp_path) -> None:
     async with MultipartServer(path.read_bytes(), "none") as server:
         ranks = await _ranks(server.url)
     _check_blocks(ranks, truth)
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+async def test_predicted_offsets_a_header_refutes_in_a_multi_range_answer(tmp_path, dim: int) -> None:
+    """Where the server answers several ranges a request, the headers, the small tensors and the
+    blocks come as the parts of a few requests; a header that refutes its entry's predicted data
+    offset still gets the block read again at the right one."""
+    from tests.test_shard_offsets import write_aligned_pt2
+
+    rng = np.random.default_rng(35)
+    truth = {f"layer{i}.weight": rng.standard_normal((256, 1024), dtype=np.float32) for i in range(4)}
+    truth["norm"] = rng.standard_normal(1024, dtype=np.float32)
+    path = tmp_path / "m.pt2"
+    write_aligned_pt2(path, truth, shifted={1, 3})
+    async with MultipartServer(path.read_bytes(), "none") as server:
+        for rank in range(4):
+            async with reader.open_archive(server.url) as archive:
+                arrays = await archive.load(shard=reader.Shard(rank, 4, {"layer*": dim}))
+            for name, array in truth.items():
+                want = array if name == "norm" else _block(array, rank, 4, dim)
+                assert np.array_equal(arrays[name], want), (name, rank)
+
+
+async def test_over_nginx_a_dim_0_rank_reads_its_share_in_a_few_requests(nginx, tmp_path) -> None:
+    root, server = nginx
+    path, truth = _matrices(tmp_path)
+    (root / "rows.pt2").write_bytes(path.read_bytes())
+    for rank in range(4):
+        async with reader.open_archive(server.url("rows.pt2")) as archive:
+            arrays = await archive.load(shard=reader.Shard(rank, 4, {"layer*": 0, "small.weight": 0}))
+            stats = archive.stats["data"]
+        for name, array in truth.items():
+            assert np.array_equal(arrays[name], array if name == "norm" else _block(array, rank, 4, 0))
+        share = _share(truth)
+        assert share <= stats["bytes"] <= share + 16 << 10, stats  # + the headers and each part's head
+        assert stats["requests"] <= 10, stats  # the probe and up to 8 multi-range requests

@@ -259,9 +259,8 @@ async def read_blocks(
     the local headers, CRC-checked); `landed` hears of each once it is in. `entries` (the archive's,
     by name) lets the data offsets of an archive torch wrote be predicted (`written_as_torch_does`)."""
     finer: set[int] = set()
-    scattered = any(_scattered(block) for block in blocks)
-    if scattered and isinstance(source, HttpSource) and await source.serves_multiple_ranges():
-        # their runs, not the rows they lie in
+    multiple = isinstance(source, HttpSource) and len(blocks) > 1 and await source.serves_multiple_ranges()
+    if multiple:  # the runs of column blocks, not the rows they lie in
         finer = {index for index, block in enumerate(blocks) if _scattered(block)}
         blocks = [_finer(block) if index in finer else block for index, block in enumerate(blocks)]
     reads = _BlockReads(source, fetcher, blocks, landed, finer)
@@ -274,14 +273,40 @@ async def read_blocks(
         for block in blocks:
             if block.key in reads.missing and block.entry.method != METHOD_STORED:
                 group.create_task(reads.inflated(block))
+        spans = []
         for start, end, inside in requests:
             slot = slots.get(start)
             held = aligned_empty(end - start, start) if slot is None else arena[slot : slot + end - start]
-            group.create_task(reads.request(start, end, inside, held))
+            spans.append((start, end, inside, held))
+        if multiple:  # a few multi-range requests, each about as big, instead of one a span
+            for batch in _shares(spans, REQUESTS_AT_ONCE):
+                group.create_task(reads.spans_request(batch))
+        else:
+            for start, end, inside, held in spans:
+                group.create_task(reads.request(start, end, inside, held))
         reads.launch_several(several)
     if reads.missing:  # cannot happen unless the bookkeeping above is broken
         raise AssertionError(f"blocks {sorted(reads.missing)} did not come in")
     return reads.buffers
+
+
+def _shares(spans: list, count: int) -> list[list]:
+    """`spans` (start, end, ...) in order, as up to `count` groups of about the same bytes, each
+    split further where its Range header would grow past multirange.batches' bound."""
+    total = sum(span[1] - span[0] for span in spans)
+    groups: list[list] = [[]]
+    size = 0
+    for span in spans:
+        if groups[-1] and size >= total / count:
+            groups.append([])
+            size = 0
+        groups[-1].append(span)
+        size += span[1] - span[0]
+    out = []
+    for group in groups:
+        by_range = {(span[0], span[1]): span for span in group}
+        out += [[by_range[rng] for rng in batch] for batch in multirange.batches(list(by_range))]
+    return out
 
 
 def _scattered(block: Block) -> bool:
@@ -465,17 +490,40 @@ class _BlockReads:
         return self.own(self.blocks[piece.block])[piece.at : piece.at + piece.length]
 
     async def request(self, start: int, end: int, inside: list[Wanted], held: np.ndarray) -> None:
-        """Archive bytes [start, end) into `held`, then what lies in them: headers first (a run right
-        after its header in one request is confirmed at once), whole entries, runs."""
+        """Archive bytes [start, end) into `held`, then what lies in them (`received`)."""
         async with self.gate:
-            inside = [
-                item
-                for item in inside
-                if not (isinstance(item, Piece) and self._refuted(item.block, item.offset))
-            ]
+            inside = self._live(inside)
             if not inside:  # runs at a prediction refuted while they waited: read again elsewhere
                 return
             await self.source.read_into(start, memoryview(held))
+        await self.received(start, inside, held)
+
+    async def spans_request(self, spans: list[tuple[int, int, list[Wanted], np.ndarray]]) -> None:
+        """Several requests' spans (start, end, what lies in them, where their bytes go) as the ranges
+        of one multi-range request, then what lies in each (`received`)."""
+        assert isinstance(self.source, HttpSource)
+        async with self.gate:
+            spans = [
+                (start, end, live, held) for start, end, inside, held in spans if (live := self._live(inside))
+            ]
+            if not spans:
+                return
+            ranges = [(start, end) for start, end, _, _ in spans]
+            await self.source.read_ranges_into(ranges, [memoryview(held) for *_, held in spans])
+        for start, _, inside, held in spans:
+            await self.received(start, inside, held)
+
+    def _live(self, inside: list[Wanted]) -> list[Wanted]:
+        """`inside` without the runs read at an offset their entry's header has refuted."""
+        return [
+            item
+            for item in inside
+            if not (isinstance(item, Piece) and self._refuted(item.block, item.offset))
+        ]
+
+    async def received(self, start: int, inside: list[Wanted], held: np.ndarray) -> None:
+        """What lies in archive bytes from `start` in `held`: headers first (a run right after its
+        header in one request is confirmed at once), whole entries, runs."""
         for item in inside:
             if isinstance(item, Region) and not item.whole:
                 await self.located(item.entry, held[item.start - start : item.end - start])

@@ -40,6 +40,7 @@ from .base import (
     Landed,
     SourceStats,
     check_range,
+    fresh_buffer,
     redact_location,
 )
 from .held import HeldBytes
@@ -526,6 +527,8 @@ class HttpSource:
         """One multi-range GET: its parts into `views`, or (a server that does not serve several
         ranges a request) `multirange` set False with nothing read."""
         request = self._request("GET", {"Range": multirange.range_header(ranges), **self._pin()})
+        if sum(end - start for start, end in ranges) >= bulk.BULK_MIN:  # its parts as they land, no copy
+            request.extensions[bulk.BULK] = True
         response = await self._send(request, purpose)
         try:
             boundary = multirange.boundary_of(response.headers.get("content-type"))
@@ -538,8 +541,7 @@ class HttpSource:
             assert boundary is not None
             parser = multirange.ByteRangesParser(boundary, ranges, self.size, self.location)
             try:
-                async for chunk in response.aiter_raw():
-                    self.stats.add_bytes(purpose, len(chunk))
+                async for chunk in self._multipart_body(response, purpose):
                     for index, at, piece in parser.feed(chunk):
                         views[index][at : at + len(piece)] = piece
             except httpx.TransportError as exc:
@@ -548,6 +550,23 @@ class HttpSource:
             self.multirange = True
         finally:
             await response.aclose()
+
+    async def _multipart_body(
+        self, response: httpx.Response, purpose: str
+    ) -> AsyncIterator[memoryview | bytes]:
+        """A multipart body's chunks; a big one received whole into one buffer first (bulk.py's
+        receive_into: one allocation, huge pages, where each socket read would fault in a fresh one)."""
+        body = response.extensions.get(bulk.BODY_INTO)
+        length = response.headers.get("content-length", "")
+        if body is None or not length.isdigit():
+            async for chunk in response.aiter_raw():
+                self.stats.add_bytes(purpose, len(chunk))
+                yield chunk
+            return
+        whole = fresh_buffer(int(length))
+        async for nbytes in body.receive_into(whole):
+            self.stats.add_bytes(purpose, nbytes)
+        yield whole
 
     # -- validation ----------------------------------------------------------
 

@@ -25,6 +25,7 @@ from ..errors import SourceChanged, SourceError
 MAX_RANGE_HEADER = 6000  # characters of `bytes=a-b,...`: within nginx's default 8 KiB header line
 MAX_RANGES = 1000  # ranges a request, whatever their length
 MAX_PART_HEAD = 4096  # bytes of a part's boundary line and headers before its data
+HEAD_WINDOW = MAX_PART_HEAD + 512  # bytes a head is looked for in (the boundary: at most 70 bytes)
 _BOUNDARY = re.compile(r';\s*boundary\s*=\s*(?:"([^"]+)"|([^\s;]+))', re.IGNORECASE)
 _PART_RANGE = re.compile(rb"bytes (\d+)-(\d+)/(\d+)")
 # after a part's data, CRLF and the boundary: "--" (the end), or padding, CRLF, headers, CRLF CRLF
@@ -87,16 +88,17 @@ class ByteRangesParser:
         self.arrived: set[int] = set()  # asked ranges whose bytes all came, boundary checked
 
     def feed(self, data: bytes | memoryview) -> list[tuple[int, int, memoryview]]:
-        buf = data if isinstance(data, bytes) else bytes(data)
-        if self.pending:  # a boundary line or part head cut by the chunk before (small)
-            buf = bytes(self.pending) + buf
+        """The pieces of asked ranges in `data` (views of it: no copy); boundaries and part heads are
+        checked as they pass."""
+        view = memoryview(data)
+        if self.pending:  # a boundary line or part head cut by the chunk before
+            view = memoryview(bytes(self.pending) + bytes(view))
             self.pending.clear()
-        view = memoryview(buf)
         out: list[tuple[int, int, memoryview]] = []
-        pos = 0
-        while pos < len(buf):
+        pos, size = 0, len(view)
+        while pos < size:
             if self.state == "data":
-                take = min(self.left, len(buf) - pos)
+                take = min(self.left, size - pos)
                 assert self.part is not None
                 out.append((self.part, self.at, view[pos : pos + take]))
                 self.at += take
@@ -104,9 +106,12 @@ class ByteRangesParser:
                 pos += take
                 if not self.left:
                     self.state = "after"
-            elif self.state == "done":
+                continue
+            if self.state == "done":
                 break  # the epilogue: ignored
-            elif self.state == "after" and (head := self._expected_next()) and buf.startswith(head, pos):
+            window = bytes(view[pos : pos + HEAD_WINDOW])  # a head is parsed from a copy of its bytes only
+            head = self._expected_next() if self.state == "after" else None
+            if head is not None and window.startswith(head):
                 assert self.part is not None
                 self.arrived.add(self.part)
                 self.part += 1
@@ -114,13 +119,16 @@ class ByteRangesParser:
                 self.at, self.left = 0, end - start
                 self.state = "data" if self.left else "after"
                 pos += len(head)
-            else:
-                moved = self._parse(buf, pos)
-                if moved is None:  # more bytes needed: keep the rest for the next chunk
-                    self.pending += view[pos:]
-                    self._limit()
-                    break
-                pos = moved
+                continue
+            moved = self._parse(window, 0)
+            if moved is None:  # more bytes needed: keep the rest for the next chunk
+                if pos + len(window) < size:
+                    raise SourceError(f"{self.where}: more than {MAX_PART_HEAD} bytes of the multipart "
+                                      "answer without a boundary or the end of a part's headers")  # fmt: skip
+                self.pending += window
+                self._limit()
+                break
+            pos += moved
         return out
 
     def _parse(self, buf: bytes, pos: int) -> int | None:
