@@ -482,10 +482,33 @@ class HttpSource:
         byte each, and remembered): nginx does; S3 answers 200 with the whole object (its body is
         not read)."""
         if self.multirange is None and self.size >= 3:
-            await self._retrying(
-                lambda: self._ranges_once([(0, 1), (2, 3)], [memoryview(bytearray(1))] * 2, "data")
-            )
+            await self._retrying(lambda: self._ranges_once([(0, 1), (2, 3)], "data", []))
         return bool(self.multirange)
+
+    async def read_ranges(
+        self, ranges: Sequence[tuple[int, int]], *, purpose: str = "data", fallback_gap: int = 64 << 10
+    ) -> list[memoryview]:
+        """Bytes [start, end) of each of `ranges` (sorted, disjoint): in one request where the server
+        answers multipart/byteranges (the caller keeps the header short: multirange.batches), each
+        part checked against what was asked, and each range a view of the buffer the answer was
+        received into (no copy); else (a 200 or a single range to a multi-range request: its body is
+        not read, and the answer remembered) the ranges joined where at most `fallback_gap` lies
+        between them, one range a request."""
+        for start, end in ranges:
+            check_range(self, start, end)
+        if any(low < high for (_, high), (low, _) in itertools.pairwise(ranges)):
+            raise ValueError("ranges must be sorted and disjoint")
+        if len(ranges) > 1 and self.multirange is not False:
+            got: list[list[memoryview]] = []
+            await self._retrying(lambda: self._ranges_once(ranges, purpose, got))
+            if self.multirange:
+                return got[-1]
+        out: list[memoryview] = []
+        for low, high in coalesce(ranges, fallback_gap):
+            held = fresh_buffer(high - low)
+            await self.read_into(low, held, purpose=purpose)
+            out += [held[start - low : end - low] for start, end in ranges if low <= start and end <= high]
+        return out
 
     async def read_ranges_into(
         self,
@@ -495,39 +518,22 @@ class HttpSource:
         purpose: str = "data",
         fallback_gap: int = 64 << 10,
     ) -> None:
-        """Bytes [start, end) of each of `ranges` (sorted, disjoint) into its view: in one request where
-        the server answers multipart/byteranges (the caller keeps the header short:
-        multirange.batches), each part checked against what was asked; else (a 200 or a single range
-        to a multi-range request: its body is not read, and the answer remembered) the ranges joined
-        where at most `fallback_gap` lies between them, one range a request."""
+        """`read_ranges`, each range's bytes into its view."""
         for (start, end), view in zip(ranges, views, strict=True):
-            check_range(self, start, end)
             if len(view) != end - start:
                 raise ValueError(f"a view of {len(view)} bytes for range [{start}, {end})")
-        if any(low < high for (_, high), (low, _) in itertools.pairwise(ranges)):
-            raise ValueError("ranges must be sorted and disjoint")
-        if len(ranges) > 1 and self.multirange is not False:
-            await self._retrying(lambda: self._ranges_once(ranges, views, purpose))
-            if self.multirange:
-                return
-        exact = dict(zip(ranges, views, strict=True))
-        for low, high in coalesce(ranges, fallback_gap):
-            if (low, high) in exact:  # one range on its own: straight into its view
-                await self.read_into(low, exact[low, high], purpose=purpose)
-                continue
-            held = memoryview(bytearray(high - low))
-            await self.read_into(low, held, purpose=purpose)
-            for (start, end), view in exact.items():
-                if low <= start and end <= high:
-                    view[:] = held[start - low : end - low]
+        for view, data in zip(
+            views, await self.read_ranges(ranges, purpose=purpose, fallback_gap=fallback_gap)
+        ):
+            view[:] = data
 
     async def _ranges_once(
-        self, ranges: Sequence[tuple[int, int]], views: Sequence[memoryview], purpose: str
+        self, ranges: Sequence[tuple[int, int]], purpose: str, got: list[list[memoryview]]
     ) -> None:
-        """One multi-range GET: its parts into `views`, or (a server that does not serve several
-        ranges a request) `multirange` set False with nothing read."""
+        """One multi-range GET: each range's bytes appended to `got` as one list, or (a server that
+        does not serve several ranges a request) `multirange` set False with nothing read."""
         request = self._request("GET", {"Range": multirange.range_header(ranges), **self._pin()})
-        if sum(end - start for start, end in ranges) >= bulk.BULK_MIN:  # its parts as they land, no copy
+        if sum(end - start for start, end in ranges) >= bulk.BULK_MIN:  # received whole, no copy
             request.extensions[bulk.BULK] = True
         response = await self._send(request, purpose)
         try:
@@ -540,13 +546,23 @@ class HttpSource:
             self._check_same_object(response, None)
             assert boundary is not None
             parser = multirange.ByteRangesParser(boundary, ranges, self.size, self.location)
+            out: list[memoryview | None] = [None] * len(ranges)
             try:
                 async for chunk in self._multipart_body(response, purpose):
                     for index, at, piece in parser.feed(chunk):
-                        views[index][at : at + len(piece)] = piece
+                        start, end = ranges[index]
+                        if at == 0 and len(piece) == end - start and not piece.readonly:
+                            out[index] = piece  # the whole part in one piece: a view of it
+                            continue
+                        if at == 0:  # a part cut by a chunk's end: put together
+                            out[index] = fresh_buffer(end - start)
+                        held = out[index]
+                        assert held is not None
+                        held[at : at + len(piece)] = piece
             except httpx.TransportError as exc:
                 raise _Retry(f"multipart body cut ({type(exc).__name__})") from None
-            parser.finish()
+            parser.finish()  # every range came, whole: `out` has no None left
+            got.append([piece for piece in out if piece is not None])
             self.multirange = True
         finally:
             await response.aclose()
