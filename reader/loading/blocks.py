@@ -19,8 +19,15 @@ that rule puts them, every block's requests start at once at the predicted offse
 requests as the headers where they lie close (the header and block of rank 0, the block of the last
 rank and the next header), and count only once the header confirms the offset (else they are read
 again: never wrong bytes). Remotely the small whole tensors (biases, norms: `SMALL_WHOLE`) come in
-the same requests as the headers beside them. GPT-2 at world 4: 55 requests for the first and last
-ranks, 105 for the others (where the header and the block lie apart), against 62 for a whole load.
+the same requests as the headers beside them. GPT-2 at world 4 from S3: 55 requests for the first
+and last ranks, 105 for the others (where the header and the block lie apart), against 62 for a
+whole load.
+
+Over HTTP, where the server answers several ranges a request (`HttpSource.serves_multiple_ranges`,
+nginx), those requests are the ranges of up to `REQUESTS_AT_ONCE` multi-range requests, and a block
+of several runs (a column block: a run a row) is planned again with runs apart past `PART_GAP` and
+read as the parts of multi-range requests, straight into its buffer: a rank reads its share and each
+part's head, where one range a request would read the rows its runs lie in.
 
 A block is not its whole entry, so no CRC-32 covers it: its bytes are length-checked and read
 from the version opened (SourceChanged otherwise). A cut that spans its whole dim (world size 1,
