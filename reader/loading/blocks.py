@@ -182,11 +182,10 @@ def _finished(block: Block, laid: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True, slots=True)
 class Piece:
-    """Run `run` of block `block`: archive bytes [start, start + length), read on the assumption that
-    its entry's data starts at `offset`, go to `at` in the block's buffer."""
+    """A run of block `block`: archive bytes [start, start + length), read on the assumption that its
+    entry's data starts at `offset`, go to `at` in the block's buffer."""
 
     block: int
-    run: int
     at: int
     start: int
     length: int
@@ -413,10 +412,7 @@ class _BlockReads:
             if index in self.finer:
                 finer.append((index, offset))
                 continue
-            at = 0
-            for run, (low, high) in enumerate(self.blocks[index].plan.runs):
-                pieces.append(Piece(index, run, at, offset + low, high - low, offset))
-                at += high - low
+            pieces += self._pieces_of(index, offset)
         return pieces, finer
 
     def launch(self, wanted: list[Wanted], several: list[tuple[int, int]]) -> None:
@@ -466,9 +462,10 @@ class _BlockReads:
             self.group.create_task(self.request(start, end, inside, aligned_empty(end - start, start)))
 
     def _pieces_of(self, index: int, offset: int) -> list[Piece]:
+        """Block `index`'s runs at data offset `offset`, each with where it goes in the block's buffer."""
         pieces, at = [], 0
-        for run, (low, high) in enumerate(self.blocks[index].plan.runs):
-            pieces.append(Piece(index, run, at, offset + low, high - low, offset))
+        for low, high in self.blocks[index].plan.runs:
+            pieces.append(Piece(index, at, offset + low, high - low, offset))
             at += high - low
         return pieces
 
