@@ -21,7 +21,14 @@ import pytest
 import reader
 from reader.errors import SourceChanged, SourceError
 from reader.sources import HttpOptions
-from reader.sources.multirange import MAX_RANGE_HEADER, ByteRangesParser, batches, boundary_of, range_header
+from reader.sources.multirange import (
+    MAX_RANGE_HEADER,
+    ByteRangesParser,
+    batches,
+    boundary_of,
+    laid_in_order,
+    range_header,
+)
 from testing.faultserver import FaultServer
 from testing.zipbytes import write_pt2
 
@@ -61,6 +68,15 @@ def test_every_split_of_a_body_gives_the_asked_bytes() -> None:
         assert _parse(body, chunk=chunk) == want, chunk
 
 
+def test_an_answer_laid_out_as_nginx_lays_it_out_is_taken_as_views_of_it() -> None:
+    body = memoryview(bytearray(_body([_part(start, end) for start, end in ASKED])))
+    laid = laid_in_order(body, b"XyZ", ASKED, len(DATA))
+    assert laid is not None and [bytes(view) for view in laid] == [DATA[start:end] for start, end in ASKED]
+    assert all(view.obj is body.obj for view in laid)  # no copy
+    reordered = memoryview(bytearray(_body([_part(start, end) for start, end in reversed(ASKED)])))
+    assert laid_in_order(reordered, b"XyZ", ASKED, len(DATA)) is None  # left to the parser
+
+
 def test_parts_in_another_order_with_other_headers_are_fine() -> None:
     parts = [_part(start, end) for start, end in reversed(ASKED)]
     parts[1] = parts[1].replace(b"Content-Type: application/octet-stream", b"X-Extra: 1\r\ncontent-type: a/b")
@@ -85,6 +101,7 @@ def test_parts_in_another_order_with_other_headers_are_fine() -> None:
     ids=["wrong-content-range", "short-part", "long-part", "missing-part", "twice", "other-size"],
 )  # fmt: skip
 def test_a_bad_part_is_an_error(parts: list[bytes], error: type, message: str) -> None:
+    assert laid_in_order(memoryview(_body(parts)), b"XyZ", ASKED, len(DATA)) is None
     for chunk in (3, None):
         with pytest.raises(error, match=message):
             _parse(_body(parts), chunk=chunk)
@@ -92,6 +109,7 @@ def test_a_bad_part_is_an_error(parts: list[bytes], error: type, message: str) -
 
 def test_a_cut_body_is_an_error() -> None:
     body = _body([_part(start, end) for start, end in ASKED])
+    assert laid_in_order(memoryview(body[:-20]), b"XyZ", ASKED, len(DATA)) is None
     with pytest.raises(SourceError, match="missing or cut"):
         _parse(body[:-20])
 

@@ -533,8 +533,7 @@ class HttpSource:
         """One multi-range GET: each range's bytes appended to `got` as one list, or (a server that
         does not serve several ranges a request) `multirange` set False with nothing read."""
         request = self._request("GET", {"Range": multirange.range_header(ranges), **self._pin()})
-        if sum(end - start for start, end in ranges) >= bulk.BULK_MIN:  # received whole, no copy
-            request.extensions[bulk.BULK] = True
+        request.extensions[bulk.BULK] = True  # received whole into one buffer, its parts views of it
         response = await self._send(request, purpose)
         try:
             boundary = multirange.boundary_of(response.headers.get("content-type"))
@@ -549,6 +548,12 @@ class HttpSource:
             out: list[memoryview | None] = [None] * len(ranges)
             try:
                 async for chunk in self._multipart_body(response, purpose):
+                    if isinstance(chunk, memoryview) and not chunk.readonly:  # the whole answer
+                        laid = multirange.laid_in_order(chunk, boundary, ranges, self.size)
+                        if laid is not None:  # as nginx answers: its parts checked, no parsing
+                            got.append(laid)
+                            self.multirange = True
+                            return
                     for index, at, piece in parser.feed(chunk):
                         start, end = ranges[index]
                         if at == 0 and len(piece) == end - start and not piece.readonly:
@@ -570,14 +575,15 @@ class HttpSource:
     async def _multipart_body(
         self, response: httpx.Response, purpose: str
     ) -> AsyncIterator[memoryview | bytes]:
-        """A multipart body's chunks; a big one received whole into one buffer first (bulk.py's
-        receive_into: one allocation, huge pages, where each socket read would fault in a fresh one)."""
+        """A multipart body's chunks (bytes); a big one received whole into one buffer first (bulk.py's
+        receive_into: one allocation, huge pages, where each socket read would fault in a fresh one),
+        and handed over as one writable memoryview."""
         body = response.extensions.get(bulk.BODY_INTO)
         length = response.headers.get("content-length", "")
         if body is None or not length.isdigit():
             async for chunk in response.aiter_raw():
                 self.stats.add_bytes(purpose, len(chunk))
-                yield chunk
+                yield bytes(chunk)  # chunks as bytes: only the whole answer comes as a memoryview
             return
         whole = fresh_buffer(int(length))
         async for nbytes in body.receive_into(whole):

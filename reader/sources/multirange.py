@@ -65,6 +65,44 @@ def boundary_of(content_type: str | None) -> bytes | None:
     return (found.group(1) or found.group(2)).encode("latin-1")
 
 
+def laid_in_order(
+    body: memoryview, boundary: bytes, asked: Sequence[Range], size: int
+) -> list[memoryview] | None:
+    """The asked ranges' bytes as views of `body`, a whole multipart answer, when it is laid out as
+    nginx lays one out: CRLF and the first boundary first, the parts in the order asked, each part's
+    head the first one's but for its range, the closing boundary and CRLF last. Every head is
+    compared with what it must be, so a match is as strict as parsing; None (any other layout, or
+    anything wrong): parse it with ByteRangesParser, which says what is wrong."""
+    delimiter = b"\r\n--" + boundary
+    window = bytes(body[:HEAD_WINDOW])
+    end = window.find(b"\r\n\r\n", len(delimiter))
+    if not asked or not window.startswith(delimiter) or end < 0:
+        return None
+    head = window[len(delimiter) : end]  # CRLF and the first part's headers
+    value = b"bytes %d-%d/%d" % (asked[0][0], asked[0][1] - 1, size)
+    if (
+        not head.startswith(b"\r\n")
+        or head.count(value) != 1
+        or _CONTENT_RANGE.findall(head + b"\r\n") != [value]
+    ):
+        return None
+    before, _, after = head.partition(value)
+    prefix, suffix = delimiter + before + b"bytes ", b"/%d" % size + after + b"\r\n\r\n"
+    out: list[memoryview] = []
+    pos = 0
+    for start, stop in asked:
+        expected = prefix + b"%d-%d" % (start, stop - 1) + suffix
+        if body[pos : pos + len(expected)] != expected:
+            return None
+        pos += len(expected)
+        out.append(body[pos : pos + stop - start])
+        pos += stop - start
+    closing = delimiter + b"--\r\n"
+    if len(body) - pos != len(closing) or body[pos:] != closing:
+        return None
+    return out
+
+
 class ByteRangesParser:
     """Feed it a `multipart/byteranges` body answering `asked` (disjoint [start, end) ranges of an
     object of `size` bytes); `feed` returns (asked index, offset in that range, bytes) pieces, in
