@@ -42,17 +42,12 @@ def range_header(ranges: Sequence[Range]) -> str:
 
 def batches(ranges: Sequence[Range]) -> list[list[Range]]:
     """`ranges` in order, as requests whose `Range` header stays within MAX_RANGE_HEADER characters
-    and MAX_RANGES ranges."""
-    out: list[list[Range]] = []
-    length = 0
-    for start, end in ranges:
-        spec = len(f"{start}-{end - 1},")
-        if not out or length + spec > MAX_RANGE_HEADER or len(out[-1]) >= MAX_RANGES:
-            out.append([])
-            length = len("bytes=")
-        out[-1].append((start, end))
-        length += spec
-    return out
+    and MAX_RANGES ranges (counted as if every offset had as many digits as the largest)."""
+    if not ranges:
+        return []
+    widest = len(f"{max(end for _, end in ranges)}")
+    each = min(MAX_RANGES, (MAX_RANGE_HEADER - len("bytes=")) // (2 * widest + 2))
+    return [list(ranges[at : at + each]) for at in range(0, len(ranges), each)]
 
 
 def boundary_of(content_type: str | None) -> bytes | None:
