@@ -1,7 +1,7 @@
 """A rank's blocks of sharded tensors: only their bytes, as one plan of coalesced, parallel reads.
 
 A block is a slice (`reader.pt2.slicing.plan_slice`: which byte runs of the storage it needs,
-and the strided view over those runs laid end to end). Each block gets a buffer of its own
+and the strided view over those runs laid end to end). Each block has a buffer
 holding its runs laid end to end (or, when the runs hold more than the block, because rows were
 joined across small gaps, the block gathered row-major out of them: a rank keeps only its share),
 and a `TensorInfo` that views that buffer (its storage entry is the block's key), so the arrays
@@ -10,11 +10,24 @@ and torch tensors are built as for whole storages.
 The reads: the runs of every block, in archive offsets, sorted and grouped into requests where
 less than `REQUEST_GAP` lies between two runs (a gap costs less than a round trip); requests are
 received several at a time, each big one in parallel parts by the source. A dim-0 block of a
-dense row-major tensor is one run: exactly its bytes are read. Each entry's data offset comes
-from its local header (the headers of nearby entries in one request), and a block's requests start
-as soon as its header is in; remotely the
-small whole tensors (biases, norms: `SMALL_WHOLE`) come in the same requests, since a cut entry's
-header lies right after them (GPT-2 at world 4: 105 requests a rank, where apart they were 153).
+dense row-major tensor is one run: exactly its bytes are read, into one buffer with the other
+dim-0 blocks (huge pages, faulted in on a thread), and the block is a view of them.
+
+Each entry's data offset comes from its local header. torch's ZIP writer pads every local header
+so that data starts at a multiple of 64 (`predicted_offset`); when the open's own entries lie where
+that rule puts them, every block's requests start at once at the predicted offsets, in the same
+requests as the headers where they lie close (the header and block of rank 0, the block of the last
+rank and the next header), and count only once the header confirms the offset (else they are read
+again: never wrong bytes). Remotely the small whole tensors (biases, norms: `SMALL_WHOLE`) come in
+the same requests as the headers beside them. GPT-2 at world 4 from S3: 55 requests for the first
+and last ranks, 105 for the others (where the header and the block lie apart), against 62 for a
+whole load.
+
+Over HTTP, where the server answers several ranges a request (`HttpSource.serves_multiple_ranges`,
+nginx), those requests are the ranges of up to `REQUESTS_AT_ONCE` multi-range requests, and a block
+of several runs (a column block: a run a row) is planned again with runs apart past `PART_GAP` and
+read as the parts of multi-range requests, straight into its buffer: a rank reads its share and each
+part's head, where one range a request would read the rows its runs lie in.
 
 A block is not its whole entry, so no CRC-32 covers it: its bytes are length-checked and read
 from the version opened (SourceChanged otherwise). A cut that spans its whole dim (world size 1,
@@ -26,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -38,15 +52,22 @@ from ..pt2.slicing import SlicePlan, plan_slice
 from ..pt2.tensorinfo import TensorInfo
 from ..reading.entries import EntryFetcher
 from ..reading.ranges import coalesce
-from ..sources import ByteSource
+from ..sources import ByteSource, HttpSource, multirange
 from ..tasks import task_group
 from ..zipfmt import ZipEntry
 from ..zipfmt.structs import METHOD_STORED
 from .plan import LoadPlan, group_ranges
+from .prefault import prefaulting
 from .shards import Shard
+from .storages import aligned_empty
 
 # Runs closer than this are one request (the bytes between are read and dropped).
 REQUEST_GAP = 64 << 10
+# torch's ZIP writer starts every entry's data at a multiple of this (its local header's extra field pads)
+DATA_ALIGNMENT = 64
+# Runs of a block read in a multi-range request are parts apart where more than this lies between
+# them: a part's boundary and headers cost about 110 bytes (nginx's), a run's share of the Range header 20.
+PART_GAP = 128
 # Requests in flight at once (each big one in parallel parts of its own): as many as a load's parallel
 # parts, so a rank opens no more connections than a whole load (a new one cost 12 ms on a busy host).
 REQUESTS_AT_ONCE = 8
@@ -63,11 +84,15 @@ Landed = Callable[[Buffers], None]
 @dataclass(frozen=True, slots=True)
 class Block:
     """`info`: the block as a tensor viewing its own buffer (key `info.storage.entry`), whose bytes
-    are runs `plan.runs` of the payload `entry`."""
+    are runs `plan.runs` of the payload `entry`: laid end to end, or (`gathered`) the block gathered
+    row-major out of them. `whole[index]` is the block."""
 
     info: TensorInfo
     entry: ZipEntry
     plan: SlicePlan
+    whole: TensorInfo
+    index: tuple[slice, ...]
+    gathered: bool
 
     @property
     def key(self) -> str:
@@ -88,15 +113,16 @@ def split_by_shard(
             continue
         if info.unsupported:
             raise UnsupportedPayload(f"{info.model}/{info.name}: {info.unsupported}")
-        block = _block(info, plan_slice(info, cut.index()), entries[info.storage.entry])
+        block = _block(info, cut.index(), entries[info.storage.entry])
         ordered.append(block.info)
         blocks.append(block)
     return ordered, blocks
 
 
-def _block(info: TensorInfo, plan: SlicePlan, entry: ZipEntry) -> Block:
+def _block(info: TensorInfo, index: tuple[slice, ...], entry: ZipEntry) -> Block:
     """The block as a tensor viewing its buffer: the runs laid end to end, or, when they hold more than
     the block (rows joined across small gaps), the block gathered row-major into a buffer of its size."""
+    plan = plan_slice(info, index)
     itemsize = plan.itemsize
     numel = math.prod(plan.shape)
     if _gathered(plan):
@@ -122,17 +148,29 @@ def _block(info: TensorInfo, plan: SlicePlan, entry: ZipEntry) -> Block:
         nbytes=numel * itemsize,
         storage=storage,
     )
-    return Block(view, entry, plan)
+    return Block(view, entry, plan, info, index, _gathered(plan))
 
 
 def _gathered(plan: SlicePlan) -> bool:
     return not plan.zeros and plan.read_bytes > plan.nbytes
 
 
+def _row_major(plan: SlicePlan) -> bool:
+    """The runs laid end to end are the block row-major."""
+    if plan.zeros or plan.offset or plan.read_bytes != plan.nbytes:
+        return False
+    step = plan.itemsize
+    for size, stride in zip(reversed(plan.shape), reversed(plan.strides), strict=True):
+        if size > 1 and stride != step:
+            return False
+        step *= size
+    return True
+
+
 def _finished(block: Block, laid: np.ndarray) -> np.ndarray:
     """The block's buffer once its runs are in `laid`: `laid` itself, or the block gathered out of it."""
     plan = block.plan
-    if not _gathered(plan):
+    if not block.gathered or _row_major(plan):
         return laid
     element = np.dtype(f"V{plan.itemsize}")
     out = np.empty(plan.nbytes, dtype=np.uint8)
@@ -144,26 +182,63 @@ def _finished(block: Block, laid: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True, slots=True)
 class Piece:
-    """Archive bytes [start, start + length) go to `at` in block `block`'s buffer."""
+    """A run of block `block`: archive bytes [start, start + length), read on the assumption that its
+    entry's data starts at `offset`, go to `at` in the block's buffer."""
 
     block: int
     at: int
     start: int
     length: int
+    offset: int
 
 
-def group_requests(pieces: Iterable[Piece], gap: int = REQUEST_GAP) -> list[tuple[int, int, list[Piece]]]:
-    """(start, end, pieces) of each request: runs less than `gap` apart (or overlapping: a tied
-    name's block) share one."""
-    ordered = sorted(pieces, key=lambda piece: piece.start)
-    spans = coalesce([(piece.start, piece.start + piece.length) for piece in ordered], gap)
-    requests: list[tuple[int, int, list[Piece]]] = [(low, high, []) for low, high in spans]
+@dataclass(frozen=True, slots=True)
+class Region:
+    """Archive bytes [start, end) from `entry`'s local header: to find where its data starts
+    (`whole=False`), or its whole stored entry (`whole=True`, CRC-checked)."""
+
+    entry: ZipEntry
+    start: int
+    end: int
+    whole: bool
+
+
+Wanted = Piece | Region
+
+
+def group_requests(wanted: Iterable[Wanted], gap: int = REQUEST_GAP) -> list[tuple[int, int, list[Wanted]]]:
+    """(start, end, what lies in it) of each request: what lies less than `gap` apart (or overlaps: a
+    tied name's block) shares one."""
+    ordered = sorted(wanted, key=lambda item: item.start)
+    spans = coalesce([(item.start, _end(item)) for item in ordered], gap)
+    requests: list[tuple[int, int, list[Wanted]]] = [(low, high, []) for low, high in spans]
     index = 0
-    for piece in ordered:
-        while piece.start >= requests[index][1]:
+    for item in ordered:
+        while item.start >= requests[index][1]:
             index += 1
-        requests[index][2].append(piece)
+        requests[index][2].append(item)
     return requests
+
+
+def _end(item: Wanted) -> int:
+    return item.start + item.length if isinstance(item, Piece) else item.end
+
+
+def predicted_offset(entry: ZipEntry) -> int:
+    """Where torch's ZIP writer puts an entry's data: after the local header (30 bytes, the name, and
+    an extra field of at least its own 4-byte header) padded to the next multiple of 64."""
+    least = entry.header_offset + zipfmt.structs.LOCAL_HEADER.size + len(entry.raw_name) + 4
+    return least + (-least) % DATA_ALIGNMENT
+
+
+def written_as_torch_does(known: Mapping[str, int], entries: Mapping[str, ZipEntry] | None) -> bool:
+    """True when every data offset found so far (the open's metadata entries) lies where
+    `predicted_offset` puts it: the archive's other entries are predicted (an archive another tool
+    wrote is read header first, as a prediction that misses costs its bytes twice)."""
+    if not entries:
+        return False
+    checked = [name for name in known if name in entries]
+    return bool(checked) and all(known[name] == predicted_offset(entries[name]) for name in checked)
 
 
 def set_small_apart(plan: LoadPlan, limit: int) -> tuple[LoadPlan, list[ZipEntry]]:
@@ -179,146 +254,385 @@ def set_small_apart(plan: LoadPlan, limit: int) -> tuple[LoadPlan, list[ZipEntry
 
 
 async def read_blocks(
-    source: ByteSource, fetcher: EntryFetcher, blocks: list[Block], landed: Landed, nearby: list[ZipEntry]
-) -> Buffers:
-    """Every block's buffer by its key, and each of the whole entries `nearby` by its name (read with
-    the local headers, CRC-checked); `landed` hears of each once it is in."""
-    buffers: Buffers = {
-        block.key: np.empty(block.plan.read_bytes or block.info.storage.nbytes, dtype=np.uint8)
-        for block in blocks
-    }
-    pending = {index: len(block.plan.runs) for index, block in enumerate(blocks)}
-    done: Buffers = {}
-    for index, block in enumerate(blocks):
-        if block.plan.zeros or not block.plan.runs:
-            buffers[block.key][:] = 0
-            done[block.key] = buffers[block.key]
-            del pending[index]
-    landed(done)
-    stored = [index for index in pending if blocks[index].entry.method == METHOD_STORED]
-    by_entry: dict[str, list[int]] = {}
-    for index in stored:
-        by_entry.setdefault(blocks[index].entry.name, []).append(index)
-    gate = asyncio.Semaphore(REQUESTS_AT_ONCE)
-
-    def target(piece: Piece) -> np.ndarray:
-        return buffers[blocks[piece.block].key][piece.at : piece.at + piece.length]
-
-    def arrived(index: int) -> None:
-        pending[index] -= 1
-        if not pending[index]:
-            finished(blocks[index])
-
-    def finished(block: Block) -> None:
-        buffers[block.key] = _finished(block, buffers[block.key])
-        landed({block.key: buffers[block.key]})
-
-    async def request(start: int, end: int, into: list[Piece]) -> None:
-        async with gate:
-            if len(into) == 1 and (into[0].start, into[0].length) == (start, end - start):
-                piece = into[0]  # straight into the block's buffer
-                await source.read_into(start, memoryview(target(piece)))
-            else:
-                held = np.empty(end - start, dtype=np.uint8)
-                await source.read_into(start, memoryview(held))
-                for piece in into:
-                    target(piece)[:] = held[piece.start - start : piece.start - start + piece.length]
-        for piece in into:
-            arrived(piece.block)
-
-    async def inflated(block: Block) -> None:
-        async with gate:
-            whole = np.frombuffer(await fetcher.read(block.entry), dtype=np.uint8)  # CRC-checked
-        at = 0
-        for low, high in block.plan.runs:
-            buffers[block.key][at : at + high - low] = whole[low:high]
-            at += high - low
-        finished(block)
-
-    async with task_group() as group:  # the first failure cancels the rest
-
-        def located(names: Iterable[str]) -> None:
-            """Start the requests of the blocks whose entries' data offsets are now known."""
-            known = fetcher.known_offsets
-            pieces = []
-            for index in (index for name in names for index in by_entry.get(name, ())):
-                block, at = blocks[index], 0
-                for low, high in block.plan.runs:
-                    pieces.append(Piece(index, at, known[block.entry.name] + low, high - low))
-                    at += high - low
-            for start, end, into in group_requests(pieces):
-                group.create_task(request(start, end, into))
-
-        def wholes_landed(wholes: Buffers) -> None:
-            buffers.update(wholes)
-            landed(wholes)
-
-        for index in pending:
-            if blocks[index].entry.method != METHOD_STORED:
-                group.create_task(inflated(blocks[index]))
-        entries = [blocks[index].entry for index in stored]
-        await _locate(source, fetcher, entries, nearby, gate, located, wholes_landed)
-    return buffers
-
-
-async def _locate(
     source: ByteSource,
     fetcher: EntryFetcher,
-    entries: list[ZipEntry],
+    blocks: list[Block],
+    landed: Landed,
     nearby: list[ZipEntry],
-    gate: asyncio.Semaphore,
-    located: Callable[[list[str]], None],
-    wholes_landed: Landed,
-) -> None:
-    """Where each of `entries`' data starts (known, else from its local header), and the whole entries
-    `nearby` (CRC-checked): headers and those entries that lie close together in one request, the
-    requests in parallel; `located` hears of the entries whose offsets are known as each request
-    lands (so their blocks' requests start at once), `wholes_landed` of the whole entries."""
-    known = fetcher.known_offsets
-    located([entry.name for entry in entries if entry.name in known])
-    wanted = {entry.name: entry for entry in entries if entry.name not in known}
-    whole = {entry.name: entry for entry in nearby}
-    regions = {
-        name: (
-            entry.header_offset,
-            min(entry.header_offset + zipfmt.local_header_guess(entry), entry.region_end),
-        )
-        for name, entry in wanted.items()
-    }
-    regions.update({name: (entry.header_offset, entry.region_end) for name, entry in whole.items()})
-    spans = coalesce(list(regions.values()), REQUEST_GAP)
-
-    async def span(start: int, end: int) -> None:
-        async with gate:
-            data = memoryview(await source.read(start, end))
-        inside = [name for name, (low, high) in regions.items() if start <= low and high <= end]
-        found, wholes = [], {}
-        for name in inside:
-            low, high = regions[name]
-            window = data[low - start : high - start]
-            if name in whole:
-                wholes[name] = _whole(whole[name], window, known)
-            if name in wanted:
-                offset = zipfmt.locate_data(wanted[name], window)
-                if isinstance(offset, zipfmt.NeedUntil):
-                    await fetcher.data_offset(wanted[name])  # a header longer than guessed: on its own
-                else:
-                    known[name] = offset
-                found.append(name)
-        wholes_landed(wholes)
-        located(found)
-
-    async with task_group() as group:
-        for start, end in spans:
-            group.create_task(span(start, end))
+    entries: Mapping[str, ZipEntry] | None = None,
+) -> Buffers:
+    """Every block's buffer by its key, and each of the whole entries `nearby` by its name (read with
+    the local headers, CRC-checked); `landed` hears of each once it is in. `entries` (the archive's,
+    by name) lets the data offsets of an archive torch wrote be predicted (`written_as_torch_does`)."""
+    finer: set[int] = set()
+    multiple = isinstance(source, HttpSource) and len(blocks) > 1 and await source.serves_multiple_ranges()
+    if multiple:  # the runs of column blocks, not the rows they lie in
+        finer = {index for index, block in enumerate(blocks) if _scattered(block)}
+        blocks = [_finer(block) if index in finer else block for index, block in enumerate(blocks)]
+    reads = _BlockReads(source, fetcher, blocks, landed, finer)
+    wanted, several = reads.wanted(nearby, written_as_torch_does(fetcher.known_offsets, entries))
+    requests = group_requests(wanted)
+    kept = [(start, end) for start, end, inside in requests if any(reads.viewed(item) for item in inside)]
+    arena, slots = _arena(kept)
+    async with prefaulting(arena), task_group() as group:  # the first failure cancels the rest
+        reads.group = group
+        for block in blocks:
+            if block.key in reads.missing and block.entry.method != METHOD_STORED:
+                group.create_task(reads.inflated(block))
+        spans = []
+        for start, end, inside in requests:
+            slot = slots.get(start)
+            held = aligned_empty(end - start, start) if slot is None else arena[slot : slot + end - start]
+            spans.append((start, end, inside, held))
+        if multiple:  # a few multi-range requests, each about as big, instead of one a span
+            for batch in _shares(spans, REQUESTS_AT_ONCE):
+                group.create_task(reads.spans_request(batch))
+        else:
+            for start, end, inside, held in spans:
+                group.create_task(reads.request(start, end, inside, held))
+        reads.launch_several(several)
+    if reads.missing:  # cannot happen unless the bookkeeping above is broken
+        raise AssertionError(f"blocks {sorted(reads.missing)} did not come in")
+    return reads.buffers
 
 
-def _whole(entry: ZipEntry, window: memoryview, known: dict[str, int]) -> np.ndarray:
+def _shares(spans: list, count: int) -> list[list]:
+    """`spans` (start, end, ...) in order, as up to `count` groups of about the same bytes, each
+    split further where its Range header would grow past multirange.batches' bound."""
+    total = sum(span[1] - span[0] for span in spans)
+    groups: list[list] = [[]]
+    size = 0
+    for span in spans:
+        if groups[-1] and size >= total / count:
+            groups.append([])
+            size = 0
+        groups[-1].append(span)
+        size += span[1] - span[0]
+    out = []
+    for group in groups:
+        by_range = {(span[0], span[1]): span for span in group}
+        out += [[by_range[rng] for rng in batch] for batch in multirange.batches(list(by_range))]
+    return out
+
+
+def _scattered(block: Block) -> bool:
+    """A stored block of several runs, or of rows joined across small gaps (a column block): over
+    HTTP, read as a part a run where the server answers multi-range requests."""
+    return block.entry.method == METHOD_STORED and (block.gathered or len(block.plan.runs) > 1)
+
+
+def _finer(block: Block) -> Block:
+    """The block read as its own runs, parts of multi-range requests (apart where more than a part's
+    head lies between them)."""
+    return dataclasses.replace(block, plan=plan_slice(block.whole, block.index, PART_GAP))
+
+
+def _arena(spans: list[tuple[int, int]]) -> tuple[np.ndarray, dict[int, int]]:
+    """One buffer for the requests whose bytes are kept (big enough for huge pages, faulted in on a
+    thread meanwhile), and where each request's bytes go in it, by its start: placed so that archive
+    offsets keep their alignment to 64."""
+    slots, at = {}, 0
+    for start, end in spans:
+        at += (start - at) % DATA_ALIGNMENT
+        slots[start] = at
+        at += end - start
+    return aligned_empty(at, 0), slots
+
+
+class _BlockReads:
+    """The reads of a rank's blocks, and what is in so far.
+
+    A stored entry's block runs are read at its data offset: known (from an earlier read), predicted
+    (`predicted_offset`) or, failing both, found in its local header first. Every local header not
+    known is read, in the same requests as what lies near it (other headers, small whole entries, a
+    block run starting right after it); a run read at a predicted offset counts only once its header
+    confirms the offset. One that refutes it drops the block's buffer (what lands later at the wrong
+    offset is dropped too) and its runs are read again at the offset found.
+
+    A block of one run is a view of the bytes its request received (a dim-0 block: kept as it is; one
+    whose run holds more than the block: gathered out of it); a block of several runs gets a buffer of
+    its own, the runs copied in, or (the `finer` blocks) received straight into it as the parts of
+    multi-range requests. A whole entry is copied out (small: its request's bytes go)."""
+
+    def __init__(
+        self, source: ByteSource, fetcher: EntryFetcher, blocks: list[Block], landed: Landed, finer: set[int]
+    ) -> None:
+        self.source, self.fetcher, self.blocks, self.landed = source, fetcher, blocks, landed
+        self.finer = finer  # the blocks whose runs are parts of multi-range requests
+        self.offsets = fetcher.known_offsets  # confirmed data offsets, by entry name
+        self.assumed: dict[str, int] = {}  # predicted, until the entry's local header is read
+        self.tentative: dict[str, list[tuple[int, int]]] = {}  # (block, runs) in at an unconfirmed offset
+        self.by_entry: dict[str, list[int]] = {}
+        self.buffers: Buffers = {}
+        self.missing: dict[str, int] = {}  # runs still to come in right, by block key
+        self.twins: dict[int, list[int]] = {}  # finer blocks with the same runs as this one (tied names)
+        self.gate = asyncio.Semaphore(REQUESTS_AT_ONCE)
+        self.group: asyncio.TaskGroup | None = None
+        done: Buffers = {}
+        for index, block in enumerate(blocks):
+            if block.plan.zeros or not block.plan.runs:
+                done[block.key] = self.buffers[block.key] = np.zeros(block.info.storage.nbytes, np.uint8)
+                continue
+            self.missing[block.key] = len(block.plan.runs)
+            if block.entry.method == METHOD_STORED:
+                self.by_entry.setdefault(block.entry.name, []).append(index)
+        landed(done)
+
+    def wanted(self, nearby: list[ZipEntry], predict: bool) -> tuple[list[Wanted], list[tuple[int, int]]]:
+        """What the first requests read: the runs at known or predicted offsets, the local headers not
+        known, the whole entries `nearby`; and the finer blocks with the offset they are read at."""
+        wanted: list[Wanted] = []
+        several: list[tuple[int, int]] = []
+        for name, indexes in self.by_entry.items():
+            offset = self.offsets.get(name)
+            entry = self.blocks[indexes[0]].entry
+            if offset is None:
+                wanted.append(_header_region(entry))
+                if not predict:
+                    continue
+                offset = self.assumed[name] = predicted_offset(entry)
+            pieces, finer = self.pieces(name, offset)
+            wanted += pieces
+            several += finer
+        return wanted + [
+            Region(entry, entry.header_offset, entry.region_end, True) for entry in nearby
+        ], several
+
+    def viewed(self, item: Wanted) -> bool:
+        """A run that is its block's buffer as received."""
+        if not isinstance(item, Piece):
+            return False
+        block = self.blocks[item.block]
+        return len(block.plan.runs) == 1 and (not block.gathered or _row_major(block.plan))
+
+    def pieces(self, name: str, offset: int) -> tuple[list[Piece], list[tuple[int, int]]]:
+        """The runs of entry `name`'s blocks at data offset `offset`; the finer ones as (block, offset)."""
+        pieces, finer = [], []
+        for index in self.by_entry[name]:
+            if index in self.finer:
+                finer.append((index, offset))
+                continue
+            pieces += self._pieces_of(index, offset)
+        return pieces, finer
+
+    def launch(self, wanted: list[Wanted], several: list[tuple[int, int]]) -> None:
+        """Requests for `wanted`, each into a buffer of its own, and multi-range ones for `several`."""
+        assert self.group is not None
+        for start, end, inside in group_requests(wanted):
+            self.group.create_task(self.request(start, end, inside, aligned_empty(end - start, start)))
+        self.launch_several(several)
+
+    def launch_several(self, several: list[tuple[int, int]]) -> None:
+        """Multi-range requests for the runs of finer blocks (block, data offset), in archive order, each
+        request's Range header kept short (multirange.batches); a block with the same runs as one before
+        it (a tied name) is a copy of it, one whose runs overlap another's is read apart."""
+        assert self.group is not None
+        runs: list[tuple[int, int]] = []
+        owners: list[tuple[int, int, int, list[int]]] = []  # (block, its first run in `runs`, offset, ats)
+        firsts: dict[tuple[str, int, tuple[tuple[int, int], ...]], int] = {}
+        apart: list[Piece] = []
+        for index, offset in sorted(several, key=lambda item: item[1] + self.blocks[item[0]].plan.runs[0][0]):
+            block = self.blocks[index]
+            same = firsts.setdefault((block.entry.name, offset, block.plan.runs), index)
+            if same != index:
+                if index not in self.twins.setdefault(same, []):
+                    self.twins[same].append(index)
+                continue
+            first = block.plan.runs[0][0] + offset
+            if runs and first < runs[-1][1]:
+                apart += self._pieces_of(index, offset)
+                continue
+            ats = list(itertools.accumulate((high - low for low, high in block.plan.runs), initial=0))
+            owners.append((index, len(runs), offset, ats))
+            runs += [(offset + low, offset + high) for low, high in block.plan.runs]
+        batches = multirange.batches(runs)
+        owner, done = 0, 0
+        for batch in batches:  # each batch: (block, its runs [low, high), offset, where run low goes)
+            parts: list[tuple[int, int, int, int, int]] = []
+            end = done + len(batch)
+            while done < end:
+                index, base, offset, ats = owners[owner]
+                stop = min(base + len(self.blocks[index].plan.runs), end)
+                parts.append((index, done - base, stop - base, offset, ats[done - base]))
+                done = stop
+                if stop == base + len(self.blocks[index].plan.runs):
+                    owner += 1
+            self.group.create_task(self.ranges_request(parts))
+        for start, end, inside in group_requests(apart):
+            self.group.create_task(self.request(start, end, inside, aligned_empty(end - start, start)))
+
+    def _pieces_of(self, index: int, offset: int) -> list[Piece]:
+        """Block `index`'s runs at data offset `offset`, each with where it goes in the block's buffer."""
+        pieces, at = [], 0
+        for low, high in self.blocks[index].plan.runs:
+            pieces.append(Piece(index, at, offset + low, high - low, offset))
+            at += high - low
+        return pieces
+
+    async def ranges_request(self, parts: list[tuple[int, int, int, int, int]]) -> None:
+        """One multi-range request for runs [low, high) of blocks (block, low, high, offset, where run low
+        goes in the block's buffer), each run straight into its place in its block's buffer."""
+        assert isinstance(self.source, HttpSource)
+        async with self.gate:
+            parts = [part for part in parts if not self._refuted(part[0], part[3])]
+            if not parts:  # runs at a prediction refuted while they waited: read again elsewhere
+                return
+            ranges: list[tuple[int, int]] = []
+            views: list[memoryview] = []
+            for index, low, high, offset, at in parts:
+                buffer = memoryview(self.own(self.blocks[index]))
+                for start, end in self.blocks[index].plan.runs[low:high]:
+                    ranges.append((offset + start, offset + end))
+                    views.append(buffer[at : at + end - start])
+                    at += end - start
+            await self.source.read_ranges_into(ranges, views, fallback_gap=REQUEST_GAP)
+        for index, low, high, offset, _ in parts:
+            self.arrived_runs(index, high - low, offset)
+
+    def target(self, piece: Piece) -> np.ndarray:
+        """Where a run goes in its block's own buffer."""
+        return self.own(self.blocks[piece.block])[piece.at : piece.at + piece.length]
+
+    async def request(self, start: int, end: int, inside: list[Wanted], held: np.ndarray) -> None:
+        """Archive bytes [start, end) into `held`, then what lies in them (`received`)."""
+        async with self.gate:
+            inside = self._live(inside)
+            if not inside:  # runs at a prediction refuted while they waited: read again elsewhere
+                return
+            await self.source.read_into(start, memoryview(held))
+        await self.received(start, inside, held)
+
+    async def spans_request(self, spans: list[tuple[int, int, list[Wanted], np.ndarray]]) -> None:
+        """Several requests' spans (start, end, what lies in them, where their bytes go) as the ranges
+        of one multi-range request, then what lies in each (`received`)."""
+        assert isinstance(self.source, HttpSource)
+        async with self.gate:
+            spans = [
+                (start, end, live, held) for start, end, inside, held in spans if (live := self._live(inside))
+            ]
+            if not spans:
+                return
+            ranges = [(start, end) for start, end, _, _ in spans]
+            await self.source.read_ranges_into(ranges, [memoryview(held) for *_, held in spans])
+        for start, _, inside, held in spans:
+            await self.received(start, inside, held)
+
+    def _live(self, inside: list[Wanted]) -> list[Wanted]:
+        """`inside` without the runs read at an offset their entry's header has refuted."""
+        return [
+            item
+            for item in inside
+            if not (isinstance(item, Piece) and self._refuted(item.block, item.offset))
+        ]
+
+    async def received(self, start: int, inside: list[Wanted], held: np.ndarray) -> None:
+        """What lies in archive bytes from `start` in `held`: headers first (a run right after its
+        header in one request is confirmed at once), whole entries, runs."""
+        for item in inside:
+            if isinstance(item, Region) and not item.whole:
+                await self.located(item.entry, held[item.start - start : item.end - start])
+        wholes: Buffers = {}
+        for item in inside:
+            if isinstance(item, Region) and item.whole:
+                window = held[item.start - start : item.end - start]
+                wholes[item.entry.name] = _whole(item.entry, window, self.offsets)
+        if wholes:
+            self.buffers.update(wholes)
+            self.landed(wholes)
+        for item in inside:
+            if isinstance(item, Piece):
+                self.arrived(item, held[item.start - start : _end(item) - start])
+
+    def _refuted(self, index: int, offset: int) -> bool:
+        """Runs of block `index` read at `offset`, which its entry's header has refuted."""
+        confirmed = self.offsets.get(self.blocks[index].entry.name)
+        return confirmed is not None and confirmed != offset
+
+    async def located(self, entry: ZipEntry, window: np.ndarray) -> None:
+        """`entry`'s data offset from its local header in `window` (a second read for a header longer
+        than guessed), and what follows from it for its runs."""
+        name = entry.name
+        offset = zipfmt.locate_data(entry, memoryview(window))
+        if isinstance(offset, zipfmt.NeedUntil):
+            offset = await self.fetcher.data_offset(entry)
+        self.offsets[name] = offset
+        assumed = self.assumed.pop(name, None)
+        if assumed == offset:
+            for index, count in self.tentative.pop(name, []):
+                self.accepted(index, count)
+            return
+        self.tentative.pop(name, None)
+        if assumed is not None:  # mispredicted: what came in at the wrong offset goes
+            for index in self.by_entry[name]:
+                block = self.blocks[index]
+                self.buffers.pop(block.key, None)
+                self.missing[block.key] = len(block.plan.runs)
+        self.launch(*self.pieces(name, offset))
+
+    def arrived(self, piece: Piece, data: np.ndarray) -> None:
+        """A run's bytes are in `data`: in the block's buffer unless read at a refuted offset."""
+        if self._refuted(piece.block, piece.offset):
+            return
+        block = self.blocks[piece.block]
+        if len(block.plan.runs) == 1:
+            self.buffers[block.key] = data  # a view: the block, or what it is gathered from
+        else:
+            self.target(piece)[:] = data
+        self.arrived_runs(piece.block, 1, piece.offset)
+
+    def arrived_runs(self, index: int, count: int, offset: int) -> None:
+        """`count` runs of block `index`, read at `offset`, are in its buffer: counted once the offset is
+        confirmed; dropped when the entry's header refuted it."""
+        if self._refuted(index, offset):
+            return
+        name = self.blocks[index].entry.name
+        if name in self.offsets:
+            self.accepted(index, count)
+        else:
+            self.tentative.setdefault(name, []).append((index, count))
+
+    def own(self, block: Block) -> np.ndarray:
+        """The block's own buffer, its runs laid end to end."""
+        buffer = self.buffers.get(block.key)
+        if buffer is None:
+            buffer = self.buffers[block.key] = np.empty(block.plan.read_bytes, np.uint8)
+        return buffer
+
+    def accepted(self, index: int, count: int) -> None:
+        block = self.blocks[index]
+        self.missing[block.key] -= count
+        if not self.missing[block.key]:
+            self.finished(block)
+            for twin in self.twins.pop(index, ()):  # the same runs: the same bytes
+                self.buffers[self.blocks[twin].key] = self.buffers[block.key]
+                self.finished(self.blocks[twin])
+
+    def finished(self, block: Block) -> None:
+        del self.missing[block.key]
+        self.buffers[block.key] = _finished(block, self.buffers[block.key])
+        self.landed({block.key: self.buffers[block.key]})
+
+    async def inflated(self, block: Block) -> None:
+        async with self.gate:
+            whole = np.frombuffer(await self.fetcher.read(block.entry), dtype=np.uint8)  # CRC-checked
+        buffer, at = self.own(block), 0
+        for low, high in block.plan.runs:
+            buffer[at : at + high - low] = whole[low:high]
+            at += high - low
+        self.finished(block)
+
+
+def _header_region(entry: ZipEntry) -> Region:
+    guess = entry.header_offset + zipfmt.local_header_guess(entry)
+    return Region(entry, entry.header_offset, min(guess, entry.region_end), False)
+
+
+def _whole(entry: ZipEntry, window: np.ndarray, known: dict[str, int]) -> np.ndarray:
     """A whole stored entry out of archive bytes from its local header, CRC-checked."""
-    found = zipfmt.locate_data(entry, window, entry.size)
+    found = zipfmt.locate_data(entry, memoryview(window), entry.size)
     if isinstance(found, zipfmt.NeedUntil):
         raise IntegrityError(f"entry {entry.name!r}: its data runs past its region")
     known[entry.name] = found
     data = window[found - entry.header_offset : found - entry.header_offset + entry.size]
-    zipfmt.verify_crc(entry, zipfmt.crc32(data))
-    return np.frombuffer(data, dtype=np.uint8).copy()
+    zipfmt.verify_crc(entry, zipfmt.crc32(memoryview(data)))
+    return data.copy()

@@ -58,7 +58,9 @@ async def _read(
         return await whole
     async with task_group() as group:  # the first failure cancels the rest
         storages = group.create_task(whole)
-        parts = group.create_task(read_blocks(source, fetcher, blocks, landed or _ignore, nearby))
+        parts = group.create_task(
+            read_blocks(source, fetcher, blocks, landed or _ignore, nearby, payloads.entries)
+        )
     return {**storages.result(), **parts.result()}
 
 

@@ -201,8 +201,9 @@ class SlicePlan:
         return sum(end - start for start, end in self.runs)
 
 
-def plan_slice(info: TensorInfo, index: Index) -> SlicePlan:
+def plan_slice(info: TensorInfo, index: Index, gap_bytes: int = GAP_BYTES) -> SlicePlan:
     """The runs of `info`'s storage that `full[index]` needs, and how to build it from them.
+    `gap_bytes`: GAP_BYTES, or less where a gap costs more than another run (a multi-range request).
 
     UnsupportedPayload for a tensor whose bytes cannot be read (pickled, custom object,
     symbolic sizes); the index errors of `normalize_index`.
@@ -232,11 +233,11 @@ def plan_slice(info: TensorInfo, index: Index) -> SlicePlan:
     zero_strides = tuple(0 for _ in shape)
     if nbytes == 0 or info.storage.nbytes == 0:
         return SlicePlan(tuple(shape), (), nbytes, itemsize, zero_strides, 0, nbytes > 0, key)
-    return _runs_plan(tuple(shape), tuple(strides), first, itemsize, key)
+    return _runs_plan(tuple(shape), tuple(strides), first, itemsize, key, gap_bytes)
 
 
 def _runs_plan(
-    shape: tuple[int, ...], strides: tuple[int, ...], first: int, itemsize: int, key: str
+    shape: tuple[int, ...], strides: tuple[int, ...], first: int, itemsize: int, key: str, gap_bytes: int
 ) -> SlicePlan:
     """The runs of a non-empty strided view (element strides, signed) whose result[0...] is at
     element `first`, and the view over the runs laid end to end."""
@@ -251,7 +252,7 @@ def _runs_plan(
         step = abs(strides[dim]) * itemsize
         gap = step - extent
         runs_if_apart = math.prod(shape[d] for d in moving[position:])
-        if gap > max(GAP_BYTES, MAX_OVER_READ_RATIO * useful) and runs_if_apart <= MAX_RUNS:
+        if gap > max(gap_bytes, MAX_OVER_READ_RATIO * useful) and runs_if_apart <= MAX_RUNS:
             break
         extent += (shape[dim] - 1) * step
         useful *= shape[dim]
@@ -287,20 +288,19 @@ def _runs_plan(
     for dim, size in enumerate(shape):
         if size <= 1:
             byte_strides[dim] = 0
-    runs = _touching_joined([(int(start), int(start) + extent) for start in starts])
+    runs = _touching_joined(starts, extent)
     return SlicePlan(shape, runs, nbytes, itemsize, tuple(byte_strides), offset, False, key)
 
 
-def _touching_joined(runs: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
-    """Sorted disjoint runs with touching neighbours reported as one (their bytes laid end to
-    end are the same either way)."""
-    joined: list[list[int]] = []
-    for start, end in runs:
-        if joined and joined[-1][1] == start:
-            joined[-1][1] = end
-        else:
-            joined.append([start, end])
-    return tuple((start, end) for start, end in joined)
+def _touching_joined(starts: np.ndarray, extent: int) -> tuple[tuple[int, int], ...]:
+    """The sorted disjoint runs [start, start + extent), touching neighbours reported as one (their
+    bytes laid end to end are the same either way); in NumPy: a column block of an embedding has
+    tens of thousands."""
+    ends = starts + extent
+    apart = np.flatnonzero(starts[1:] != ends[:-1]) + 1
+    firsts = starts[np.concatenate(([0], apart))].tolist()
+    lasts = ends[np.concatenate((apart - 1, [len(starts) - 1]))].tolist()
+    return tuple(zip(firsts, lasts, strict=True))
 
 
 def assemble(plan: SlicePlan, info: TensorInfo, runs_bytes: Sequence[bytes | memoryview]) -> bytes:

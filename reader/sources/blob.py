@@ -67,6 +67,8 @@ class BlobAuth(httpx.Auth):
 class BlobSource(HttpSource):
     """HttpSource for the Blob service: HEAD + tail open, errors that name the credential."""
 
+    multirange = False  # the Blob service answers one range a request
+
     async def _open_with_tail(self, tail_size: int) -> None:
         await self._open_with_head(tail_size)
 

@@ -73,10 +73,16 @@ _RANGE = re.compile(rb"bytes=(\d+)-(\d+)")
 BODY_INTO = "pt2serve.body_into"  # the response extension holding the BodyStream
 
 
+BULK = "pt2serve.bulk"  # a request extension: this path whatever the Range (a big multi-range GET)
+
+
 def wants(request: httpx.Request) -> bool:
-    """A GET of one explicit byte range of at least BULK_MIN bytes over http(s)."""
+    """A GET of one explicit byte range of at least BULK_MIN bytes over http(s), or one that asks
+    for this path (`BULK`)."""
     if request.method != "GET" or request.url.scheme not in ("http", "https"):
         return False
+    if request.extensions.get(BULK):
+        return True
     asked = _RANGE.fullmatch(request.headers.get("range", "").encode("latin-1"))
     return asked is not None and int(asked[2]) - int(asked[1]) + 1 >= BULK_MIN
 

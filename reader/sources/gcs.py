@@ -236,6 +236,7 @@ class GcsSource(HttpSource):
 
     generation: str | None = None
     PINNED = (*HttpSource.PINNED, "generation")
+    multirange = False  # Cloud Storage answers one range a request
 
     @property
     def identity(self) -> str:

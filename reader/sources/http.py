@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import random
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any, Self, TypeVar
@@ -31,13 +32,15 @@ from typing import Any, Self, TypeVar
 import httpx
 
 from ..errors import SourceChanged, SourceError
-from . import bulk
+from ..reading.ranges import coalesce
+from . import bulk, multirange
 from .base import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_TAIL_SIZE,
     Landed,
     SourceStats,
     check_range,
+    fresh_buffer,
     redact_location,
 )
 from .held import HeldBytes
@@ -471,6 +474,124 @@ class HttpSource:
         if received != expected:
             raise _Retry(f"body of {received} bytes, expected {expected}")
         return b"".join(parts)
+
+    # -- several ranges a request (multirange.py) ------------------------------
+
+    # Does the server answer a multi-range request with multipart/byteranges? None: not asked yet.
+    multirange: bool | None = None
+
+    async def serves_multiple_ranges(self) -> bool:
+        """Whether the server answers several ranges in one request (asked once, with two ranges of a
+        byte each, and remembered): nginx does; S3 answers 200 with the whole object (its body is
+        not read)."""
+        if self.multirange is None and self.size >= 3:
+            await self._retrying(lambda: self._ranges_once([(0, 1), (2, 3)], "data", []))
+        return bool(self.multirange)
+
+    async def read_ranges(
+        self, ranges: Sequence[tuple[int, int]], *, purpose: str = "data", fallback_gap: int = 64 << 10
+    ) -> list[memoryview]:
+        """Bytes [start, end) of each of `ranges` (sorted, disjoint): in one request where the server
+        answers multipart/byteranges (the caller keeps the header short: multirange.batches), each
+        part checked against what was asked, and each range a view of the buffer the answer was
+        received into (no copy); else (a 200 or a single range to a multi-range request: its body is
+        not read, and the answer remembered) the ranges joined where at most `fallback_gap` lies
+        between them, one range a request."""
+        for start, end in ranges:
+            check_range(self, start, end)
+        if any(low < high for (_, high), (low, _) in itertools.pairwise(ranges)):
+            raise ValueError("ranges must be sorted and disjoint")
+        if len(ranges) > 1 and self.multirange is not False:
+            got: list[list[memoryview]] = []
+            await self._retrying(lambda: self._ranges_once(ranges, purpose, got))
+            if self.multirange:
+                return got[-1]
+        out: list[memoryview] = []
+        for low, high in coalesce(ranges, fallback_gap):
+            held = fresh_buffer(high - low)
+            await self.read_into(low, held, purpose=purpose)
+            out += [held[start - low : end - low] for start, end in ranges if low <= start and end <= high]
+        return out
+
+    async def read_ranges_into(
+        self,
+        ranges: Sequence[tuple[int, int]],
+        views: Sequence[memoryview],
+        *,
+        purpose: str = "data",
+        fallback_gap: int = 64 << 10,
+    ) -> None:
+        """`read_ranges`, each range's bytes into its view."""
+        for (start, end), view in zip(ranges, views, strict=True):
+            if len(view) != end - start:
+                raise ValueError(f"a view of {len(view)} bytes for range [{start}, {end})")
+        for view, data in zip(
+            views, await self.read_ranges(ranges, purpose=purpose, fallback_gap=fallback_gap)
+        ):
+            view[:] = data
+
+    async def _ranges_once(
+        self, ranges: Sequence[tuple[int, int]], purpose: str, got: list[list[memoryview]]
+    ) -> None:
+        """One multi-range GET: each range's bytes appended to `got` as one list, or (a server that
+        does not serve several ranges a request) `multirange` set False with nothing read."""
+        request = self._request("GET", {"Range": multirange.range_header(ranges), **self._pin()})
+        request.extensions[bulk.BULK] = True  # received whole into one buffer, its parts views of it
+        response = await self._send(request, purpose)
+        try:
+            boundary = multirange.boundary_of(response.headers.get("content-type"))
+            if response.status_code == 200 or (response.status_code == 206 and boundary is None):
+                self._check_same_object(response, None)
+                self.multirange = False  # its body is dropped with the connection
+                return
+            self._check_status(response, allow=(206,))
+            self._check_same_object(response, None)
+            assert boundary is not None
+            parser = multirange.ByteRangesParser(boundary, ranges, self.size, self.location)
+            out: list[memoryview | None] = [None] * len(ranges)
+            try:
+                async for chunk in self._multipart_body(response, purpose):
+                    if isinstance(chunk, memoryview) and not chunk.readonly:  # the whole answer
+                        laid = multirange.laid_in_order(chunk, boundary, ranges, self.size)
+                        if laid is not None:  # as nginx answers: its parts checked, no parsing
+                            got.append(laid)
+                            self.multirange = True
+                            return
+                    for index, at, piece in parser.feed(chunk):
+                        start, end = ranges[index]
+                        if at == 0 and len(piece) == end - start and not piece.readonly:
+                            out[index] = piece  # the whole part in one piece: a view of it
+                            continue
+                        if at == 0:  # a part cut by a chunk's end: put together
+                            out[index] = fresh_buffer(end - start)
+                        held = out[index]
+                        assert held is not None
+                        held[at : at + len(piece)] = piece
+            except httpx.TransportError as exc:
+                raise _Retry(f"multipart body cut ({type(exc).__name__})") from None
+            parser.finish()  # every range came, whole: `out` has no None left
+            got.append([piece for piece in out if piece is not None])
+            self.multirange = True
+        finally:
+            await response.aclose()
+
+    async def _multipart_body(
+        self, response: httpx.Response, purpose: str
+    ) -> AsyncIterator[memoryview | bytes]:
+        """A multipart body's chunks (bytes); a big one received whole into one buffer first (bulk.py's
+        receive_into: one allocation, huge pages, where each socket read would fault in a fresh one),
+        and handed over as one writable memoryview."""
+        body = response.extensions.get(bulk.BODY_INTO)
+        length = response.headers.get("content-length", "")
+        if body is None or not length.isdigit():
+            async for chunk in response.aiter_raw():
+                self.stats.add_bytes(purpose, len(chunk))
+                yield bytes(chunk)  # chunks as bytes: only the whole answer comes as a memoryview
+            return
+        whole = fresh_buffer(int(length))
+        async for nbytes in body.receive_into(whole):
+            self.stats.add_bytes(purpose, nbytes)
+        yield whole
 
     # -- validation ----------------------------------------------------------
 

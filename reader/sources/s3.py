@@ -216,6 +216,8 @@ async def open_s3(
 ) -> HttpSource:
     url, endpoint, identity = await asyncio.to_thread(resolve, location, settings)
     auth = SigV4(identity, endpoint.region, location)
-    return await HttpSource.open(
+    source = await HttpSource.open(
         url, tail_size=tail_size, options=options, auth=auth, location=location, pinned=pinned
     )
+    source.multirange = False  # S3 answers one range a request (SeaweedFS: 200 and the whole object)
+    return source

@@ -1,0 +1,164 @@
+"""A rank's block requests start at once, at each entry's predicted data offset (torch's ZIP writer
+pads every local header so data starts at a multiple of 64), and count only once the entry's local
+header confirms the offset: a header that disagrees gets the block read again, never wrong bytes."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import zipfile
+
+import numpy as np
+import pytest
+
+import reader
+from reader.loading.blocks import predicted_offset
+from reader.sources import HttpOptions
+from testing.faultserver import FaultServer
+from testing.zipbytes import directory_of
+from tests.conftest import HAVE_TORCH
+
+ROOT = "aligned"
+FB = 0x4246  # the extra field id torch's writer pads with ("FB")
+
+
+def _block(array: np.ndarray, rank: int, world: int, dim: int) -> np.ndarray:
+    step = -(-array.shape[dim] // world)
+    index = [slice(None)] * array.ndim
+    index[dim] = slice(min(rank * step, array.shape[dim]), min((rank + 1) * step, array.shape[dim]))
+    return array[tuple(index)]
+
+
+def write_aligned_pt2(
+    path: pathlib.Path, arrays: dict[str, np.ndarray], shifted: set[int] = frozenset()
+) -> None:
+    """A float32 PT2 archive laid out as torch writes it: every entry's local extra field pads its data
+    to a multiple of 64; payload `weight_N` for N in `shifted` gets 64 bytes more padding (its data
+    starts 64 bytes after where the writer's rule puts it)."""
+    config, payloads = {}, {}
+    for index, (name, array) in enumerate(arrays.items()):
+        strides = [int(stride // 4) for stride in array.strides]
+        config[name] = {
+            "path_name": f"weight_{index}", "is_param": True, "use_pickle": False,
+            "tensor_meta": {"dtype": 7, "sizes": [{"as_int": s} for s in array.shape], "requires_grad": False,
+                            "device": {"type": "cpu", "index": None},
+                            "strides": [{"as_int": s} for s in strides], "storage_offset": {"as_int": 0},
+                            "layout": 7},
+        }  # fmt: skip
+        payloads[f"{ROOT}/data/weights/weight_{index}"] = (array.tobytes(), index in shifted)
+    files = {
+        f"{ROOT}/archive_format": (b"pt2", False),
+        f"{ROOT}/archive_version": (b"0", False),
+        f"{ROOT}/byteorder": (b"little", False),
+        f"{ROOT}/data/weights/model_weights_config.json": (json.dumps({"config": config}).encode(), False),
+        f"{ROOT}/data/constants/model_constants_config.json": (b'{"config": {}}', False),
+        **payloads,
+        f"{ROOT}/models/model.json": (b"{}", False),
+    }
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, (data, shift) in files.items():
+            info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
+            least = archive.fp.tell() + 30 + len(name.encode()) + 4
+            padding = (-least) % 64 + (64 if shift else 0)
+            info.extra = FB.to_bytes(2, "little") + padding.to_bytes(2, "little") + bytes(padding)
+            archive.writestr(info, data)
+
+
+def _matrices() -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(35)
+    arrays = {f"layer{i}.weight": rng.standard_normal((256, 1024), dtype=np.float32) for i in range(4)}
+    arrays["norm"] = rng.standard_normal(1024, dtype=np.float32)
+    return arrays
+
+
+def _data_offsets(path: pathlib.Path) -> dict[str, tuple[int, int]]:
+    """Each entry's (predicted, actual) data offset."""
+    data = path.read_bytes()
+    _, entries = directory_of(data)
+    return {
+        entry.name: (predicted_offset(entry), reader.zipfmt.data_offset(entry, data[entry.header_offset :]))
+        for entry in entries
+    }
+
+
+def test_the_prediction_is_where_torch_puts_the_data(tmp_path: pathlib.Path) -> None:
+    """torch 2.13 (the module below) and the torch that wrote ../shared/fixtures/linear.pt2."""
+    paths = []
+    shared = pathlib.Path(__file__).resolve().parents[1] / "../shared/fixtures/linear.pt2"
+    if shared.exists():
+        paths.append(shared)
+    if HAVE_TORCH:
+        import torch
+
+        model = torch.nn.Sequential(torch.nn.Linear(7, 5), torch.nn.LayerNorm(5))
+        path = tmp_path / "exported.pt2"
+        torch.export.save(torch.export.export(model, (torch.zeros(2, 7),)), path)
+        paths.append(path)
+    if not paths:
+        pytest.skip("neither torch nor ../shared/fixtures/linear.pt2")
+    for path in paths:
+        offsets = _data_offsets(path)
+        assert offsets and all(predicted == actual for predicted, actual in offsets.values()), path
+
+
+def test_the_writer_above_misplaces_only_what_it_is_told_to(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "m.pt2"
+    write_aligned_pt2(path, _matrices(), shifted={2})
+    wrong = {name for name, (predicted, actual) in _data_offsets(path).items() if predicted != actual}
+    assert wrong == {f"{ROOT}/data/weights/weight_2"}
+
+
+OPTIONS = HttpOptions(parallel_parts=4, part_size=1 << 16, parallel_above=1 << 16, fast_connection=None)
+
+
+async def _ranks(location: str, dim: int) -> list[tuple[dict[str, np.ndarray], int, int]]:
+    """Each rank's (arrays, bytes read, requests made) for its load."""
+    results = []
+    for rank in range(4):
+        async with reader.open_archive(location, http_options=OPTIONS) as archive:
+            before = archive.stats.get("data", {"bytes": 0, "requests": 0})
+            arrays = await archive.load(shard=reader.Shard(rank, 4, {"layer*": dim}))
+            after = archive.stats["data"]
+            results.append((arrays, after["bytes"] - before["bytes"], after["requests"] - before["requests"]))
+    return results
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+async def test_predicted_blocks_are_the_blocks_and_read_once(tmp_path: pathlib.Path, dim: int) -> None:
+    truth = _matrices()
+    path = tmp_path / "m.pt2"
+    write_aligned_pt2(path, truth)
+    async with FaultServer() as server:
+        server.put("/m.pt2", path.read_bytes())
+        ranks = await _ranks(server.url("/m.pt2"), dim)
+    share = sum(truth[f"layer{i}.weight"].nbytes for i in range(4)) // 4
+    for rank, (arrays, read, _) in enumerate(ranks):
+        for name, array in truth.items():
+            want = array if name == "norm" else _block(array, rank, 4, dim)
+            assert np.array_equal(arrays[name], want), (name, rank)
+        if dim == 0:  # the blocks, the headers and the vector: nothing read twice
+            assert share <= read <= share + truth["norm"].nbytes + 4 * 4096, (rank, read, share)
+
+
+@pytest.mark.parametrize("dim", [0, 1])
+async def test_a_header_that_refutes_the_prediction_gets_the_right_bytes(
+    tmp_path: pathlib.Path, dim: int
+) -> None:
+    truth = _matrices()
+    path = tmp_path / "m.pt2"
+    write_aligned_pt2(path, truth, shifted={1, 3})  # layer1 and layer3 start 64 bytes later than predicted
+    plain = tmp_path / "plain.pt2"
+    write_aligned_pt2(plain, truth)
+    async with FaultServer() as server:
+        server.put("/m.pt2", path.read_bytes())
+        server.put("/plain.pt2", plain.read_bytes())
+        ranks = await _ranks(server.url("/m.pt2"), dim)
+        predicted = await _ranks(server.url("/plain.pt2"), dim)
+    share = sum(truth[f"layer{i}.weight"].nbytes for i in range(4)) // 4
+    for rank, (arrays, read, requests) in enumerate(ranks):
+        for name, array in truth.items():
+            want = array if name == "norm" else _block(array, rank, 4, dim)
+            assert np.array_equal(arrays[name], want), (name, rank)
+        assert requests >= predicted[rank][2] + 2, (rank, requests)  # the two blocks read again
+        if dim == 0:  # at most twice: at the wrong offset (unless refuted first), then at the right one
+            assert read <= share + 2 * share // 4 + truth["norm"].nbytes + 4 * 4096, (rank, read)
