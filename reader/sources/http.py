@@ -485,7 +485,7 @@ class HttpSource:
         byte each, and remembered): nginx does; S3 answers 200 with the whole object (its body is
         not read)."""
         if self.multirange is None and self.size >= 3:
-            await self._retrying(lambda: self._ranges_once([(0, 1), (2, 3)], "data", []))
+            await self._retrying(lambda: self._ranges_once([(0, 1), (2, 3)], "data"))
         return bool(self.multirange)
 
     async def read_ranges(
@@ -502,10 +502,9 @@ class HttpSource:
         if any(low < high for (_, high), (low, _) in itertools.pairwise(ranges)):
             raise ValueError("ranges must be sorted and disjoint")
         if len(ranges) > 1 and self.multirange is not False:
-            got: list[list[memoryview]] = []
-            await self._retrying(lambda: self._ranges_once(ranges, purpose, got))
-            if self.multirange:
-                return got[-1]
+            parts = await self._retrying(lambda: self._ranges_once(ranges, purpose))
+            if parts is not None:
+                return parts
         out: list[memoryview] = []
         for low, high in coalesce(ranges, fallback_gap):
             held = fresh_buffer(high - low)
@@ -530,11 +529,9 @@ class HttpSource:
         ):
             view[:] = data
 
-    async def _ranges_once(
-        self, ranges: Sequence[tuple[int, int]], purpose: str, got: list[list[memoryview]]
-    ) -> None:
-        """One multi-range GET: each range's bytes appended to `got` as one list, or (a server that
-        does not serve several ranges a request) `multirange` set False with nothing read."""
+    async def _ranges_once(self, ranges: Sequence[tuple[int, int]], purpose: str) -> list[memoryview] | None:
+        """One multi-range GET: each range's bytes, or None (a server that does not serve several
+        ranges a request: `multirange` set False, nothing read)."""
         request = self._request("GET", {"Range": multirange.range_header(ranges), **self._pin()})
         request.extensions[bulk.BULK] = True  # received whole into one buffer, its parts views of it
         response = await self._send(request, purpose)
@@ -543,7 +540,7 @@ class HttpSource:
             if response.status_code == 200 or (response.status_code == 206 and boundary is None):
                 self._check_same_object(response, None)
                 self.multirange = False  # its body is dropped with the connection
-                return
+                return None
             self._check_status(response, allow=(206,))
             self._check_same_object(response, None)
             assert boundary is not None
@@ -554,9 +551,8 @@ class HttpSource:
                     if isinstance(chunk, memoryview) and not chunk.readonly:  # the whole answer
                         laid = multirange.laid_in_order(chunk, boundary, ranges, self.size)
                         if laid is not None:  # as nginx answers: its parts checked, no parsing
-                            got.append(laid)
                             self.multirange = True
-                            return
+                            return laid
                     for index, at, piece in parser.feed(chunk):
                         start, end = ranges[index]
                         if at == 0 and len(piece) == end - start and not piece.readonly:
@@ -570,8 +566,8 @@ class HttpSource:
             except httpx.TransportError as exc:
                 raise _Retry(f"multipart body cut ({type(exc).__name__})") from None
             parser.finish()  # every range came, whole: `out` has no None left
-            got.append([piece for piece in out if piece is not None])
             self.multirange = True
+            return [piece for piece in out if piece is not None]
         finally:
             await response.aclose()
 
