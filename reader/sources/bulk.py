@@ -46,6 +46,7 @@ import httpx
 
 from .base import fresh_buffer
 from .proxies import Proxy
+from .receiver import Receiver
 
 BULK_MIN = 1 << 20  # ranged GETs of at least this many bytes take this path
 BUFFER_SIZE = 1 << 20  # receive buffer; a read fills at most what is left of one
@@ -68,6 +69,9 @@ SINK_WAKE_DELAY = 0.02
 # this). Checked every GATHER_WAIT: a body with no read in that time is read as it comes.
 GATHER = 1 << 20
 GATHER_WAIT = 0.002
+
+# A streamed body with at least this much still to come is received on a thread (receiver.py)
+THREAD_MIN = 8 << 20
 
 _RANGE = re.compile(rb"bytes=(\d+)-(\d+)")
 BODY_INTO = "pt2serve.body_into"  # the response extension holding the BodyStream
@@ -234,6 +238,7 @@ class BodyProtocol(asyncio.BufferedProtocol):
         self.ceiling = 1  # the highest mark the receive buffer allows (_measure)
         self.gather_timer: asyncio.TimerHandle | None = None
         self.read_lately = False  # a body read since the last check
+        self.receiver: Receiver | None = None  # the thread receiving the rest of the body, if any
         self.idle()
 
     def idle(self) -> None:
@@ -253,6 +258,7 @@ class BodyProtocol(asyncio.BufferedProtocol):
         self.sink: memoryview | None = None  # the consumer's memory the body goes into, if any
         self.sunk = 0  # body bytes written into `sink`
         self.sinking = False  # the last buffer handed to the transport was the sink's
+        self.receiver = None
         self._stop_gathering()
         if self.paused and self.transport is not None:
             self.paused = False
@@ -491,6 +497,54 @@ class BodyProtocol(asyncio.BufferedProtocol):
             self.paused = True
             self.transport.pause_reading()
 
+    # -- the body on a thread (receiver.py) --------------------------------------------------------
+
+    def hand_over(self) -> None:
+        """Receive what is left of a long Content-Length body on a thread, over plain TCP."""
+        transport = self.transport
+        if (
+            self.receiver is not None
+            or self.remaining is None
+            or self.remaining < THREAD_MIN
+            or self.done
+            or self.error is not None
+            or self.sink is not None
+            or self.closed
+            or transport is None
+            or transport.is_closing()
+            or transport.get_extra_info("sslcontext") is not None
+            or self.socket is None
+        ):
+            return
+        self._stop_gathering()
+        if not self.paused:
+            self.paused = True
+            transport.pause_reading()
+        receiver = Receiver(self.loop, self.socket.fileno(), self.remaining, self._arrived, self._ended)
+        receiver.ended = lambda error: self._ended(error, receiver)
+        self.receiver = receiver
+        receiver.start()
+
+    def _arrived(self, view: memoryview) -> None:
+        if self.receiver is None or self.remaining is None:  # dropped meanwhile
+            return
+        self.answered = True
+        self.remaining -= len(view)
+        self.done = self.remaining == 0
+        if self.done and self.receiver.trailing:
+            self.reusable = False
+        self.chunks.append(view)
+        self.held += len(view)
+        self._wake()
+
+    def _ended(self, error: Exception | None, receiver: Receiver) -> None:
+        if receiver is not self.receiver:  # this connection moved on (or was dropped)
+            return
+        if error is not None and not self.done and self.error is None:
+            self.error = error
+            self.reusable = False
+        self._wake()
+
     # -- the consumer's side ----------------------------------------------------------------------
 
     def take(self) -> memoryview | bytes | None:
@@ -500,7 +554,10 @@ class BodyProtocol(asyncio.BufferedProtocol):
         taken = self.chunks.popleft()
         chunk = taken[0][taken[1] : taken[2]] if isinstance(taken, list) else taken
         self.held -= len(chunk)
-        if self.paused and self.held < READ_AHEAD // 2 and self.transport is not None:
+        if self.receiver is not None:  # the socket is the receiver's: the transport stays paused
+            if type(taken) is memoryview:  # posted by the receiver
+                self.receiver.taken(len(chunk))
+        elif self.paused and self.held < READ_AHEAD // 2 and self.transport is not None:
             self.paused = False
             self.transport.resume_reading()
         return chunk
@@ -537,6 +594,8 @@ class BodyProtocol(asyncio.BufferedProtocol):
         """Drop the connection (an unfinished body with it)."""
         self.reusable = False
         self.sink = None  # no read writes into the consumer's memory from here on
+        if self.receiver is not None:
+            self.receiver.stop()
         if self.transport is None:
             return
         if self.done:
@@ -566,6 +625,7 @@ class BodyStream(httpx.AsyncByteStream):
 
     async def __aiter__(self) -> AsyncIterator[bytes]:  # memoryviews, in fact: bytes-like
         protocol = self.protocol
+        protocol.hand_over()
         while True:
             chunk = protocol.take()
             if chunk is not None:

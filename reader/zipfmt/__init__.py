@@ -6,7 +6,7 @@ fuzzed directly.
 """
 
 from .central import parse_central_directory
-from .decode import EntryDecoder, check_decodable, crc32, verify_crc
+from .decode import EntryDecoder, check_decodable, crc32, crc32_combine, verify_crc
 from .end import MAX_END_SEARCH, locate_directory
 from .local import data_offset, local_header_guess, local_header_size, locate_data
 from .records import DirectorySpan, NeedBytes, NeedUntil, ZipEntry
@@ -20,6 +20,7 @@ __all__ = [
     "ZipEntry",
     "check_decodable",
     "crc32",
+    "crc32_combine",
     "data_offset",
     "local_header_guess",
     "local_header_size",

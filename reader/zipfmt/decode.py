@@ -14,6 +14,7 @@ import zlib
 from collections.abc import Iterator
 
 from ..errors import ArchiveFormatError, IntegrityError
+from . import combine
 from .records import ZipEntry
 from .structs import FLAG_ENCRYPTED, METHOD_DEFLATED, METHOD_STORED
 
@@ -28,6 +29,8 @@ _library = zlib if _fast is None or os.environ.get("PT2SERVE_STOCK_ZLIB") == "1"
 LIBRARY = "isal" if _library is _fast else "zlib"  # which one this process uses
 
 crc32 = _library.crc32  # crc32(data, value=0): the running CRC-32 of `data` after `value`
+# crc32_combine(crc32(a), crc32(b), len(b)) == crc32(a + b): ISA-L's, or zlib's algorithm in Python
+crc32_combine = getattr(_library, "crc32_combine", None) or combine.crc32_combine
 
 
 def verify_crc(entry: ZipEntry, crc: int) -> None:

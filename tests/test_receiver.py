@@ -1,0 +1,214 @@
+"""Long bodies received on a thread (reader/sources/receiver.py): the same bytes, errors, timeouts,
+pooling and proxying as on the event loop, each buffer's CRC-32 taken by the receiving thread and
+equal to the bytes' own; a view that is not whole pieces of a buffer carries none."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import zlib
+
+import httpx
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from reader import zipfmt
+from reader.sources import HttpOptions, HttpSource, received
+from reader.sources.bulk import THREAD_MIN
+from reader.sources.http import make_client
+from reader.zipfmt import combine
+from testing.faultserver import DropAfter, FaultServer, ResetConnection, StallAfter
+from testing.forward_proxy import ForwardProxy
+from testing.private_ca import https_origin
+
+SIZE = 2 * THREAD_MIN + 12345
+DATA = np.random.default_rng(7).integers(0, 256, SIZE, dtype=np.uint8).tobytes()
+
+
+def _receiving() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name == "pt2serve-receive"]
+
+
+async def _quiet() -> None:
+    """Every receiving thread has ended (within 10 s: a loaded CI host schedules threads late)."""
+    for _ in range(1000):
+        if not _receiving():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{len(_receiving())} receiving threads still running")
+
+
+async def _get(client: httpx.AsyncClient, url: str, start: int, end: int) -> list[bytes | memoryview]:
+    async with client.stream("GET", url, headers={"Range": f"bytes={start}-{end - 1}"}) as response:
+        assert response.status_code == 206
+        return [chunk async for chunk in response.aiter_raw()]
+
+
+async def _released(server: FaultServer) -> None:
+    for _ in range(1000):
+        if not server.open_connections:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{server.open_connections} connections still open")
+
+
+@given(st.binary(max_size=3000), st.binary(max_size=3000), st.integers(0, 1 << 40))
+@settings(max_examples=300, deadline=None)
+def test_joining_crcs_equals_the_crc_of_the_joined_bytes(first: bytes, second: bytes, zeros: int) -> None:
+    joined = zlib.crc32(first + second)
+    assert combine.crc32_combine(zlib.crc32(first), zlib.crc32(second), len(second)) == joined
+    assert zipfmt.crc32_combine(zlib.crc32(first), zlib.crc32(second), len(second)) == joined
+    # long lengths (zero bytes appended) agree with the library's own combination where there is one
+    crc = zlib.crc32(first)
+    assert combine.crc32_combine(crc, 0, zeros) == zipfmt.crc32_combine(crc, 0, zeros)
+
+
+def test_a_view_carries_a_crc_only_when_it_is_whole_pieces_of_a_checked_buffer() -> None:
+    piece = received.PIECE
+    buffer = received.fresh(3 * piece + 1000)
+    buffer[:] = np.frombuffer(DATA[: buffer.nbytes], dtype=np.uint8)
+    view = memoryview(buffer)
+    assert received.known_crc(view) is None  # not checked yet
+    received.check(buffer)
+    end = buffer.nbytes
+    for low, high in [(0, end), (0, piece), (piece, 3 * piece), (3 * piece, end), (piece, end)]:
+        assert received.known_crc(view[low:high]) == zlib.crc32(view[low:high])
+    for low, high in [(1, piece), (0, piece + 1), (piece, 3 * piece - 1), (0, 0), (5, 5)]:
+        assert received.known_crc(view[low:high]) is None
+    assert received.known_crc(view[::2]) is None
+    assert received.known_crc(bytes(view[:piece])) is None
+    assert received.known_crc(memoryview(bytearray(view[:piece]))) is None
+
+
+async def test_a_long_body_is_received_on_a_thread_exact_with_each_buffers_crc() -> None:
+    async with FaultServer() as server, make_client(HttpOptions()) as client:
+        server.put("/blob", DATA)
+        chunks = await _get(client, server.url("/blob"), 100, SIZE - 7)
+        assert b"".join(chunks) == DATA[100 : SIZE - 7]
+        known = [chunk for chunk in chunks if received.known_crc(chunk) is not None]
+        assert sum(len(chunk) for chunk in known) >= SIZE - THREAD_MIN  # the thread's share
+        assert all(received.known_crc(chunk) == zlib.crc32(chunk) for chunk in known)
+        kept = bytes(chunks[-1])
+        assert b"".join(await _get(client, server.url("/blob"), 0, SIZE)) == DATA
+        assert bytes(chunks[-1]) == kept  # a later body never reuses an earlier one's buffers
+        assert [record.connection for record in server.log] == [1, 1]  # read to its end: kept
+        await _quiet()
+
+
+async def test_a_consumer_that_stops_early_ends_the_thread_and_the_connection() -> None:
+    async with FaultServer() as server, make_client(HttpOptions()) as client:
+        server.put("/blob", DATA)
+        async with client.stream("GET", server.url("/blob"), headers={"Range": f"bytes=0-{SIZE - 1}"}) as r:
+            async for chunk in r.aiter_raw():
+                assert bytes(chunk) == DATA[: len(chunk)]
+                break
+        await _quiet()
+        await _released(server)
+        assert b"".join(await _get(client, server.url("/blob"), 0, SIZE)) == DATA  # a new connection
+
+
+@pytest.mark.parametrize("rst", [False, True], ids=["FIN", "RST"])
+async def test_a_body_cut_short_hands_on_what_arrived_then_fails(rst: bool) -> None:
+    async with FaultServer() as server, make_client(HttpOptions()) as client:
+        server.put("/blob", DATA)
+        cut = THREAD_MIN + (5 << 20) + 3
+        server.faults.append(DropAfter(cut, rst=rst))
+        got = bytearray()
+        headers = {"Range": f"bytes=0-{SIZE - 1}"}
+        with pytest.raises((httpx.RemoteProtocolError, httpx.ReadError)):
+            async with client.stream("GET", server.url("/blob"), headers=headers) as r:
+                async for chunk in r.aiter_raw():
+                    got += chunk
+        assert got == DATA[: len(got)] and len(got) <= cut
+        if not rst:  # a FIN: every byte sent was read, the part-filled buffer included
+            assert len(got) == cut
+        await _released(server)
+        await _quiet()
+
+
+async def test_a_stalled_body_times_out_and_its_thread_ends() -> None:
+    async with FaultServer() as server, make_client(HttpOptions(read_timeout=0.3)) as client:
+        server.put("/blob", DATA)
+        server.faults.append(StallAfter(THREAD_MIN + 1000))
+        with pytest.raises(httpx.ReadTimeout):
+            await _get(client, server.url("/blob"), 0, SIZE)
+        await _quiet()
+
+
+async def test_a_pooled_connection_reset_after_a_threaded_body_is_replaced() -> None:
+    async with FaultServer() as server, make_client(HttpOptions()) as client:
+        server.put("/blob", DATA)
+        assert b"".join(await _get(client, server.url("/blob"), 0, SIZE)) == DATA
+        server.faults.append(ResetConnection(times=1))
+        assert b"".join(await _get(client, server.url("/blob"), 9, SIZE)) == DATA[9:]
+        assert [(r.connection, r.fault) for r in server.log] == [(1, None), (1, "ResetConnection"), (2, None)]
+        await _quiet()
+
+
+async def test_bytes_past_the_content_length_never_reach_the_next_response() -> None:
+    """The thread reads exactly the body; a byte past it makes the pooled connection unusable."""
+    body = DATA[:SIZE]
+    answered = []
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                await reader.readuntil(b"\r\n\r\n")
+            except (asyncio.IncompleteReadError, ConnectionError):
+                return
+            answered.append(1)
+            head = f"HTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-{len(body) - 1}/{SIZE}\r\n"
+            writer.write((head + f"Content-Length: {len(body)}\r\n\r\n").encode() + body + b"EXTRA")
+            await writer.drain()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        async with make_client(HttpOptions()) as client:
+            for _ in range(2):
+                chunks = await _get(client, f"http://127.0.0.1:{port}/blob", 0, len(body))
+                assert b"".join(chunks) == body
+        assert len(answered) == 2
+    finally:
+        server.close()
+    await _quiet()
+
+
+@pytest.fixture(scope="module")
+def origin(tmp_path_factory):
+    """nginx over http and https (a private CA's certificate) serving DATA."""
+    with https_origin(tmp_path_factory.mktemp("receiver"), {"blob.bin": DATA}) as (ca, server):
+        yield ca, server
+
+
+async def _source_chunks(url: str, options: HttpOptions) -> list[bytes | memoryview]:
+    source = await HttpSource.open(url, options=options)
+    try:
+        return [chunk async for chunk in source.stream(3, SIZE)]
+    finally:
+        await source.close()
+
+
+async def test_a_plain_http_proxy_carries_a_threaded_body(origin, monkeypatch) -> None:
+    _, server = origin
+    for name in ("http_proxy", "https_proxy", "all_proxy", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+    async with ForwardProxy() as proxy:
+        monkeypatch.setenv("HTTP_PROXY", proxy.url)
+        chunks = await _source_chunks(server.base_url + "/blob.bin", HttpOptions(parallel_parts=1))
+    assert b"".join(chunks) == DATA[3:]
+    assert any(received.known_crc(chunk) is not None for chunk in chunks)  # the thread's buffers
+    assert proxy.log and all(entry["method"] == "GET" for entry in proxy.log)  # through the proxy
+    await _quiet()
+
+
+async def test_a_tls_body_stays_on_the_event_loop(origin) -> None:
+    """TLS state lives in asyncio's SSL protocol: such a body is not handed to a thread."""
+    ca, server = origin
+    options = HttpOptions(parallel_parts=1, ca_bundle=str(ca.ca_file))
+    chunks = await _source_chunks(server.tls_base_url + "/blob.bin", options)
+    assert b"".join(chunks) == DATA[3:]
+    assert all(received.known_crc(chunk) is None for chunk in chunks)
