@@ -212,3 +212,20 @@ async def test_a_tls_body_stays_on_the_event_loop(origin) -> None:
     chunks = await _source_chunks(server.tls_base_url + "/blob.bin", options)
     assert b"".join(chunks) == DATA[3:]
     assert all(received.known_crc(chunk) is None for chunk in chunks)
+
+
+def test_under_uvloop_as_the_service_runs_tls_stays_and_plain_tcp_is_handed_over(origin) -> None:
+    """The service's loop is uvloop: its TLS transports must be told apart the same way."""
+    uvloop = pytest.importorskip("uvloop")
+    ca, server = origin
+
+    async def both() -> tuple[list, list]:
+        tls = HttpOptions(parallel_parts=1, ca_bundle=str(ca.ca_file))
+        secure = await _source_chunks(server.tls_base_url + "/blob.bin", tls)
+        plain = await _source_chunks(server.base_url + "/blob.bin", HttpOptions(parallel_parts=1))
+        return secure, plain
+
+    secure, plain = uvloop.run(both())
+    assert b"".join(secure) == DATA[3:] == b"".join(plain)
+    assert all(received.known_crc(chunk) is None for chunk in secure)
+    assert any(received.known_crc(chunk) is not None for chunk in plain)
