@@ -105,8 +105,8 @@ async def test_a_consumer_that_stops_early_ends_the_thread_and_the_connection() 
                 assert bytes(chunk) == DATA[: len(chunk)]
                 break
         await _quiet()
-        await _released(server)
-        assert b"".join(await _get(client, server.url("/blob"), 0, SIZE)) == DATA  # a new connection
+        assert b"".join(await _get(client, server.url("/blob"), 0, SIZE)) == DATA
+        assert [record.connection for record in server.log] == [1, 2]  # the first was not reused
 
 
 @pytest.mark.parametrize("rst", [False, True], ids=["FIN", "RST"])

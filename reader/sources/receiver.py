@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import os
 import socket
+import struct
 import threading
 from collections.abc import Callable
 
@@ -76,7 +77,8 @@ class Receiver:
             self.stopped = True
             self.lock.notify()
             if self.socket.fileno() >= 0:
-                with contextlib.suppress(OSError):
+                with contextlib.suppress(OSError):  # an abortive close (RST), as transport.abort()
+                    self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                     self.socket.shutdown(socket.SHUT_RDWR)
 
     def _run(self) -> None:
