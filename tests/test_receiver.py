@@ -105,6 +105,7 @@ async def test_a_consumer_that_stops_early_ends_the_thread_and_the_connection() 
                 assert bytes(chunk) == DATA[: len(chunk)]
                 break
         await _quiet()
+        await _released(server)  # closed abortively: the server is not left writing to it
         assert b"".join(await _get(client, server.url("/blob"), 0, SIZE)) == DATA
         assert [record.connection for record in server.log] == [1, 2]  # the first was not reused
 
@@ -134,6 +135,23 @@ async def test_a_stalled_body_times_out_and_its_thread_ends() -> None:
         server.faults.append(StallAfter(THREAD_MIN + 1000))
         with pytest.raises(httpx.ReadTimeout):
             await _get(client, server.url("/blob"), 0, SIZE)
+        await _quiet()
+
+
+async def test_a_body_that_stalls_mid_buffer_hands_on_what_arrived_before_the_timeout() -> None:
+    """The thread fills 4 MiB buffers, but bytes that wait for more are handed on as they come (the
+    service sends its first chunk before its headers: it must not wait for a buffer to fill)."""
+    stall = THREAD_MIN + (1 << 20) + 777
+    async with FaultServer() as server, make_client(HttpOptions(read_timeout=1.0)) as client:
+        server.put("/blob", DATA)
+        server.faults.append(StallAfter(stall))
+        got = bytearray()
+        headers = {"Range": f"bytes=0-{SIZE - 1}"}
+        with pytest.raises(httpx.ReadTimeout):
+            async with client.stream("GET", server.url("/blob"), headers=headers) as r:
+                async for chunk in r.aiter_raw():
+                    got += chunk
+        assert got == DATA[:stall]  # every byte sent, none held back in a part-filled buffer
         await _quiet()
 
 

@@ -8,7 +8,9 @@ buffer's CRC-32 right after it fills measured 0.90x, and 0.77x with the CRC-32 l
 (same runs). So `BodyProtocol` pauses its transport once the head is parsed and hands the socket's
 remaining body bytes to a `Receiver`: exactly that many bytes are read (a byte past the body stays
 in the kernel, and the pool's check catches it), each buffer is posted to the loop with its
-CRC-32 (received.py), and at most `READ_AHEAD` bytes wait for the consumer.
+CRC-32 (received.py), and at most `READ_AHEAD` bytes wait for the consumer. Bytes that wait
+`HAND_ON` for more are handed on as they are, so a slow or stalled body reaches its consumer as it
+comes (checked by the consumer: a part-filled buffer has no CRC-32s).
 
 The thread reads a duplicate of the connection's descriptor, blocking (one system call a read):
 closing it never closes the connection, and `stop()` shuts the connection down so a blocked read
@@ -33,6 +35,10 @@ from . import received
 
 BUFFER_SIZE = 4 << 20  # each buffer filled, checked and posted whole (1 MiB: 1.3x the CPU a GiB)
 READ_AHEAD = 8 << 20  # received and not yet taken before the thread waits
+# bytes that waited this long for more are handed on (as bulk.py's WAKE_DELAY on the loop: a slow
+# or stalled body still reaches its consumer as it comes, and the service its first chunk)
+HAND_ON = 0.002
+POLL = 0.5  # with nothing to hand on: how often a silent socket's thread looks whether it was stopped
 
 
 class Receiver:
@@ -54,6 +60,7 @@ class Receiver:
         self.socket = socket.socket(fileno=os.dup(fileno))
         self.lock = threading.Condition()
         self.held = 0  # posted, not yet taken
+        self.waits = 0.0  # the socket's SO_RCVTIMEO (0: none)
         self.trailing = False  # bytes (or the end) came past the body: the connection is not reused
         self.stopped = False
 
@@ -103,26 +110,44 @@ class Receiver:
             return not self.stopped
 
     def _fill(self, buffer: received.Received) -> None:
+        """Fill `buffer` and hand it on with its CRC-32s; a wire slower than HAND_ON hands on what
+        arrived meanwhile (without CRC-32s: the consumer checks those bytes itself)."""
         view = memoryview(buffer)
-        got = 0
+        got = posted = 0
         try:
             while got < len(view):
-                nbytes = self.socket.recv_into(view[got:])
+                self._wait_at_most(HAND_ON if got > posted else POLL)
+                try:
+                    nbytes = self.socket.recv_into(view[got:])
+                except BlockingIOError:  # the wait passed with nothing new
+                    if self.stopped:
+                        raise httpx.ReadError("body read stopped") from None
+                    if got > posted:
+                        self._hand(view[posted:got])
+                        posted = got
+                    continue
                 if not nbytes:
                     if self.stopped:
                         raise httpx.ReadError("body read stopped")
                     raise httpx.RemoteProtocolError("server closed the connection before the end of the body")
                 got += nbytes
         except OSError as exc:
-            if got:
-                self._hand(view[:got])  # what did arrive counts (a resumed read starts after it)
+            if got > posted:
+                self._hand(view[posted:got])  # what did arrive counts (a resumed read starts after it)
             raise httpx.ReadError(f"{type(exc).__name__}: {exc}") from exc
         except httpx.TransportError:
-            if got:
-                self._hand(view[:got])
+            if got > posted:
+                self._hand(view[posted:got])
             raise
-        received.check(buffer)
-        self._hand(view)
+        if not posted:
+            received.check(buffer)
+        self._hand(view[posted:])
+
+    def _wait_at_most(self, seconds: float) -> None:
+        """A blocking read returns empty-handed (EAGAIN) after `seconds` (SO_RCVTIMEO)."""
+        if seconds != self.waits:
+            self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _timeval(seconds))
+            self.waits = seconds
 
     def _hand(self, view: memoryview) -> None:
         with self.lock:
@@ -148,9 +173,14 @@ class Receiver:
         """The connection non-blocking again, as its transport expects it."""
         with contextlib.suppress(OSError):  # already shut (stopped): the connection is not reused
             self.socket.setblocking(False)
+            self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _timeval(0))
 
     def _post(self, callback: Callable, value: object) -> None:
         try:
             self.loop.call_soon_threadsafe(callback, value)
         except RuntimeError:  # the loop is closed: nobody is waiting
             self.stopped = True
+
+
+def _timeval(seconds: float) -> bytes:
+    return struct.pack("ll", int(seconds), int(seconds % 1 * 1_000_000))
