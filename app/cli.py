@@ -33,7 +33,9 @@ from .cli_output import (
     CliError,
     ResumeRecord,
     atomic_output,
+    check_resumed,
     copy_chunks,
+    cut_back,
     existing_prefix,
     open_output,
     progress,
@@ -504,6 +506,7 @@ async def write_resumable(
     and a partial file must start with `header` (the part of the output fixed by layouts),
     so a resumed file never joins bytes of two different outputs; the final size is checked.
     """
+    from reader import IntegrityError
     from reader.sources import DEFAULT_CHUNK_SIZE
 
     record = ResumeRecord(args.output, fields)
@@ -527,11 +530,17 @@ async def write_resumable(
         record.save()
         with progress(args, body.length, label, done=have) as advance:
             chunks = body.chunks(have, body.length, args.chunk_size or DEFAULT_CHUNK_SIZE)
-            await copy_chunks(chunks, out, advance)
+            try:
+                await copy_chunks(chunks, out, advance)
+            except IntegrityError:
+                cut_back(out, have)  # the bytes this run wrote came from an entry that failed its check
+                raise
         out.flush()
         written = size_of(out)
     if written is not None and written != body.length:
         raise CliError("IncompleteOutput", f"{args.output} has {written} bytes, expected {body.length}")
+    if have and args.output != "-":
+        await check_resumed(args.output, body, have, label)
     record.remove()
 
 

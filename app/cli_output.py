@@ -8,13 +8,14 @@ and renames it when complete. Failures are CliError, one line on stderr.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import os
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import IO
+from typing import IO, Any
 
 PROGRESS_THRESHOLD = 1 << 20  # a progress bar (on a terminal) from this size up
 
@@ -93,6 +94,77 @@ def size_of(out: IO[bytes]) -> int | None:
         return os.fstat(out.fileno()).st_size if os.path.isfile(out.name) else None  # type: ignore[arg-type]
     except (OSError, AttributeError, TypeError, ValueError):
         return None
+
+
+def cut_back(out: IO[bytes], size: int) -> None:
+    """A regular file's output cut back to `size` bytes (a pipe keeps what it was sent)."""
+    out.flush()
+    with contextlib.suppress(OSError, ValueError):  # stdout, a pipe: not a file to cut
+        if os.path.isfile(out.name):  # type: ignore[arg-type]
+            out.truncate(size)
+
+
+async def check_resumed(path: str, body: Any, have: int, label: str) -> None:
+    """A download resumed at `have` bytes: check the part it resumed inside (a tensor's or a file's
+    bytes), whose bytes no whole-entry read checked: those before `have` came from an earlier run,
+    the rest from a read of part of an entry, which no CRC-32 covers. Its entry's CRC-32 is taken over
+    the file's bytes (and the archive's bytes of the entry outside them). A part that fails is cut
+    off, so a run again fetches it whole; every other part was checked as it was written."""
+
+    offset = 0
+    for part in _leaves(body):
+        start, offset = offset, offset + part.length
+        if not start < have < offset:
+            continue
+        entry = getattr(part, "entry", None)
+        if entry is None or not getattr(part, "direct", True) or not getattr(part, "needs_payload", True):
+            return  # bytes built in memory (headers, zeros), or a view gathered from one checked read
+        first, end = getattr(part, "span", (0, entry.size))
+        crc = await _archive_crc(part.fetcher, entry, 0, first, 0)
+        crc = await asyncio.to_thread(_file_crc, path, start, part.length, crc)
+        crc = await _archive_crc(part.fetcher, entry, end, entry.size, crc)
+        if crc != entry.crc32:
+            os.truncate(path, start)
+            raise CliError(
+                "IntegrityError",
+                f"{path}: the resumed download of {label} does not match the archive's CRC-32 of entry "
+                f"{entry.name!r}; its bytes from offset {start} were removed (run the command again)",
+            )
+        return
+
+
+def _leaves(body: Any) -> Iterator[Any]:
+    """The parts of a body in order, nested concatenations opened."""
+    parts = getattr(body, "parts", None)
+    if parts is None:
+        yield body
+        return
+    for part in parts:
+        yield from _leaves(part)
+
+
+async def _archive_crc(fetcher: Any, entry: Any, start: int, end: int, crc: int) -> int:
+    """`crc` carried over the entry's content bytes [start, end), read in chunks."""
+    from reader import zipfmt
+
+    async for chunk in fetcher.chunks(entry, start, end):
+        crc = zipfmt.crc32(chunk, crc)
+    return crc
+
+
+def _file_crc(path: str, start: int, length: int, crc: int) -> int:
+    from reader import zipfmt
+
+    buffer = memoryview(bytearray(min(length, 8 << 20)))
+    with open(path, "rb", buffering=0) as file:
+        file.seek(start)
+        while length:
+            nbytes = file.readinto(buffer[: min(length, len(buffer))])
+            if not nbytes:
+                raise CliError("IncompleteOutput", f"{path} ended while its bytes were checked")
+            crc = zipfmt.crc32(buffer[:nbytes], crc)
+            length -= nbytes
+    return crc
 
 
 async def copy_chunks(

@@ -478,3 +478,80 @@ def test_fresh_venv_install_runs_ls(tmp_path):
     assert listed.returncode == 0, listed.stderr
     assert listed.stdout.splitlines()[0].split() == ["name", "kind", "dtype", "shape", "bytes"]
     assert len(listed.stdout.splitlines()) > 1
+
+
+def _tensor_span(path: pathlib.Path, name: str) -> tuple[int, int, bytes]:
+    """Where tensor `name`'s bytes lie in the archive, and its .npy header."""
+    from reader.formats.npy import npy_header
+
+    async def where() -> tuple[int, int, bytes]:
+        async with reader.open_archive(path) as ar:
+            start, end = await ar.tensor(name).archive_span()
+            return start, end, npy_header(ar.layout(name))
+
+    return run(where())
+
+
+@pytest.mark.parametrize("fmt", ["raw", "npy"])
+def test_get_of_a_corrupt_tensor_leaves_none_of_its_bytes_to_resume_from(tmp_path, big_archive, fmt):
+    """A whole-entry read that fails its CRC-32 cuts the output back to what it held before the run
+    (nothing here), so running the command again cannot resume onto bytes of the corrupt entry and
+    complete with them: it fails again."""
+    start, _end, _header = _tensor_span(big_archive, "big.weight")
+    raw = bytearray(big_archive.read_bytes())
+    raw[start + 1000] ^= 0x40  # in the first chunk: written out long before the check fails
+    path = tmp_path / "corrupt.pt2"
+    path.write_bytes(bytes(raw))
+    out = tmp_path / f"out.{fmt}"
+    for _ in range(2):
+        result = cli("get", path, "big.weight", "-o", out, "--format", fmt, "--no-progress",
+                     "--chunk-size", 1 << 20)  # fmt: skip
+        assert result.returncode == 1
+        one_line_error(result.stderr, "pt2serve: IntegrityError:")
+        assert out.read_bytes() == b""
+
+
+@pytest.mark.parametrize("fmt", ["raw", "npy"])
+def test_a_resumed_get_checks_the_tensor_it_resumed_inside(tmp_path, big_archive, fmt):
+    """The bytes of a partial output came from an earlier run, the rest from a read of part of the
+    entry: neither is covered by a CRC-32 until the resumed run checks the whole tensor's bytes in
+    the file. A wrong byte in the partial output fails the run and cuts the tensor off; the next run
+    fetches it whole."""
+    start, end, header = _tensor_span(big_archive, "big.weight")
+    head = header if fmt == "npy" else b""
+    full = head + big_archive.read_bytes()[start:end]
+    out = tmp_path / f"out.{fmt}"
+    partial = bytearray(full[: len(head) + 3_000_000])
+    partial[len(head) + 12_345] ^= 0x01
+    out.write_bytes(bytes(partial))
+    result = cli("get", big_archive, "big.weight", "-o", out, "--format", fmt, "--no-progress")
+    assert result.returncode == 1
+    assert "has no resume record" in result.stderr  # a partial file written by hand, not by a run
+    assert result.stderr.splitlines()[-1].startswith("pt2serve: IntegrityError:"), result.stderr
+    assert out.read_bytes() == head
+    result = cli("get", big_archive, "big.weight", "-o", out, "--format", fmt, "--no-progress")
+    assert result.returncode == 0, result.stderr
+    assert out.read_bytes() == full
+
+
+@pytest.mark.parametrize("name", ["view_a", "view_b"])
+@pytest.mark.parametrize("flip", [False, True])
+def test_a_resumed_view_is_checked_with_the_rest_of_its_storage(tmp_path, name, flip):
+    """A view covers part of its storage's entry ([8, 28) and [28, 88) of 88 bytes): the resumed
+    run's check carries the entry's CRC-32 over the archive's bytes outside the view and the file's
+    bytes inside it. Right bytes complete; one wrong byte fails and cuts the output back."""
+    archive = ARCHIVES / "layouts.pt2"
+    full = run(_reader_bytes(archive, name))
+    out = tmp_path / "out.raw"
+    partial = bytearray(full[:11])
+    if flip:
+        partial[3] ^= 0x10
+    out.write_bytes(bytes(partial))
+    result = cli("get", archive, name, "-o", out, "--no-progress")
+    if flip:
+        assert result.returncode == 1
+        assert result.stderr.splitlines()[-1].startswith("pt2serve: IntegrityError:"), result.stderr
+        assert out.read_bytes() == b""
+    else:
+        assert result.returncode == 0, result.stderr
+        assert out.read_bytes() == full
