@@ -16,11 +16,14 @@ from __future__ import annotations
 import asyncio
 import mmap
 from collections.abc import AsyncIterator, Iterable
+from typing import TYPE_CHECKING
 
 from ..errors import NotCached, SourceChanged
 from ..sources.base import DEFAULT_CHUNK_SIZE, SourceStats, check_range, fresh_buffer
-from ..sources.http import HttpSource
 from .store import CachedVersion, CacheStore
+
+if TYPE_CHECKING:
+    from ..sources.http import HttpSource
 
 WRITE_SIZE = 8 << 20  # bytes gathered per write to the cache
 

@@ -52,7 +52,7 @@ from ..pt2.slicing import SlicePlan, plan_slice
 from ..pt2.tensorinfo import TensorInfo
 from ..reading.entries import EntryFetcher
 from ..reading.ranges import coalesce
-from ..sources import ByteSource, HttpSource, multirange
+from ..sources import ByteSource, is_http, multirange
 from ..tasks import task_group
 from ..zipfmt import ZipEntry
 from ..zipfmt.structs import METHOD_STORED
@@ -265,7 +265,7 @@ async def read_blocks(
     the local headers, CRC-checked); `landed` hears of each once it is in. `entries` (the archive's,
     by name) lets the data offsets of an archive torch wrote be predicted (`written_as_torch_does`)."""
     finer: set[int] = set()
-    multiple = isinstance(source, HttpSource) and len(blocks) > 1 and await source.serves_multiple_ranges()
+    multiple = is_http(source) and len(blocks) > 1 and await source.serves_multiple_ranges()
     if multiple:  # the runs of column blocks, not the rows they lie in
         finer = {index for index, block in enumerate(blocks) if _scattered(block)}
         blocks = [_finer(block) if index in finer else block for index, block in enumerate(blocks)]
@@ -472,7 +472,7 @@ class _BlockReads:
     async def ranges_request(self, parts: list[tuple[int, int, int, int, int]]) -> None:
         """One multi-range request for runs [low, high) of blocks (block, low, high, offset, where run low
         goes in the block's buffer), each run straight into its place in its block's buffer."""
-        assert isinstance(self.source, HttpSource)
+        assert is_http(self.source)
         async with self.gate:
             parts = [part for part in parts if not self._refuted(part[0], part[3])]
             if not parts:  # runs at a prediction refuted while they waited: read again elsewhere
@@ -505,7 +505,7 @@ class _BlockReads:
     async def spans_request(self, spans: list[tuple[int, int, list[Wanted], np.ndarray]]) -> None:
         """Several requests' spans (start, end, what lies in them, where their bytes go) as the ranges
         of one multi-range request, then what lies in each (`received`)."""
-        assert isinstance(self.source, HttpSource)
+        assert is_http(self.source)
         async with self.gate:
             spans = [
                 (start, end, live, held) for start, end, inside, held in spans if (live := self._live(inside))

@@ -31,7 +31,7 @@ from .. import zipfmt
 from ..cache.source import CachedSource
 from ..errors import IntegrityError
 from ..reading.entries import EntryFetcher
-from ..sources import ByteSource, HttpSource, LocalFileSource
+from ..sources import ByteSource, LocalFileSource, is_http
 from ..tasks import task_group
 from ..zipfmt import ZipEntry
 from ..zipfmt.structs import METHOD_STORED
@@ -200,7 +200,7 @@ async def _read_range(source: ByteSource, fetcher: EntryFetcher, rng: ReadRange,
 
     async def receive() -> None:
         async with prefaulting(whole):
-            if isinstance(source, HttpSource):
+            if is_http(source):
                 await source.read_into(rng.start, memoryview(whole), landed=follower.landed)
             else:
                 await source.read_into(rng.start, memoryview(whole))

@@ -1,10 +1,15 @@
-"""Byte sources: where an archive's bytes come from (local file, HTTP(S), S3, memory)."""
+"""Byte sources: where an archive's bytes come from (local file, HTTP(S), S3, memory).
+
+The remote sources (httpx, aiohttp, botocore and the cloud SDKs under them) are imported when a
+remote location is first opened, so reading local archives does not pay for them at start.
+"""
 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import LocationError
 from .base import (
@@ -15,14 +20,15 @@ from .base import (
     SourceStats,
     redact_location,
 )
-from .blob import is_blob_url, open_blob_url
-from .http import HttpOptions, HttpSource
 from .local import LocalFileSource
 from .memory import BytesSource
-from .s3 import S3Settings, open_s3
+from .options import HttpOptions, S3Settings
 
-# scheme -> what it reads; the openers of gs://, az:// and hf:// are imported only when used
-# (their cloud SDKs are extras: pt2serve[gcs], pt2serve[azure])
+if TYPE_CHECKING:
+    from .http import HttpSource
+
+# scheme -> what it reads; each remote opener is imported when its scheme is first opened
+# (the cloud SDKs of gs:// and az:// are extras: pt2serve[gcs], pt2serve[azure])
 SCHEMES = {
     "http": "any HTTP(S) server with Range support",
     "https": "any HTTP(S) server with Range support",
@@ -42,6 +48,22 @@ def _scheme(location: str) -> str:
 def is_remote(location: str) -> bool:
     """Whether a location names bytes on another machine (a URL of a remote scheme)."""
     return _scheme(location) in REMOTE_SCHEMES
+
+
+def is_http(source: object) -> bool:
+    """Whether a source reads over HTTP (an HttpSource: every remote scheme's source is one); no
+    source is one before a remote location was opened, so this imports nothing."""
+    http = sys.modules.get(f"{__name__}.http")
+    return http is not None and isinstance(source, http.HttpSource)
+
+
+def __getattr__(name: str) -> Any:
+    """`HttpSource` imported on first use (it brings httpx and aiohttp)."""
+    if name == "HttpSource":
+        from .http import HttpSource
+
+        return HttpSource
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def tail_size_for(location: str | os.PathLike[str] | ByteSource) -> int:
@@ -70,10 +92,15 @@ async def open_source(
     text = os.fspath(location)
     scheme = _scheme(text)
     if scheme in ("http", "https"):
+        from .blob import is_blob_url, open_blob_url
+        from .http import HttpSource
+
         if is_blob_url(text):  # Azure Blob has its own dialect of range reads (blob.py)
             return await open_blob_url(text, tail_size=tail_size, options=http_options, pinned=pinned)
         return await HttpSource.open(text, tail_size=tail_size, options=http_options, pinned=pinned)
     if scheme == "s3":
+        from .s3 import open_s3
+
         return await open_s3(
             text, tail_size=tail_size, options=http_options, settings=s3_settings, pinned=pinned
         )
@@ -112,6 +139,7 @@ __all__ = [
     "LocalFileSource",
     "S3Settings",
     "SourceStats",
+    "is_http",
     "is_remote",
     "open_source",
     "redact_location",

@@ -27,8 +27,8 @@ from botocore.credentials import Credentials
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ..errors import SourceError
+from .options import DEFAULT_REGION
 
-DEFAULT_REGION = "us-east-1"
 NO_SIGN_REQUEST = "AWS_NO_SIGN_REQUEST"
 _TRUE = {"1", "true", "yes", "on"}
 

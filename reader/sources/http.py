@@ -26,7 +26,6 @@ import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass, field
 from typing import Any, Self, TypeVar
 
 import httpx
@@ -44,6 +43,7 @@ from .base import (
     redact_location,
 )
 from .held import HeldBytes
+from .options import HttpOptions
 from .parallel import ordered_parts, parts_into
 from .proxies import Proxy, refusal
 from .proxies import mounts as proxy_mounts
@@ -55,36 +55,6 @@ CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 UNSATISFIED_RANGE = re.compile(r"bytes \*/(\d+)")
 RETRYABLE_STATUS = {408, 425, 429, 500, 502, 503, 504}
 SUFFIX_REFUSED_STATUS = {405, 416, 501}
-
-
-@dataclass(frozen=True)
-class HttpOptions:
-    """Knobs for remote reads; the defaults suit object storage over a WAN."""
-
-    connect_timeout: float = 10.0
-    read_timeout: float = 30.0
-    max_attempts: int = 5  # per request, including the first
-    backoff_base: float = 0.2  # seconds; doubles per attempt, jittered
-    backoff_cap: float = 5.0
-    max_retry_after: float = 30.0  # longest Retry-After we will wait
-    time_budget: float | None = None  # seconds one open/read/stream may take in all (None: no limit)
-    full_body_cap: int = 16 << 20  # a server that ignores Range may send us this much, no more
-    http2: bool = False
-    ca_bundle: str | None = None  # PEM file or hashed directory trusted besides the system's (tls.py)
-    headers: Mapping[str, str] = field(default_factory=dict)
-    # Reads longer than parallel_above are fetched as part_size parts over up to parallel_parts
-    # connections at once (servers cap each connection; memory: parallel_parts x part_size).
-    # parallel_parts=1 turns it off.
-    parallel_parts: int = 8
-    part_size: int = 8 << 20
-    parallel_above: int = 16 << 20
-    # A connection whose first 4 MiB arrive this fast (bytes/s) is not capped: the read stays on
-    # one connection (more cost CPU for nothing). None: always parallel above parallel_above.
-    fast_connection: float | None = 250e6
-
-    def __post_init__(self) -> None:
-        if self.parallel_parts < 1 or self.part_size < 1 or self.parallel_above < 0:
-            raise ValueError("parallel_parts and part_size must be >= 1, parallel_above >= 0")
 
 
 T = TypeVar("T")

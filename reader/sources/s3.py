@@ -15,7 +15,6 @@ import asyncio
 import time
 import xml.etree.ElementTree as ElementTree
 from collections.abc import AsyncGenerator, Generator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -25,8 +24,9 @@ from botocore.credentials import Credentials, ReadOnlyCredentials, RefreshableCr
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ..errors import LocationError, SourceError
-from .aws import DEFAULT_REGION, Identity, S3Endpoint, environment_config, explicit_endpoint
-from .http import HttpOptions, HttpSource
+from .aws import Identity, S3Endpoint, environment_config, explicit_endpoint
+from .http import HttpSource
+from .options import HttpOptions, S3Settings
 
 ERROR_BODY_CAP = 64 << 10  # bytes of an error body read to find S3's <Code>
 ADVISORY_RETRY_SECONDS = 30.0  # after a refresh that failed while the old credentials still hold
@@ -50,38 +50,6 @@ REFUSALS = {
 REFUSAL_STATUS = (301, 400, 401, 403)  # a 301 reaches us only without Location: S3's wrong-region answer
 
 
-@dataclass(frozen=True)
-class S3Settings:
-    """Explicit S3 settings (tests, embedding code); no keys means anonymous requests.
-
-    `endpoint` is an S3-compatible server's URL; `addressing_style` is "path", "virtual" or None
-    (botocore's choice: path-style for custom endpoints, virtual-hosted on AWS)."""
-
-    region: str = DEFAULT_REGION
-    endpoint: str | None = None
-    access_key: str | None = None
-    secret_key: str | None = None
-    session_token: str | None = None
-    addressing_style: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.addressing_style not in (None, "auto", "path", "virtual"):
-            raise ValueError(f"addressing_style {self.addressing_style!r} is not path, virtual or auto")
-
-    @property
-    def anonymous(self) -> bool:
-        return not (self.access_key and self.secret_key)
-
-    def identity(self) -> Identity:
-        if self.anonymous:
-            return Identity(None, "anonymous: S3Settings without access_key and secret_key")
-        credentials = Credentials(self.access_key, self.secret_key, self.session_token, method="explicit")
-        return Identity(credentials, "from S3Settings")
-
-    def endpoint_rules(self) -> S3Endpoint:
-        return explicit_endpoint(self.region, self.endpoint, self.addressing_style)
-
-
 def parse_s3_location(location: str) -> tuple[str, str]:
     """s3://bucket/key → (bucket, key)."""
     rest = location[len("s3://") :] if location.startswith("s3://") else ""
@@ -95,11 +63,20 @@ def resolve(location: str, settings: S3Settings | None) -> tuple[str, S3Endpoint
     """The object URL, the endpoint rules and who signs (blocking: call it in a thread)."""
     bucket, key = parse_s3_location(location)
     if settings is not None:
-        endpoint, identity = settings.endpoint_rules(), settings.identity()
+        endpoint, identity = explicit_settings(settings)
     else:
         config = environment_config()
         endpoint, identity = config.endpoint, config.identity()
     return endpoint.object_url(bucket, key), endpoint, identity
+
+
+def explicit_settings(settings: S3Settings) -> tuple[S3Endpoint, Identity]:
+    """The endpoint rules and who signs, as `settings` say: their keys, or anonymous without keys."""
+    endpoint = explicit_endpoint(settings.region, settings.endpoint, settings.addressing_style)
+    if settings.anonymous:
+        return endpoint, Identity(None, "anonymous: S3Settings without access_key and secret_key")
+    keys = Credentials(settings.access_key, settings.secret_key, settings.session_token, method="explicit")
+    return endpoint, Identity(keys, "from S3Settings")
 
 
 class SigV4(httpx.Auth):

@@ -1,0 +1,66 @@
+"""What callers tune for remote reads: HttpOptions and S3Settings.
+
+They live apart from the sources that use them so that naming them (a signature, a service's
+settings, `open_archive(http_options=...)`) imports no HTTP client and no AWS SDK: a process that
+only reads local archives never loads httpx, aiohttp or botocore.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+DEFAULT_REGION = "us-east-1"
+
+
+@dataclass(frozen=True)
+class HttpOptions:
+    """Knobs for remote reads; the defaults suit object storage over a WAN."""
+
+    connect_timeout: float = 10.0
+    read_timeout: float = 30.0
+    max_attempts: int = 5  # per request, including the first
+    backoff_base: float = 0.2  # seconds; doubles per attempt, jittered
+    backoff_cap: float = 5.0
+    max_retry_after: float = 30.0  # longest Retry-After we will wait
+    time_budget: float | None = None  # seconds one open/read/stream may take in all (None: no limit)
+    full_body_cap: int = 16 << 20  # a server that ignores Range may send us this much, no more
+    http2: bool = False
+    ca_bundle: str | None = None  # PEM file or hashed directory trusted besides the system's (tls.py)
+    headers: Mapping[str, str] = field(default_factory=dict)
+    # Reads longer than parallel_above are fetched as part_size parts over up to parallel_parts
+    # connections at once (servers cap each connection; memory: parallel_parts x part_size).
+    # parallel_parts=1 turns it off.
+    parallel_parts: int = 8
+    part_size: int = 8 << 20
+    parallel_above: int = 16 << 20
+    # A connection whose first 4 MiB arrive this fast (bytes/s) is not capped: the read stays on
+    # one connection (more cost CPU for nothing). None: always parallel above parallel_above.
+    fast_connection: float | None = 250e6
+
+    def __post_init__(self) -> None:
+        if self.parallel_parts < 1 or self.part_size < 1 or self.parallel_above < 0:
+            raise ValueError("parallel_parts and part_size must be >= 1, parallel_above >= 0")
+
+
+@dataclass(frozen=True)
+class S3Settings:
+    """Explicit S3 settings (tests, embedding code); no keys means anonymous requests.
+
+    `endpoint` is an S3-compatible server's URL; `addressing_style` is "path", "virtual" or None
+    (botocore's choice: path-style for custom endpoints, virtual-hosted on AWS)."""
+
+    region: str = DEFAULT_REGION
+    endpoint: str | None = None
+    access_key: str | None = None
+    secret_key: str | None = None
+    session_token: str | None = None
+    addressing_style: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.addressing_style not in (None, "auto", "path", "virtual"):
+            raise ValueError(f"addressing_style {self.addressing_style!r} is not path, virtual or auto")
+
+    @property
+    def anonymous(self) -> bool:
+        return not (self.access_key and self.secret_key)
