@@ -91,7 +91,7 @@ class Rows:
 
     def cli(self) -> float:
         command = [sys.executable, "-m", "app", "get", str(self.archive), TENSOR, "-o", str(self.out)]
-        return self._timed("pt2serve get -o FILE", resource.RUSAGE_CHILDREN, lambda: _run(command, None))
+        return self._timed("pt2serve get -o FILE", resource.RUSAGE_CHILDREN, lambda: _run(command))
 
     def floor_process(self) -> float:
         span = map(str, self.span)
@@ -113,8 +113,8 @@ def copy_span(archive: str, output: str, start: int, end: int) -> None:
         os.close(out)
 
 
-def _run(command: list[str], stdout) -> None:
-    subprocess.run([*command, "--no-progress", "--no-resume"], check=True, stdout=stdout, cwd=ROOT)
+def _run(command: list[str]) -> None:
+    subprocess.run([*command, "--no-progress", "--no-resume"], check=True, cwd=ROOT)
 
 
 async def _span(archive: pathlib.Path) -> tuple[int, int]:
