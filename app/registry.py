@@ -174,6 +174,7 @@ class Registry:
             part_size=settings.part_size,
             parallel_above=settings.parallel_above,
             ca_bundle=settings.ca_bundle,
+            receive_thread=False,  # the service relays each chunk: faster received on the loop
         )
 
     async def start(self) -> None:

@@ -97,6 +97,24 @@ async def test_a_long_body_is_received_on_a_thread_exact_with_each_buffers_crc()
         await _quiet()
 
 
+async def test_receive_thread_off_keeps_a_long_body_on_the_event_loop() -> None:
+    """The service's setting (it relays each chunk): the same bytes, no thread, no buffer CRCs."""
+    async with FaultServer() as server, make_client(HttpOptions(receive_thread=False)) as client:
+        server.put("/blob", DATA)
+        chunks = await _get(client, server.url("/blob"), 100, SIZE - 7)
+        assert b"".join(chunks) == DATA[100 : SIZE - 7]
+        assert all(received.known_crc(chunk) is None for chunk in chunks)
+        assert not _receiving()
+        assert [record.connection for record in server.log] == [1]
+
+
+def test_the_service_receives_relayed_bodies_on_the_event_loop() -> None:
+    from app.registry import Registry
+    from app.settings import Settings
+
+    assert Registry(Settings())._http_options.receive_thread is False
+
+
 async def test_a_consumer_that_stops_early_ends_the_thread_and_the_connection() -> None:
     async with FaultServer() as server, make_client(HttpOptions()) as client:
         server.put("/blob", DATA)

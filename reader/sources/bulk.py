@@ -99,12 +99,21 @@ class _Stale(Exception):
 
 
 class Pool:
-    """Connections for bulk bodies, by origin: idle ones are reused, at most `max_idle` each."""
+    """Connections for bulk bodies, by origin: idle ones are reused, at most `max_idle` each.
+    `receive_thread`: long streamed bodies are received on a thread (HttpOptions.receive_thread)."""
 
-    def __init__(self, verify: ssl.SSLContext, proxy: Proxy | None = None, max_idle: int = 8) -> None:
+    def __init__(
+        self,
+        verify: ssl.SSLContext,
+        proxy: Proxy | None = None,
+        max_idle: int = 8,
+        *,
+        receive_thread: bool = True,
+    ) -> None:
         self.verify = verify
         self.proxy = proxy  # every connection goes through it (proxies.py)
         self.max_idle = max_idle
+        self.receive_thread = receive_thread
         self.idle: dict[Origin, list[BodyProtocol]] = {}
 
     async def send(self, request: httpx.Request) -> httpx.Response:
@@ -184,7 +193,9 @@ class Pool:
         except BaseException:
             protocol.close()
             raise
-        body = BodyStream(protocol, read_timeout, lambda: self._release(origin, protocol))
+        body = BodyStream(
+            protocol, read_timeout, lambda: self._release(origin, protocol), on_thread=self.receive_thread
+        )
         return httpx.Response(
             status_code=head.status_code,
             headers=list(head.headers.raw_items()),
@@ -618,14 +629,23 @@ class BodyStream(httpx.AsyncByteStream):
     """The body as `BodyProtocol` received it: memoryviews of what each socket read filled.
     Read to its end, the connection goes back to the pool (`release`); else it is dropped."""
 
-    def __init__(self, protocol: BodyProtocol, timeout: float | None, release: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        protocol: BodyProtocol,
+        timeout: float | None,
+        release: Callable[[], None],
+        *,
+        on_thread: bool = True,
+    ) -> None:
         self.protocol = protocol
         self.timeout = timeout
         self.release: Callable[[], None] | None = release
+        self.on_thread = on_thread  # a long body is received on a thread (hand_over)
 
     async def __aiter__(self) -> AsyncIterator[bytes]:  # memoryviews, in fact: bytes-like
         protocol = self.protocol
-        protocol.hand_over()
+        if self.on_thread:
+            protocol.hand_over()
         while True:
             chunk = protocol.take()
             if chunk is not None:

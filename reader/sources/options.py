@@ -37,6 +37,10 @@ class HttpOptions:
     # A connection whose first 4 MiB arrive this fast (bytes/s) is not capped: the read stays on
     # one connection (more cost CPU for nothing). None: always parallel above parallel_above.
     fast_connection: float | None = 250e6
+    # A long streamed body is received on a thread (receiver.py): the consumer's work on the loop
+    # overlaps the socket reads. A consumer that only relays each chunk (the service writing it to
+    # its own client) runs faster with the body received on the loop: False.
+    receive_thread: bool = True
 
     def __post_init__(self) -> None:
         if self.parallel_parts < 1 or self.part_size < 1 or self.parallel_above < 0:

@@ -96,12 +96,17 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
     """Sends httpx requests over one aiohttp session (HTTP/1.1, pooled keep-alive connections)."""
 
     def __init__(
-        self, *, verify: ssl.SSLContext, proxy: Proxy | None = None, max_connections: int = 100
+        self,
+        *,
+        verify: ssl.SSLContext,
+        proxy: Proxy | None = None,
+        max_connections: int = 100,
+        receive_thread: bool = True,
     ) -> None:
         self._verify = verify
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
-        self._bulk = bulk.Pool(verify, proxy)
+        self._bulk = bulk.Pool(verify, proxy, receive_thread=receive_thread)
         # aiohttp tunnels https through `proxy` with CONNECT (sending proxy_headers), and sends
         # http to it in absolute form, where the credentials must be among the request's headers
         self._proxy = {} if proxy is None else {"proxy": proxy.url, "proxy_headers": proxy.headers or None}
