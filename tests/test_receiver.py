@@ -14,14 +14,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import reader
 from reader import zipfmt
 from reader.sources import HttpOptions, HttpSource, received
 from reader.sources.bulk import THREAD_MIN
 from reader.sources.http import make_client
+from reader.sources.receiver import Receiver
 from reader.zipfmt import combine
 from testing.faultserver import DropAfter, FaultServer, ResetConnection, StallAfter
 from testing.forward_proxy import ForwardProxy
 from testing.private_ca import https_origin
+from testing.zipbytes import write_pt2
+from tests.service_helpers import in_process, make_app
 
 SIZE = 2 * THREAD_MIN + 12345
 DATA = np.random.default_rng(7).integers(0, 256, SIZE, dtype=np.uint8).tobytes()
@@ -108,11 +112,30 @@ async def test_receive_thread_off_keeps_a_long_body_on_the_event_loop() -> None:
         assert [record.connection for record in server.log] == [1]
 
 
-def test_the_service_receives_relayed_bodies_on_the_event_loop() -> None:
-    from app.registry import Registry
-    from app.settings import Settings
-
-    assert Registry(Settings())._http_options.receive_thread is False
+@pytest.mark.parametrize("service", [True, False], ids=["service", "library"])
+async def test_the_service_relays_a_long_remote_body_received_on_the_event_loop(
+    tmp_path, monkeypatch, service: bool
+) -> None:
+    """The service writes each chunk to its client as it comes: it receives on the loop (a thread
+    per long body cost that relay a quarter of its speed, bench/serve_remote.py); the library's
+    stream of the same range goes to a thread. The bytes are exact either way."""
+    started: list[Receiver] = []
+    start = Receiver.start
+    monkeypatch.setattr(Receiver, "start", lambda receiver: (started.append(receiver), start(receiver)))
+    data = DATA[: SIZE // 4 * 4]
+    write_pt2(tmp_path / "a.pt2", {"w": (7, [len(data) // 4], data)})
+    async with FaultServer() as server:
+        server.put("/a.pt2", (tmp_path / "a.pt2").read_bytes())
+        url = server.url("/a.pt2")
+        if service:
+            async with in_process(make_app([f"r={url}"], parallel_parts=1)) as client:
+                response = await client.get("/archives/r/tensors/w/data")
+                assert response.status_code == 200 and response.content == data
+        else:
+            async with reader.open_archive(url, http_options=HttpOptions(parallel_parts=1)) as ar:
+                assert b"".join([bytes(c) async for c in ar.stream("w")]) == data
+    assert bool(started) is not service
+    await _quiet()
 
 
 async def test_a_consumer_that_stops_early_ends_the_thread_and_the_connection() -> None:
