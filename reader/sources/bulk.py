@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import re
 import socket
 import ssl
@@ -193,9 +194,8 @@ class Pool:
         except BaseException:
             protocol.close()
             raise
-        body = BodyStream(
-            protocol, read_timeout, lambda: self._release(origin, protocol), on_thread=self.receive_thread
-        )
+        release = functools.partial(self._release, origin, protocol)
+        body = BodyStream(protocol, read_timeout, release, receive_thread=self.receive_thread)
         return httpx.Response(
             status_code=head.status_code,
             headers=list(head.headers.raw_items()),
@@ -635,16 +635,16 @@ class BodyStream(httpx.AsyncByteStream):
         timeout: float | None,
         release: Callable[[], None],
         *,
-        on_thread: bool = True,
+        receive_thread: bool = True,
     ) -> None:
         self.protocol = protocol
         self.timeout = timeout
         self.release: Callable[[], None] | None = release
-        self.on_thread = on_thread  # a long body is received on a thread (hand_over)
+        self.receive_thread = receive_thread  # a long body is received on a thread (hand_over)
 
     async def __aiter__(self) -> AsyncIterator[bytes]:  # memoryviews, in fact: bytes-like
         protocol = self.protocol
-        if self.on_thread:
+        if self.receive_thread:
             protocol.hand_over()
         while True:
             chunk = protocol.take()
