@@ -246,7 +246,13 @@ class MultipartServer:
                 asked = re.search(rb"(?im)^range:\s*bytes=(\S+)\r$", head)
                 status, headers, body = self._answer(asked.group(1).decode() if asked else None)
                 lines = [f"HTTP/1.1 {status}", f"Content-Length: {len(body)}", 'ETag: "v1"', *headers]
-                writer.write(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
+                answer = ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+                if self.fault == "cut-once" and "multipart" in str(headers) and len(body) > 1 << 16:
+                    self.fault = "none"  # the first long multipart answer is cut half way, once
+                    writer.write(answer[: len(answer) // 2])
+                    await writer.drain()
+                    break
+                writer.write(answer)
                 await writer.drain()
         writer.close()
 
@@ -265,7 +271,10 @@ class MultipartServer:
             (start, end) = ranges[0]
             return "206 Partial", [f"Content-Range: bytes {start}-{end - 1}/{size}"], self.data[start:end]
         parts = []
-        for number, (start, end) in enumerate(ranges):
+        order = list(enumerate(ranges))
+        if self.fault == "reordered":  # the right parts, the first one first, the others reversed
+            order[1:] = order[:0:-1]
+        for number, (start, end) in order:
             body, named = self.data[start:end], (start, end)
             if self.fault == "wrong-range" and number == 1 and len(ranges) > 2:
                 named = (start + 4, end + 4)  # the bytes of the asked range, named as another one

@@ -22,7 +22,8 @@ server closed meanwhile is replaced by a new one before any byte of the response
 A consumer that has the body's final memory (`HttpSource.read_into`) gets no chunks at all: the
 response's extension `BODY_INTO` is its `BodyStream`, whose `receive_into` hands the caller's
 buffer to the socket reads (`get_buffer`), so the body lands where it is kept, with no buffer and
-no copy in between.
+no copy in between; given several buffers (a multi-range answer: each part's head and bytes), it
+fills them one after another (scatter.py). `peek` looks at a body's first bytes first.
 
 A read of a body waits until up to `GATHER` bytes of it are queued in the kernel (`SO_RCVLOWAT`,
 which Linux honours in epoll and grows the receive buffer for), so a fast body costs one trip
@@ -40,7 +41,7 @@ import functools
 import re
 import socket
 import ssl
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 
 import h11
 import httpx
@@ -48,6 +49,7 @@ import httpx
 from .base import fresh_buffer
 from .proxies import Proxy
 from .receiver import Receiver
+from .scatter import Scatter
 
 BULK_MIN = 1 << 20  # ranged GETs of at least this many bytes take this path
 BUFFER_SIZE = 1 << 20  # receive buffer; a read fills at most what is left of one
@@ -266,7 +268,7 @@ class BodyProtocol(asyncio.BufferedProtocol):
         self.reusable = False  # ... exactly, and the server keeps the connection open
         self.error: Exception | None = None
         self.buffer, self.filled = self.head_buffer, 0  # `filled`: bytes of `buffer` handed on
-        self.sink: memoryview | None = None  # the consumer's memory the body goes into, if any
+        self.sink: Scatter | None = None  # the consumer's memory the body goes into, if any
         self.sunk = 0  # body bytes written into `sink`
         self.sinking = False  # the last buffer handed to the transport was the sink's
         self.receiver = None
@@ -325,7 +327,7 @@ class BodyProtocol(asyncio.BufferedProtocol):
             return self.buffer  # the head, or a body h11 parses: copied into h11's buffer anyway
         if self.sink is not None and self.remaining:
             self.sinking = True
-            return self.sink[self.sunk : self.sunk + self.remaining]
+            return self.sink.free()  # as long as `remaining` at most (receive_into checked)
         if len(self.buffer) - self.filled < BUFFER_MIN_LEFT:
             self.buffer, self.filled = _fresh(), 0
         return self.buffer[self.filled :]
@@ -354,7 +356,8 @@ class BodyProtocol(asyncio.BufferedProtocol):
 
     def _sunk(self, nbytes: int) -> None:
         """Body bytes landed in the sink (never more than `remaining`: get_buffer's slice)."""
-        assert self.remaining is not None
+        assert self.remaining is not None and self.sink is not None
+        self.sink.advance(nbytes)
         self.sunk += nbytes
         self.remaining -= nbytes
         self.done = self.remaining == 0
@@ -656,22 +659,24 @@ class BodyStream(httpx.AsyncByteStream):
             else:
                 await protocol.wait(self.timeout)
 
-    async def receive_into(self, view: memoryview) -> AsyncIterator[int]:
-        """The body written straight into `view` (as long as the body: the caller checked its
-        Content-Length), yielding how many more bytes landed at each wake. A body without a
+    async def receive_into(self, view: memoryview | Sequence[memoryview]) -> AsyncIterator[int]:
+        """The body written straight into `view` (or into several buffers one after another: a body
+        whose pieces each have a place of their own), as long as the body: the caller checked its
+        Content-Length. Yields how many more bytes landed at each wake. A body without a
         Content-Length is copied in from its chunks. Its end releases the connection as `__aiter__`'s
         does; a failure raises as `__aiter__`'s does, after the bytes that did land were yielded."""
         protocol = self.protocol
-        at = 0
+        sink = Scatter([view] if isinstance(view, memoryview) else view)
         if protocol.remaining is not None:  # what came with the head first, then the sink
             while (chunk := protocol.take()) is not None:
-                view[at : at + len(chunk)] = chunk
-                at += len(chunk)
-            if at:
-                yield at
-            if len(view) - at != protocol.remaining:
-                raise ValueError(f"a body of {at + protocol.remaining} bytes for {len(view)} bytes of memory")
-            protocol.sink, protocol.sunk = view[at:], 0
+                sink.write(chunk)
+            if sink.filled:
+                yield sink.filled
+            if sink.size - sink.filled != protocol.remaining:
+                raise ValueError(
+                    f"a body of {sink.filled + protocol.remaining} bytes for {sink.size} bytes of memory"
+                )
+            protocol.sink, protocol.sunk = sink, 0
             reported = 0
             while True:
                 if protocol.sunk > reported:
@@ -687,11 +692,21 @@ class BodyStream(httpx.AsyncByteStream):
                         yield protocol.sunk - reported
                     raise
         async for chunk in self:
-            if len(chunk) > len(view) - at:
-                raise ValueError(f"a body longer than the {len(view)} bytes of memory")
-            view[at : at + len(chunk)] = chunk
-            at += len(chunk)
+            sink.write(chunk)  # a body longer than the memory: ValueError
             yield len(chunk)
+
+    async def peek(self, size: int) -> bytes:
+        """The body's first `size` bytes (all of it, if shorter), left to be received: a look at
+        how it is laid out before saying where it goes. Only before anything was taken."""
+        protocol = self.protocol
+        while True:
+            queued = b"".join(
+                bytes(item[0][item[1] : item[2]]) if isinstance(item, list) else bytes(item)
+                for item in protocol.chunks
+            )
+            if len(queued) >= size or protocol.done:
+                return queued[:size]
+            await protocol.wait(self.timeout)
 
     def _finish(self) -> None:
         if self.release is not None:

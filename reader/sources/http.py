@@ -11,7 +11,8 @@
 - `read_into` of a big range receives the body straight into the caller's memory (bulk.py's
   `BodyStream.receive_into`), as parts over several connections when `stream` would use them
   (parallel.py's `parts_into`), with the same checks, pinning and retries; a cut body resumes
-  writing at the first byte it did not receive.
+  writing at the first byte it did not receive. `read_ranges_into` of long ranges receives a
+  multi-range answer the same way, each part straight into its view (its heads checked after).
 - Redirects are followed; later reads go straight to the final URL, without the
   origin's credentials, and an expired signed target is resolved again (redirects.py).
 """
@@ -55,6 +56,10 @@ CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 UNSATISFIED_RANGE = re.compile(r"bytes \*/(\d+)")
 RETRYABLE_STATUS = {408, 425, 429, 500, 502, 503, 504}
 SUFFIX_REFUSED_STATUS = {405, 416, 501}
+# A multi-range read whose ranges average at least this many bytes is received straight into the
+# caller's memory (one socket read per part at most); shorter parts come whole in one buffer and
+# are copied out, fewer reads than parts
+SCATTER_MIN = 64 << 10
 
 
 T = TypeVar("T")
@@ -490,14 +495,70 @@ class HttpSource:
         purpose: str = "data",
         fallback_gap: int = 64 << 10,
     ) -> None:
-        """`read_ranges`, each range's bytes into its view."""
+        """`read_ranges`, each range's bytes into its view. Where the ranges are long (SCATTER_MIN on
+        average) and the answer is laid out as `multirange.layout` predicts from its first bytes, the
+        body is received straight into the views, each part's head into a frame compared with what
+        it must be once the body is in (any other layout: parsed, and the parts copied in)."""
         for (start, end), view in zip(ranges, views, strict=True):
             if len(view) != end - start:
                 raise ValueError(f"a view of {len(view)} bytes for range [{start}, {end})")
+        long = sum(map(len, views)) >= SCATTER_MIN * len(views)
+        if len(ranges) > 1 and self.multirange is not False and long:
+            for start, end in ranges:
+                check_range(self, start, end)
+            if any(low < high for (_, high), (low, _) in itertools.pairwise(ranges)):
+                raise ValueError("ranges must be sorted and disjoint")
+            if await self._retrying(lambda: self._ranges_into_once(ranges, views, purpose)):
+                return
         for view, data in zip(
             views, await self.read_ranges(ranges, purpose=purpose, fallback_gap=fallback_gap)
         ):
             view[:] = data
+
+    async def _ranges_into_once(
+        self, ranges: Sequence[tuple[int, int]], views: Sequence[memoryview], purpose: str
+    ) -> bool:
+        """One multi-range GET received into `views`; False: the server does not serve several ranges
+        a request (`multirange` set False, nothing read)."""
+        request = self._request("GET", {"Range": multirange.range_header(ranges), **self._pin()})
+        request.extensions[bulk.BULK] = True
+        response = await self._send(request, purpose)
+        try:
+            boundary = self._multipart_boundary(response)
+            if boundary is None:
+                return False
+            body = response.extensions.get(bulk.BODY_INTO)
+            length = response.headers.get("content-length", "")
+            try:
+                heads = None
+                if body is not None and length.isdigit():
+                    window = await body.peek(multirange.HEAD_WINDOW)
+                    heads = multirange.layout(window, boundary, ranges, self.size)
+                if heads is not None and sum(map(len, heads)) + sum(map(len, views)) == int(length):
+                    frame = memoryview(bytearray(sum(map(len, heads))))
+                    sink, at = [], 0
+                    for head, view in zip(heads, views):
+                        sink += [frame[at : at + len(head)], view]
+                        at += len(head)
+                    sink.append(frame[at:])
+                    async for nbytes in body.receive_into(sink):
+                        self.stats.add_bytes(purpose, nbytes)
+                    if frame == b"".join(heads):
+                        self.multirange = True
+                        return True
+                    # not laid out as its first head said: the parser finds where the parts are
+                    parts = await self._multipart_parts(_one(_joined(sink)), boundary, ranges)
+                else:
+                    chunks = self._multipart_body(response, purpose)
+                    parts = await self._multipart_parts(chunks, boundary, ranges)
+            except httpx.TransportError as exc:
+                raise _Retry(f"multipart body cut ({type(exc).__name__})") from None
+            for view, data in zip(views, parts):
+                view[:] = data
+            self.multirange = True
+            return True
+        finally:
+            await response.aclose()
 
     async def _ranges_once(self, ranges: Sequence[tuple[int, int]], purpose: str) -> list[memoryview] | None:
         """One multi-range GET: each range's bytes, or None (a server that does not serve several
@@ -506,40 +567,56 @@ class HttpSource:
         request.extensions[bulk.BULK] = True  # received whole into one buffer, its parts views of it
         response = await self._send(request, purpose)
         try:
-            boundary = multirange.boundary_of(response.headers.get("content-type"))
-            if response.status_code == 200 or (response.status_code == 206 and boundary is None):
-                self._check_same_object(response, None)
-                self.multirange = False  # its body is dropped with the connection
+            boundary = self._multipart_boundary(response)
+            if boundary is None:
                 return None
-            self._check_status(response, allow=(206,))
-            self._check_same_object(response, None)
-            assert boundary is not None
-            parser = multirange.ByteRangesParser(boundary, ranges, self.size, self.location)
-            out: list[memoryview | None] = [None] * len(ranges)
             try:
-                async for chunk in self._multipart_body(response, purpose):
-                    if isinstance(chunk, memoryview) and not chunk.readonly:  # the whole answer
-                        laid = multirange.laid_in_order(chunk, boundary, ranges, self.size)
-                        if laid is not None:  # as nginx answers: its parts checked, no parsing
-                            self.multirange = True
-                            return laid
-                    for index, at, piece in parser.feed(chunk):
-                        start, end = ranges[index]
-                        if at == 0 and len(piece) == end - start and not piece.readonly:
-                            out[index] = piece  # the whole part in one piece: a view of it
-                            continue
-                        if at == 0:  # a part cut by a chunk's end: put together
-                            out[index] = fresh_buffer(end - start)
-                        held = out[index]
-                        assert held is not None
-                        held[at : at + len(piece)] = piece
+                chunks = self._multipart_body(response, purpose)
+                parts = await self._multipart_parts(chunks, boundary, ranges)
             except httpx.TransportError as exc:
                 raise _Retry(f"multipart body cut ({type(exc).__name__})") from None
-            parser.finish()  # every range came, whole: `out` has no None left
             self.multirange = True
-            return [piece for piece in out if piece is not None]
+            return parts
         finally:
             await response.aclose()
+
+    def _multipart_boundary(self, response: httpx.Response) -> bytes | None:
+        """The boundary of a 206 multipart answer of the object opened; None (and `multirange` set
+        False: its body is dropped with the connection) for a 200 or a single range."""
+        boundary = multirange.boundary_of(response.headers.get("content-type"))
+        if response.status_code == 200 or (response.status_code == 206 and boundary is None):
+            self._check_same_object(response, None)
+            self.multirange = False
+            return None
+        self._check_status(response, allow=(206,))
+        self._check_same_object(response, None)
+        assert boundary is not None
+        return boundary
+
+    async def _multipart_parts(
+        self, chunks: AsyncIterator[memoryview | bytes], boundary: bytes, ranges: Sequence[tuple[int, int]]
+    ) -> list[memoryview]:
+        """Each range's bytes out of a multipart body's chunks: views of the whole answer where it came
+        in one buffer laid out as nginx lays one out, else as the parser finds them."""
+        parser = multirange.ByteRangesParser(boundary, ranges, self.size, self.location)
+        out: list[memoryview | None] = [None] * len(ranges)
+        async for chunk in chunks:
+            if isinstance(chunk, memoryview) and not chunk.readonly:  # the whole answer
+                laid = multirange.laid_in_order(chunk, boundary, ranges, self.size)
+                if laid is not None:  # as nginx answers: its parts checked, no parsing
+                    return laid
+            for index, at, piece in parser.feed(chunk):
+                start, end = ranges[index]
+                if at == 0 and len(piece) == end - start and not piece.readonly:
+                    out[index] = piece  # the whole part in one piece: a view of it
+                    continue
+                if at == 0:  # a part cut by a chunk's end: put together
+                    out[index] = fresh_buffer(end - start)
+                held = out[index]
+                assert held is not None
+                held[at : at + len(piece)] = piece
+        parser.finish()  # every range came, whole: `out` has no None left
+        return [piece for piece in out if piece is not None]
 
     async def _multipart_body(
         self, response: httpx.Response, purpose: str
@@ -752,3 +829,12 @@ def _retry_after(response: httpx.Response, cap: float) -> float | None:
     if value.isdigit():
         return min(float(value), cap)
     return None
+
+
+def _joined(buffers: list[memoryview]) -> memoryview:
+    """The buffers' bytes end to end, in a buffer of their own."""
+    return memoryview(bytearray(b"".join(buffers)))
+
+
+async def _one(body: memoryview) -> AsyncIterator[memoryview]:
+    yield body

@@ -60,16 +60,14 @@ def boundary_of(content_type: str | None) -> bytes | None:
     return (found.group(1) or found.group(2)).encode("latin-1")
 
 
-def laid_in_order(
-    body: memoryview, boundary: bytes, asked: Sequence[Range], size: int
-) -> list[memoryview] | None:
-    """The asked ranges' bytes as views of `body`, a whole multipart answer, when it is laid out as
-    nginx lays one out: CRLF and the first boundary first, the parts in the order asked, each part's
-    head the first one's but for its range, the closing boundary and CRLF last. Every head is
-    compared with what it must be, so a match is as strict as parsing; None (any other layout, or
-    anything wrong): parse it with ByteRangesParser, which says what is wrong."""
+def layout(window: bytes, boundary: bytes, asked: Sequence[Range], size: int) -> list[bytes] | None:
+    """The heads of a multipart answer laid out as nginx lays one out, from its first bytes
+    (`window`: HEAD_WINDOW of them, or the whole body if shorter): CRLF and the first boundary
+    first, the parts in the order asked, each part's head the first one's but for its range, the
+    closing boundary and CRLF last. Such a body is heads[0], the first range's bytes, heads[1], ...,
+    heads[-1] (the closing). None: the first head is not that (parse the body with
+    ByteRangesParser, which says what is wrong)."""
     delimiter = b"\r\n--" + boundary
-    window = bytes(body[:HEAD_WINDOW])
     end = window.find(b"\r\n\r\n", len(delimiter))
     if not asked or not window.startswith(delimiter) or end < 0:
         return None
@@ -83,19 +81,28 @@ def laid_in_order(
         return None
     before, _, after = head.partition(value)
     prefix, suffix = delimiter + before + b"bytes ", b"/%d" % size + after + b"\r\n\r\n"
+    heads = [prefix + b"%d-%d" % (start, stop - 1) + suffix for start, stop in asked]
+    return [*heads, delimiter + b"--\r\n"]
+
+
+def laid_in_order(
+    body: memoryview, boundary: bytes, asked: Sequence[Range], size: int
+) -> list[memoryview] | None:
+    """The asked ranges' bytes as views of `body`, a whole multipart answer, when it is laid out as
+    `layout` says. Every head is compared with what it must be, so a match is as strict as
+    parsing; None (any other layout, or anything wrong): parse it with ByteRangesParser."""
+    heads = layout(bytes(body[:HEAD_WINDOW]), boundary, asked, size)
+    if heads is None or len(body) != sum(map(len, heads)) + sum(stop - start for start, stop in asked):
+        return None
     out: list[memoryview] = []
     pos = 0
-    for start, stop in asked:
-        expected = prefix + b"%d-%d" % (start, stop - 1) + suffix
+    for expected, (start, stop) in zip(heads, asked):
         if body[pos : pos + len(expected)] != expected:
             return None
         pos += len(expected)
         out.append(body[pos : pos + stop - start])
         pos += stop - start
-    closing = delimiter + b"--\r\n"
-    if len(body) - pos != len(closing) or body[pos:] != closing:
-        return None
-    return out
+    return out if body[pos:] == heads[-1] else None
 
 
 class ByteRangesParser:

@@ -1,0 +1,156 @@
+"""Multi-range answers received straight into the caller's memory (`read_ranges_into`).
+
+Long ranges (multirange.SCATTER_MIN on average) from a server that answers several ranges a request
+land where they go: each part's bytes in its view, each part's head in a frame compared afterwards
+with the heads the first one predicts. Against nginx the bytes are exact and no body buffer is made;
+against a server whose later parts are not laid out as the first one says (another order, another
+range named, a short part) the body is parsed instead: the right bytes, or the parser's error, never
+bytes put in the wrong place. `Scatter` (sans-IO) on its own: every way of filling gives the bytes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from reader.errors import SourceError
+from reader.sources import bulk, http, multirange
+from reader.sources.http import HttpSource
+from reader.sources.scatter import Scatter
+from tests.test_shard_multirange import MultipartServer
+
+SIZE = 4 << 20
+DATA = np.random.default_rng(34).integers(0, 256, SIZE, dtype=np.uint8).tobytes()
+# long ranges, gaps between them, one at the very end of the object
+RANGES = [(0, 300_000), (400_001, 700_000), (1_000_000, 1_000_000 + (256 << 10)), (SIZE - 200_000, SIZE)]
+
+
+# -- Scatter, sans-IO ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("step", [1, 3, 7, 10, 64])
+def test_a_scatter_filled_in_any_steps_puts_each_byte_in_its_place(step: int) -> None:
+    sizes = [5, 1, 0, 12, 30]
+    buffers = [memoryview(bytearray(size)) for size in sizes]
+    scatter = Scatter(buffers)
+    data = bytes(range(sum(sizes)))
+    for at in range(0, len(data), step):  # half written through free() and advance(), half copied in
+        piece = data[at : at + step]
+        if at // step % 2:
+            scatter.write(piece)
+            continue
+        while piece:
+            free = scatter.free()
+            free[: min(len(free), len(piece))] = piece[: len(free)]
+            scatter.advance(min(len(free), len(piece)))
+            piece = piece[len(free) :]
+    assert b"".join(bytes(buffer) for buffer in buffers) == data
+    assert scatter.joined() == data and len(scatter.free()) == 0
+    with pytest.raises(ValueError, match="past the end"):
+        scatter.write(b"x")
+    with pytest.raises(ValueError, match="past the end"):
+        scatter.advance(1)
+
+
+def test_the_heads_predicted_from_the_first_are_those_of_the_whole_answer() -> None:
+    asked = [(0, 10), (100, 2000)]
+    head = b"\r\n--B\r\nContent-Type: a/b\r\nContent-Range: bytes %d-%d/5000\r\n\r\n"
+    body = head % (0, 9) + b"x" * 10 + head % (100, 1999) + b"y" * 1900 + b"\r\n--B--\r\n"
+    heads = multirange.layout(body[: multirange.HEAD_WINDOW], b"B", asked, 5000)
+    assert heads == [head % (0, 9), head % (100, 1999), b"\r\n--B--\r\n"]
+    assert multirange.layout(body[:30], b"B", asked, 5000) is None  # the first head not in sight
+    assert multirange.layout(body, b"B", [(0, 11), (100, 2000)], 5000) is None  # another range named
+
+
+# -- over servers ----------------------------------------------------------------------------------
+
+
+def _views(ranges) -> list[memoryview]:
+    return [memoryview(np.full(end - start, 0xEE, np.uint8)) for start, end in ranges]
+
+
+@pytest.fixture(scope="module")
+def nginx(tmp_path_factory):
+    from testing.servers import NginxProcess, nginx_binary
+
+    if nginx_binary() is None:
+        pytest.skip("nginx is not installed (apt-get install nginx-light)")
+    root = tmp_path_factory.mktemp("scatter")
+    (root / "blob").write_bytes(DATA)
+    with NginxProcess(root) as server:
+        yield server
+
+
+def _scattered(monkeypatch) -> list[int]:
+    """How many buffers each body received into memory went into (1: one buffer; more: its
+    parts' heads and views, one after another)."""
+    seen: list[int] = []
+    receive = bulk.BodyStream.receive_into
+
+    def counted(self, view):
+        seen.append(1 if isinstance(view, memoryview) else len(view))
+        return receive(self, view)
+
+    monkeypatch.setattr(bulk.BodyStream, "receive_into", counted)
+    return seen
+
+
+async def test_over_nginx_long_ranges_land_in_their_views(nginx, monkeypatch) -> None:
+    seen = _scattered(monkeypatch)
+    made = []
+    fresh = http.fresh_buffer
+    monkeypatch.setattr(http, "fresh_buffer", lambda size: made.append(size) or fresh(size))
+    source = await HttpSource.open(nginx.url("blob"), tail_size=1024)
+    try:
+        views = _views(RANGES)
+        await source.read_ranges_into(RANGES, views)
+        assert [bytes(view) for view in views] == [DATA[start:end] for start, end in RANGES]
+        assert seen == [2 * len(RANGES) + 1] and source.multirange is True
+        assert not [size for size in made if size > 1 << 20]  # no buffer for the body
+        framing = source.stats.by_purpose["data"].bytes - sum(end - start for start, end in RANGES)
+        assert 0 < framing < 200 * (len(RANGES) + 1), framing  # the parts' heads and the closing
+        short = [(10, 20), (30, 40)]  # short ranges: the whole answer in one buffer, copied out
+        views = _views(short)
+        await source.read_ranges_into(short, views)
+        assert [bytes(view) for view in views] == [DATA[start:end] for start, end in short]
+        assert seen == [2 * len(RANGES) + 1, 1]
+    finally:
+        await source.close()
+
+
+async def test_parts_in_another_order_are_parsed_into_their_views(monkeypatch) -> None:
+    """Equal lengths and digits: the body is as long as predicted, its heads are not those foreseen."""
+    ranges = [(100_000, 300_000), (500_000, 700_000), (900_000, 1_100_000)]
+    seen = _scattered(monkeypatch)
+    async with MultipartServer(DATA, "reordered") as server:
+        source = await HttpSource.open(server.url, tail_size=1024)
+        try:
+            views = _views(ranges)
+            await source.read_ranges_into(ranges, views)
+            assert [bytes(view) for view in views] == [DATA[start:end] for start, end in ranges]
+            assert seen == [2 * len(ranges) + 1]  # the first head predicted the rest, wrongly
+        finally:
+            await source.close()
+
+
+@pytest.mark.parametrize(("fault", "message"), [("wrong-range", "not asked"), ("short", "not the length")])
+async def test_a_wrong_part_in_a_long_answer_is_an_error(fault: str, message: str) -> None:
+    async with MultipartServer(DATA, fault) as server:
+        source = await HttpSource.open(server.url, tail_size=1024)
+        try:
+            with pytest.raises(SourceError, match=message):
+                await source.read_ranges_into(RANGES, _views(RANGES))
+        finally:
+            await source.close()
+
+
+async def test_a_long_answer_cut_half_way_is_asked_again_and_lands_whole() -> None:
+    async with MultipartServer(DATA, "cut-once") as server:
+        source = await HttpSource.open(server.url, tail_size=1024)
+        try:
+            views = _views(RANGES)
+            await source.read_ranges_into(RANGES, views)
+            assert [bytes(view) for view in views] == [DATA[start:end] for start, end in RANGES]
+            assert server.fault == "none"  # the cut happened
+        finally:
+            await source.close()
