@@ -22,11 +22,12 @@ import reader
 from reader.errors import SourceChanged, SourceError
 from reader.sources import HttpOptions
 from reader.sources.multirange import (
+    HEAD_WINDOW,
     MAX_RANGE_HEADER,
     ByteRangesParser,
     batches,
     boundary_of,
-    laid_in_order,
+    layout,
     range_header,
 )
 from testing.faultserver import FaultServer
@@ -68,13 +69,21 @@ def test_every_split_of_a_body_gives_the_asked_bytes() -> None:
         assert _parse(body, chunk=chunk) == want, chunk
 
 
-def test_an_answer_laid_out_as_nginx_lays_it_out_is_taken_as_views_of_it() -> None:
-    body = memoryview(bytearray(_body([_part(start, end) for start, end in ASKED])))
-    laid = laid_in_order(body, b"XyZ", ASKED, len(DATA))
-    assert laid is not None and [bytes(view) for view in laid] == [DATA[start:end] for start, end in ASKED]
-    assert all(view.obj is body.obj for view in laid)  # no copy
-    reordered = memoryview(bytearray(_body([_part(start, end) for start, end in reversed(ASKED)])))
-    assert laid_in_order(reordered, b"XyZ", ASKED, len(DATA)) is None  # left to the parser
+def _laid(body: bytes) -> bool:
+    """Whether `body` is laid out as its first head predicts (what is then placed unparsed)."""
+    found = layout(body[:HEAD_WINDOW], b"XyZ", ASKED, len(DATA))
+    return found is not None and found.check(memoryview(body))
+
+
+def test_an_answer_laid_out_as_nginx_lays_it_out_is_placed_by_its_layout() -> None:
+    body = _body([_part(start, end) for start, end in ASKED])
+    found = layout(body[:HEAD_WINDOW], b"XyZ", ASKED, len(DATA))
+    assert found is not None and found.check(memoryview(body)) and found.length == len(body)
+    placed = [body[at : at + size] for at, size in zip(found.starts.tolist(), found.sizes.tolist())]
+    assert placed == [DATA[start:end] for start, end in ASKED]
+    reordered = _body([_part(start, end) for start, end in reversed(ASKED)])
+    assert not _laid(reordered)  # left to the parser
+    assert not _laid(_body([_part(start, end) for start, end in ASKED[:1]] + [b"x" * 300]))
 
 
 def test_parts_in_another_order_with_other_headers_are_fine() -> None:
@@ -101,7 +110,7 @@ def test_parts_in_another_order_with_other_headers_are_fine() -> None:
     ids=["wrong-content-range", "short-part", "long-part", "missing-part", "twice", "other-size"],
 )  # fmt: skip
 def test_a_bad_part_is_an_error(parts: list[bytes], error: type, message: str) -> None:
-    assert laid_in_order(memoryview(_body(parts)), b"XyZ", ASKED, len(DATA)) is None
+    assert not _laid(_body(parts))
     for chunk in (3, None):
         with pytest.raises(error, match=message):
             _parse(_body(parts), chunk=chunk)
@@ -109,7 +118,7 @@ def test_a_bad_part_is_an_error(parts: list[bytes], error: type, message: str) -
 
 def test_a_cut_body_is_an_error() -> None:
     body = _body([_part(start, end) for start, end in ASKED])
-    assert laid_in_order(memoryview(body[:-20]), b"XyZ", ASKED, len(DATA)) is None
+    assert not _laid(body[:-20])
     with pytest.raises(SourceError, match="missing or cut"):
         _parse(body[:-20])
 

@@ -478,14 +478,13 @@ class _BlockReads:
             if not parts:  # runs at a prediction refuted while they waited: read again elsewhere
                 return
             ranges: list[tuple[int, int]] = []
-            views: list[memoryview] = []
+            into: list[memoryview] = []  # each block's runs of this request lie end to end in its buffer
             for index, low, high, offset, at in parts:
-                buffer = memoryview(self.own(self.blocks[index]))
-                for start, end in self.blocks[index].plan.runs[low:high]:
-                    ranges.append((offset + start, offset + end))
-                    views.append(buffer[at : at + end - start])
-                    at += end - start
-            await self.source.read_ranges_into(ranges, views, fallback_gap=REQUEST_GAP)
+                runs = self.blocks[index].plan.runs[low:high]
+                ranges += [(offset + start, offset + end) for start, end in runs]
+                length = sum(end - start for start, end in runs)
+                into.append(memoryview(self.own(self.blocks[index]))[at : at + length])
+            await self.source.read_ranges_into(ranges, into, fallback_gap=REQUEST_GAP)
         for index, low, high, offset, _ in parts:
             self.arrived_runs(index, high - low, offset)
 

@@ -30,6 +30,7 @@ from contextlib import aclosing
 from typing import Any, Self, TypeVar
 
 import httpx
+import numpy as np
 
 from ..errors import SourceChanged, SourceError
 from ..reading.ranges import coalesce
@@ -49,6 +50,7 @@ from .parallel import ordered_parts, parts_into
 from .proxies import Proxy, refusal
 from .proxies import mounts as proxy_mounts
 from .redirects import EXPIRED_STATUS, keeps_credentials, origin_of, without_credentials
+from .scatter import gather
 from .tls import certificate_refusal, verified_context
 from .transport import AiohttpTransport
 
@@ -460,176 +462,130 @@ class HttpSource:
         byte each, and remembered): nginx does; S3 answers 200 with the whole object (its body is
         not read)."""
         if self.multirange is None and self.size >= 3:
-            await self._retrying(lambda: self._ranges_once([(0, 1), (2, 3)], "data"))
+            await self._retrying(lambda: self._ranges_once([(0, 1), (2, 3)], [fresh_buffer(2)], "data"))
         return bool(self.multirange)
-
-    async def read_ranges(
-        self, ranges: Sequence[tuple[int, int]], *, purpose: str = "data", fallback_gap: int = 64 << 10
-    ) -> list[memoryview]:
-        """Bytes [start, end) of each of `ranges` (sorted, disjoint): in one request where the server
-        answers multipart/byteranges (the caller keeps the header short: multirange.batches), each
-        part checked against what was asked, and each range a view of the buffer the answer was
-        received into (no copy); else (a 200 or a single range to a multi-range request: its body is
-        not read, and the answer remembered) the ranges joined where at most `fallback_gap` lies
-        between them, one range a request."""
-        for start, end in ranges:
-            check_range(self, start, end)
-        if any(low < high for (_, high), (low, _) in itertools.pairwise(ranges)):
-            raise ValueError("ranges must be sorted and disjoint")
-        if len(ranges) > 1 and self.multirange is not False:
-            parts = await self._retrying(lambda: self._ranges_once(ranges, purpose))
-            if parts is not None:
-                return parts
-        out: list[memoryview] = []
-        for low, high in coalesce(ranges, fallback_gap):
-            held = fresh_buffer(high - low)
-            await self.read_into(low, held, purpose=purpose)
-            out += [held[start - low : end - low] for start, end in ranges if low <= start and end <= high]
-        return out
 
     async def read_ranges_into(
         self,
         ranges: Sequence[tuple[int, int]],
-        views: Sequence[memoryview],
+        into: Sequence[memoryview],
         *,
         purpose: str = "data",
         fallback_gap: int = 64 << 10,
     ) -> None:
-        """`read_ranges`, each range's bytes into its view. Where the ranges are long (SCATTER_MIN on
-        average) and the answer is laid out as `multirange.layout` predicts from its first bytes, the
-        body is received straight into the views, each part's head into a frame compared with what
-        it must be once the body is in (any other layout: parsed, and the parts copied in)."""
-        for (start, end), view in zip(ranges, views, strict=True):
-            if len(view) != end - start:
-                raise ValueError(f"a view of {len(view)} bytes for range [{start}, {end})")
-        long = sum(map(len, views)) >= SCATTER_MIN * len(views)
-        if len(ranges) > 1 and self.multirange is not False and long:
-            for start, end in ranges:
-                check_range(self, start, end)
-            if any(low < high for (_, high), (low, _) in itertools.pairwise(ranges)):
-                raise ValueError("ranges must be sorted and disjoint")
-            if await self._retrying(lambda: self._ranges_into_once(ranges, views, purpose)):
-                return
-        for view, data in zip(
-            views, await self.read_ranges(ranges, purpose=purpose, fallback_gap=fallback_gap)
-        ):
-            view[:] = data
+        """Bytes [start, end) of each of `ranges` (sorted, disjoint), end to end across the buffers of
+        `into` (each holds whole ranges: one, or several in a row). In one request where the server
+        answers multipart/byteranges (the caller keeps the header short: multirange.batches), each
+        part checked against what was asked; else (a 200 or a single range to a multi-range request:
+        its body is not read, and the answer remembered) the ranges joined where at most
+        `fallback_gap` lies between them, one range a request."""
+        for start, end in ranges:
+            check_range(self, start, end)
+        if any(low < high for (_, high), (low, _) in itertools.pairwise(ranges)):
+            raise ValueError("ranges must be sorted and disjoint")
+        if sum(map(len, into)) != sum(end - start for start, end in ranges):
+            raise ValueError("the buffers are not as long as the ranges")
+        several = len(ranges) > 1 and self.multirange is not False
+        if several and await self._retrying(lambda: self._ranges_once(ranges, into, purpose)):
+            return
+        views = _per_range(into, ranges)
+        for low, high in coalesce(ranges, fallback_gap):
+            inside = [index for index, (start, end) in enumerate(ranges) if low <= start and end <= high]
+            if len(inside) == 1:  # the range alone: straight into its place
+                await self.read_into(low, views[inside[0]], purpose=purpose)
+                continue
+            held = fresh_buffer(high - low)
+            await self.read_into(low, held, purpose=purpose)
+            for index in inside:
+                start, end = ranges[index]
+                views[index][:] = held[start - low : end - low]
 
-    async def _ranges_into_once(
-        self, ranges: Sequence[tuple[int, int]], views: Sequence[memoryview], purpose: str
+    async def _ranges_once(
+        self, ranges: Sequence[tuple[int, int]], into: Sequence[memoryview], purpose: str
     ) -> bool:
-        """One multi-range GET received into `views`; False: the server does not serve several ranges
-        a request (`multirange` set False, nothing read)."""
+        """One multi-range GET into `into`; False: the server does not serve several ranges a request
+        (`multirange` set False, nothing read).
+
+        An answer laid out as its first head predicts (multirange.layout: nginx's layout) is placed
+        without parsing: long parts (SCATTER_MIN on average) are received straight into their places,
+        the heads into a frame compared with the prediction afterwards; short ones come whole into one
+        buffer, its heads compared and its parts gathered out (scatter.gather). Anything else is
+        parsed: its parts copied in, or the parser's error."""
         request = self._request("GET", {"Range": multirange.range_header(ranges), **self._pin()})
-        request.extensions[bulk.BULK] = True
+        request.extensions[bulk.BULK] = True  # the bulk path whatever the ranges' lengths
         response = await self._send(request, purpose)
         try:
-            boundary = self._multipart_boundary(response)
-            if boundary is None:
+            boundary = multirange.boundary_of(response.headers.get("content-type"))
+            if response.status_code == 200 or (response.status_code == 206 and boundary is None):
+                self._check_same_object(response, None)
+                self.multirange = False  # its body is dropped with the connection
                 return False
+            self._check_status(response, allow=(206,))
+            self._check_same_object(response, None)
+            assert boundary is not None
+            self.multirange = True
             body = response.extensions.get(bulk.BODY_INTO)
             length = response.headers.get("content-length", "")
             try:
-                heads = None
+                laid = None
                 if body is not None and length.isdigit():
                     window = await body.peek(multirange.HEAD_WINDOW)
-                    heads = multirange.layout(window, boundary, ranges, self.size)
-                if heads is not None and sum(map(len, heads)) + sum(map(len, views)) == int(length):
-                    frame = memoryview(bytearray(sum(map(len, heads))))
+                    laid = multirange.layout(window, boundary, ranges, self.size)
+                if laid is None or laid.length != int(length):
+                    chunks = self._multipart_body(response, purpose)
+                elif int(laid.sizes.sum()) >= SCATTER_MIN * len(ranges):
+                    frame = memoryview(bytearray(len(laid.frame)))
                     sink, at = [], 0
-                    for head, view in zip(heads, views):
-                        sink += [frame[at : at + len(head)], view]
-                        at += len(head)
+                    for head, view in zip(laid.heads.tolist(), _per_range(into, ranges)):
+                        sink += [frame[at : at + head], view]
+                        at += head
                     sink.append(frame[at:])
                     async for nbytes in body.receive_into(sink):
                         self.stats.add_bytes(purpose, nbytes)
-                    if frame == b"".join(heads):
-                        self.multirange = True
+                    if frame == laid.frame:
                         return True
-                    # not laid out as its first head said: the parser finds where the parts are
-                    parts = await self._multipart_parts(_one(_joined(sink)), boundary, ranges)
+                    chunks = _one(_joined(sink))  # not laid out as its first head said
                 else:
-                    chunks = self._multipart_body(response, purpose)
-                    parts = await self._multipart_parts(chunks, boundary, ranges)
+                    whole = fresh_buffer(laid.length)
+                    async for nbytes in body.receive_into(whole):
+                        self.stats.add_bytes(purpose, nbytes)
+                    if laid.check(whole):
+                        gather(np.frombuffer(whole, np.uint8), laid.starts, laid.sizes, into)
+                        return True
+                    chunks = _one(whole)
+                await self._parse_parts(chunks, boundary, ranges, _per_range(into, ranges))
             except httpx.TransportError as exc:
                 raise _Retry(f"multipart body cut ({type(exc).__name__})") from None
-            for view, data in zip(views, parts):
-                view[:] = data
-            self.multirange = True
             return True
         finally:
             await response.aclose()
 
-    async def _ranges_once(self, ranges: Sequence[tuple[int, int]], purpose: str) -> list[memoryview] | None:
-        """One multi-range GET: each range's bytes, or None (a server that does not serve several
-        ranges a request: `multirange` set False, nothing read)."""
-        request = self._request("GET", {"Range": multirange.range_header(ranges), **self._pin()})
-        request.extensions[bulk.BULK] = True  # received whole into one buffer, its parts views of it
-        response = await self._send(request, purpose)
-        try:
-            boundary = self._multipart_boundary(response)
-            if boundary is None:
-                return None
-            try:
-                chunks = self._multipart_body(response, purpose)
-                parts = await self._multipart_parts(chunks, boundary, ranges)
-            except httpx.TransportError as exc:
-                raise _Retry(f"multipart body cut ({type(exc).__name__})") from None
-            self.multirange = True
-            return parts
-        finally:
-            await response.aclose()
-
-    def _multipart_boundary(self, response: httpx.Response) -> bytes | None:
-        """The boundary of a 206 multipart answer of the object opened; None (and `multirange` set
-        False: its body is dropped with the connection) for a 200 or a single range."""
-        boundary = multirange.boundary_of(response.headers.get("content-type"))
-        if response.status_code == 200 or (response.status_code == 206 and boundary is None):
-            self._check_same_object(response, None)
-            self.multirange = False
-            return None
-        self._check_status(response, allow=(206,))
-        self._check_same_object(response, None)
-        assert boundary is not None
-        return boundary
-
-    async def _multipart_parts(
-        self, chunks: AsyncIterator[memoryview | bytes], boundary: bytes, ranges: Sequence[tuple[int, int]]
-    ) -> list[memoryview]:
-        """Each range's bytes out of a multipart body's chunks: views of the whole answer where it came
-        in one buffer laid out as nginx lays one out, else as the parser finds them."""
+    async def _parse_parts(
+        self,
+        chunks: AsyncIterator[memoryview | bytes],
+        boundary: bytes,
+        ranges: Sequence[tuple[int, int]],
+        views: Sequence[memoryview],
+    ) -> None:
+        """A multipart body's parts, as the parser finds them, each into its range's view."""
         parser = multirange.ByteRangesParser(boundary, ranges, self.size, self.location)
-        out: list[memoryview | None] = [None] * len(ranges)
         async for chunk in chunks:
-            if isinstance(chunk, memoryview) and not chunk.readonly:  # the whole answer
-                laid = multirange.laid_in_order(chunk, boundary, ranges, self.size)
-                if laid is not None:  # as nginx answers: its parts checked, no parsing
-                    return laid
             for index, at, piece in parser.feed(chunk):
-                start, end = ranges[index]
-                if at == 0 and len(piece) == end - start and not piece.readonly:
-                    out[index] = piece  # the whole part in one piece: a view of it
-                    continue
-                if at == 0:  # a part cut by a chunk's end: put together
-                    out[index] = fresh_buffer(end - start)
-                held = out[index]
-                assert held is not None
-                held[at : at + len(piece)] = piece
-        parser.finish()  # every range came, whole: `out` has no None left
-        return [piece for piece in out if piece is not None]
+                views[index][at : at + len(piece)] = piece
+        parser.finish()  # every range came, whole
 
     async def _multipart_body(
         self, response: httpx.Response, purpose: str
     ) -> AsyncIterator[memoryview | bytes]:
-        """A multipart body's chunks (bytes); a big one received whole into one buffer first (bulk.py's
-        receive_into: one allocation, huge pages, where each socket read would fault in a fresh one),
-        and handed over as one writable memoryview."""
+        """A multipart body's chunks; one with a Content-Length received whole into one buffer first
+        (bulk.py's receive_into: one allocation, huge pages, where each socket read would fault in a
+        fresh one)."""
         body = response.extensions.get(bulk.BODY_INTO)
         length = response.headers.get("content-length", "")
         if body is None or not length.isdigit():
             async for chunk in response.aiter_raw():
                 self.stats.add_bytes(purpose, len(chunk))
-                yield bytes(chunk)  # chunks as bytes: only the whole answer comes as a memoryview
+                yield chunk
             return
         whole = fresh_buffer(int(length))
         async for nbytes in body.receive_into(whole):
@@ -829,6 +785,20 @@ def _retry_after(response: httpx.Response, cap: float) -> float | None:
     if value.isdigit():
         return min(float(value), cap)
     return None
+
+
+def _per_range(into: Sequence[memoryview], ranges: Sequence[tuple[int, int]]) -> list[memoryview]:
+    """Each range's view of `into`, whose buffers hold the ranges end to end (each whole)."""
+    views, buffers = [], iter(into)
+    buffer, at = memoryview(b""), 0
+    for start, end in ranges:
+        while at == len(buffer):
+            buffer, at = next(buffers), 0
+        if at + end - start > len(buffer):
+            raise ValueError(f"range [{start}, {end}) does not fit whole in a buffer")
+        views.append(buffer[at : at + end - start])
+        at += end - start
+    return views
 
 
 def _joined(buffers: list[memoryview]) -> memoryview:

@@ -19,8 +19,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
 
 from ..errors import SourceChanged, SourceError
+from .scatter import gather
 
 MAX_RANGE_HEADER = 6000  # characters of `bytes=a-b,...`: within nginx's default 8 KiB header line
 MAX_RANGES = 1000  # ranges a request, whatever their length
@@ -60,13 +64,34 @@ def boundary_of(content_type: str | None) -> bytes | None:
     return (found.group(1) or found.group(2)).encode("latin-1")
 
 
-def layout(window: bytes, boundary: bytes, asked: Sequence[Range], size: int) -> list[bytes] | None:
-    """The heads of a multipart answer laid out as nginx lays one out, from its first bytes
-    (`window`: HEAD_WINDOW of them, or the whole body if shorter): CRLF and the first boundary
-    first, the parts in the order asked, each part's head the first one's but for its range, the
-    closing boundary and CRLF last. Such a body is heads[0], the first range's bytes, heads[1], ...,
-    heads[-1] (the closing). None: the first head is not that (parse the body with
-    ByteRangesParser, which says what is wrong)."""
+@dataclass(frozen=True)
+class Layout:
+    """Where everything is in a multipart answer laid out as nginx lays one out: CRLF and the first
+    boundary first, the parts in the order asked, each part's head the first one's but for its
+    range, the closing boundary and CRLF last."""
+
+    starts: np.ndarray  # where each part's bytes begin in the body
+    sizes: np.ndarray  # each part's bytes (its range's length)
+    heads: np.ndarray  # each part's head (the boundary line and headers right before its bytes)
+    frame: bytes  # every head, then the closing, end to end
+    length: int  # the body's
+
+    def check(self, body: memoryview) -> bool:
+        """Whether every head and the closing in `body`, a whole answer, are what they must be."""
+        if len(body) != self.length:
+            return False
+        source = np.frombuffer(body, np.uint8)
+        found = np.empty(len(self.frame), np.uint8)
+        closing = len(self.frame) - int(self.heads.sum())
+        gather(source, self.starts - self.heads, self.heads, [memoryview(found[: len(found) - closing])])
+        found[len(found) - closing :] = source[len(source) - closing :]
+        return found.tobytes() == self.frame
+
+
+def layout(window: bytes, boundary: bytes, asked: Sequence[Range], size: int) -> Layout | None:
+    """The layout of a multipart answer whose first bytes are `window` (HEAD_WINDOW of them, or the
+    whole body if shorter), if its later parts follow the first as nginx lays them out. None: the
+    first head is not that (parse the body with ByteRangesParser, which says what is wrong)."""
     delimiter = b"\r\n--" + boundary
     end = window.find(b"\r\n\r\n", len(delimiter))
     if not asked or not window.startswith(delimiter) or end < 0:
@@ -81,28 +106,28 @@ def layout(window: bytes, boundary: bytes, asked: Sequence[Range], size: int) ->
         return None
     before, _, after = head.partition(value)
     prefix, suffix = delimiter + before + b"bytes ", b"/%d" % size + after + b"\r\n\r\n"
-    heads = [prefix + b"%d-%d" % (start, stop - 1) + suffix for start, stop in asked]
-    return [*heads, delimiter + b"--\r\n"]
+    closing = delimiter + b"--\r\n"
+    bounds = np.array(asked, np.int64).reshape(-1, 2)
+    bounds[:, 1] -= 1  # inclusive ends, as Content-Range names them
+    template = (prefix.replace(b"%", b"%%") + b"%d-%d" + suffix.replace(b"%", b"%%")) * len(asked)
+    heads = len(prefix) + _digits(bounds[:, 0]) + 1 + _digits(bounds[:, 1]) + len(suffix)
+    sizes = bounds[:, 1] + 1 - bounds[:, 0]
+    ends = np.cumsum(heads + sizes)
+    return Layout(
+        starts=ends - sizes,
+        sizes=sizes,
+        heads=heads,
+        frame=template % tuple(bounds.ravel().tolist()) + closing,
+        length=int(ends[-1]) + len(closing),
+    )
 
 
-def laid_in_order(
-    body: memoryview, boundary: bytes, asked: Sequence[Range], size: int
-) -> list[memoryview] | None:
-    """The asked ranges' bytes as views of `body`, a whole multipart answer, when it is laid out as
-    `layout` says. Every head is compared with what it must be, so a match is as strict as
-    parsing; None (any other layout, or anything wrong): parse it with ByteRangesParser."""
-    heads = layout(bytes(body[:HEAD_WINDOW]), boundary, asked, size)
-    if heads is None or len(body) != sum(map(len, heads)) + sum(stop - start for start, stop in asked):
-        return None
-    out: list[memoryview] = []
-    pos = 0
-    for expected, (start, stop) in zip(heads, asked):
-        if body[pos : pos + len(expected)] != expected:
-            return None
-        pos += len(expected)
-        out.append(body[pos : pos + stop - start])
-        pos += stop - start
-    return out if body[pos:] == heads[-1] else None
+_POWERS = 10 ** np.arange(1, 19, dtype=np.int64)
+
+
+def _digits(values: np.ndarray) -> np.ndarray:
+    """How many decimal digits each (non-negative) value is written with."""
+    return 1 + np.searchsorted(_POWERS, values, side="right")
 
 
 class ByteRangesParser:

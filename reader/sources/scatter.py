@@ -1,14 +1,22 @@
-"""One run of bytes laid across several buffers in order (sans-IO).
+"""Bytes laid across several buffers in order, and runs of one buffer gathered into others (sans-IO).
 
 A multi-range answer whose layout is known before its body comes (multirange.layout) is received
 straight into where its pieces go: each part's head into a frame checked afterwards, each part's
 bytes into the caller's memory. `Scatter` is the cursor over those buffers that the socket reads
 fill one after another.
+
+An answer of short parts (a column block's runs: a piece of every row) comes whole into one buffer
+instead (a socket read a part would cost more than the copy), and `gather` copies its parts out:
+runs of one size at one step apart (a block's runs, its heads between them alike) as one strided
+copy, so the copy costs a few calls a block rather than a few a part.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 
 class Scatter:
@@ -60,3 +68,43 @@ class Scatter:
             if not left:
                 break
         return b"".join(out)
+
+
+def gather(source: np.ndarray, starts: np.ndarray, sizes: np.ndarray, into: Sequence[memoryview]) -> None:
+    """`source[starts[i] : starts[i] + sizes[i]]` for each i, end to end across the buffers of `into`,
+    each of which holds whole runs (one, or several in a row); ValueError otherwise."""
+    outs = [np.frombuffer(buffer, np.uint8) for buffer in into]
+    if len(starts) and (starts.min() < 0 or (starts + sizes).max() > len(source)):
+        raise ValueError(f"runs outside the {len(source)} bytes they are gathered from")
+    ends = np.cumsum(sizes)
+    bounds = np.cumsum([len(out) for out in outs])
+    firsts = np.searchsorted(ends, bounds[:-1], side="right")  # the run each later buffer starts with
+    total = int(ends[-1]) if len(ends) else 0
+    at_ends = np.searchsorted(ends, bounds[:-1])  # each buffer boundary must be a run's end
+    inside = at_ends < len(ends)
+    if (bounds[-1] if len(bounds) else 0) != total or not (
+        inside.all() and (ends[at_ends] == bounds[:-1]).all()
+    ):
+        raise ValueError(f"runs of {total} bytes in all for buffers of {[len(out) for out in outs]} bytes")
+    breaks = np.zeros(len(starts), bool)
+    breaks[:1] = True
+    breaks[1:] |= sizes[1:] != sizes[:-1]
+    steps = np.diff(starts)
+    breaks[2:] |= steps[1:] != steps[:-1]
+    breaks[firsts[firsts < len(starts)]] = True
+    groups = np.flatnonzero(breaks).tolist()
+    buffer, at = 0, 0
+    for first, last in zip(groups, [*groups[1:], len(starts)]):
+        count, size, start = last - first, int(sizes[first]), int(starts[first])
+        if not size:
+            continue
+        while at == len(outs[buffer]):  # this buffer is full: the next one
+            buffer, at = buffer + 1, 0
+        out = outs[buffer][at : at + count * size]
+        if count == 1:
+            out[:] = source[start : start + size]
+        else:
+            step = int(starts[first + 1]) - start
+            rows = as_strided(source[start:], shape=(count, size), strides=(step, 1), writeable=False)
+            out.reshape(count, size)[...] = rows
+        at += count * size
