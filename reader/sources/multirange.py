@@ -10,6 +10,11 @@ range of the object opened), each asked range exactly once, and each part's byte
 by the boundary (a short or long part is caught there, before its range counts as in); anything else
 is a `SourceError` (the object's size changed: `SourceChanged`), never bytes put in the wrong place.
 
+Most answers need no parsing: nginx lays every part out as the first (its head differs only in the
+range it names), so the first head predicts where every head and every part's bytes are (`layout`),
+and comparing all the heads with the prediction at once (`Layout.check`) is as strict as parsing. An
+answer that differs anywhere is parsed.
+
 `batches` splits ranges into requests whose `Range` header stays within `MAX_RANGE_HEADER`
 characters: nginx reads a request's header lines into buffers of 8 KiB by default
 (`large_client_header_buffers 4 8k`) and answers 400 to a longer line.
