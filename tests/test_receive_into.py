@@ -3,8 +3,8 @@
 contract of `read`: exact bytes, If-Match pinning, a cut body resumed at its first missing byte, 5xx
 retried, SourceChanged on a replaced object, nothing left running when the caller is cancelled.
 
-Two sizes: parts of BULK_MIN and more go through bulk.py's sink; smaller parts through aiohttp's
-chunks, copied in."""
+Two part sizes, BULK_MIN and 64 KiB: read_into takes bulk.py's sink for both (a streamed range
+below BULK_MIN would take aiohttp's chunks)."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from reader.sources.parallel import split
 from testing.faultserver import ChangeObject, Drip, DropAfter, FaultServer, Status
 from tests.test_parallel_reads import _ranges
 
-SIZES = {"bulk": BULK_MIN, "aiohttp": 64 << 10}  # part size of each path
+SIZES = {"bulk": BULK_MIN, "short": 64 << 10}
 DATA = os.urandom(5 * BULK_MIN + 4321)
 
 
@@ -143,7 +143,7 @@ async def test_a_cancelled_read_leaves_no_task_and_no_connection(server, part) -
         with pytest.raises(asyncio.CancelledError):
             await reading
         assert asyncio.all_tasks() - tasks_before - set(server._tasks) == set()
-        idle = 1 if part >= BULK_MIN else 0  # the open's connection, idle in aiohttp's pool
+        idle = 1  # the open's connection, idle in aiohttp's pool
         for _ in range(100):  # the server sees every cut connection close
             if server.open_connections == idle:
                 break

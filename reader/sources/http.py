@@ -8,7 +8,7 @@
 - Connect errors, 408/429/5xx and bodies cut mid-stream are retried with capped,
   jittered exponential backoff (Retry-After honoured) within attempt and time
   budgets; a cut body resumes from the next byte.
-- `read_into` of a big range receives the body straight into the caller's memory (bulk.py's
+- `read_into` receives the body straight into the caller's memory (bulk.py's
   `BodyStream.receive_into`), as parts over several connections when `stream` would use them
   (parallel.py's `parts_into`), with the same checks, pinning and retries; a cut body resumes
   writing at the first byte it did not receive. `read_ranges_into` of long ranges receives a
@@ -226,14 +226,14 @@ class HttpSource:
     async def read_into(
         self, start: int, buffer: memoryview, *, purpose: str = "data", landed: Landed | None = None
     ) -> None:
-        """Bytes [start, start + len(buffer)) into `buffer`. A small range goes through `read` (the
-        copy costs microseconds where the request costs a round trip); a big one is received straight
-        into `buffer`, in parts over several connections as `stream` fetches it, each part retried
-        and resumed into its own slice. `landed(at, nbytes)` hears of archive bytes [at, at + nbytes)
-        as they land (so a caller can check what is in while the rest arrives)."""
+        """Bytes [start, start + len(buffer)) into `buffer`: received straight into it (bulk.py's
+        sink, whatever the range's length: its h11 exchange costs less CPU a request than aiohttp's
+        client), a big range in parts over several connections as `stream` fetches it, each part
+        retried and resumed into its own slice. `landed(at, nbytes)` hears of archive bytes
+        [at, at + nbytes) as they land (so a caller can check what is in while the rest arrives)."""
         end = start + len(buffer)
         check_range(self, start, end)
-        if end - start < bulk.BULK_MIN or (self._held and self._held.covers(start, end)):
+        if self._held and self._held.covers(start, end):
             buffer[:] = await self.read(start, end, purpose=purpose)
             if landed is not None:
                 landed(start, end - start)
@@ -341,6 +341,7 @@ class HttpSource:
         a cut loses nothing already here); raises _Retry for transient trouble."""
         end = start + len(view)
         request = self._request("GET", {"Range": f"bytes={start}-{end - 1}", **self._pin()})
+        request.extensions[bulk.BULK] = True  # into `view` through bulk.py's sink, however short
         response = await self._send(request, purpose)
         try:
             if response.status_code == 200:
