@@ -10,7 +10,9 @@ bytes put in the wrong place. `Scatter` (sans-IO) on its own: every way of filli
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+from collections.abc import AsyncIterator
 
 import numpy as np
 import pytest
@@ -152,39 +154,40 @@ async def test_over_nginx_long_ranges_land_in_their_views(nginx, monkeypatch) ->
         await source.close()
 
 
+@contextlib.asynccontextmanager
+async def _source(fault: str) -> AsyncIterator[tuple[MultipartServer, HttpSource]]:
+    """A source opened on MultipartServer serving DATA with `fault`."""
+    async with MultipartServer(DATA, fault) as server:
+        source = await HttpSource.open(server.url, tail_size=1024)
+        try:
+            yield server, source
+        finally:
+            await source.close()
+
+
+async def _read(source: HttpSource, ranges) -> list[bytes]:
+    views = _views(ranges)
+    await source.read_ranges_into(ranges, views)
+    return [bytes(view) for view in views]
+
+
 async def test_parts_in_another_order_are_parsed_into_their_views(monkeypatch) -> None:
     """Equal lengths and digits: the body is as long as predicted, its heads are not those foreseen."""
     ranges = [(100_000, 300_000), (500_000, 700_000), (900_000, 1_100_000)]
     seen = _scattered(monkeypatch)
-    async with MultipartServer(DATA, "reordered") as server:
-        source = await HttpSource.open(server.url, tail_size=1024)
-        try:
-            views = _views(ranges)
-            await source.read_ranges_into(ranges, views)
-            assert [bytes(view) for view in views] == [DATA[start:end] for start, end in ranges]
-            assert seen == [2 * len(ranges) + 1]  # the first head predicted the rest, wrongly
-        finally:
-            await source.close()
+    async with _source("reordered") as (_, source):
+        assert await _read(source, ranges) == [DATA[start:end] for start, end in ranges]
+    assert seen == [2 * len(ranges) + 1]  # the first head predicted the rest, wrongly
 
 
 @pytest.mark.parametrize(("fault", "message"), [("wrong-range", "not asked"), ("short", "not the length")])
 async def test_a_wrong_part_in_a_long_answer_is_an_error(fault: str, message: str) -> None:
-    async with MultipartServer(DATA, fault) as server:
-        source = await HttpSource.open(server.url, tail_size=1024)
-        try:
-            with pytest.raises(SourceError, match=message):
-                await source.read_ranges_into(RANGES, _views(RANGES))
-        finally:
-            await source.close()
+    async with _source(fault) as (_, source):
+        with pytest.raises(SourceError, match=message):
+            await _read(source, RANGES)
 
 
 async def test_a_long_answer_cut_half_way_is_asked_again_and_lands_whole() -> None:
-    async with MultipartServer(DATA, "cut-once") as server:
-        source = await HttpSource.open(server.url, tail_size=1024)
-        try:
-            views = _views(RANGES)
-            await source.read_ranges_into(RANGES, views)
-            assert [bytes(view) for view in views] == [DATA[start:end] for start, end in RANGES]
-            assert server.fault == "none"  # the cut happened
-        finally:
-            await source.close()
+    async with _source("cut-once") as (server, source):
+        assert await _read(source, RANGES) == [DATA[start:end] for start, end in RANGES]
+        assert server.fault == "none"  # the cut happened
