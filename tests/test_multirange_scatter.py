@@ -49,7 +49,7 @@ def test_a_scatter_filled_in_any_steps_puts_each_byte_in_its_place(step: int) ->
             scatter.advance(min(len(free), len(piece)))
             piece = piece[len(free) :]
     assert b"".join(bytes(buffer) for buffer in buffers) == data
-    assert scatter.joined() == data and len(scatter.free()) == 0
+    assert scatter.filled == scatter.size == len(data) and len(scatter.free()) == 0
     with pytest.raises(ValueError, match="past the end"):
         scatter.write(b"x")
     with pytest.raises(ValueError, match="past the end"):

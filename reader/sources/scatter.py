@@ -59,16 +59,6 @@ class Scatter:
             self.advance(step)
             data = data[step:]
 
-    def joined(self) -> bytes:
-        """Everything written, in order, as one bytes."""
-        out, left = [], self.filled
-        for view in self.views:
-            out.append(bytes(view[:left]))
-            left -= len(out[-1])
-            if not left:
-                break
-        return b"".join(out)
-
 
 def gather(source: np.ndarray, starts: np.ndarray, sizes: np.ndarray, into: Sequence[memoryview]) -> None:
     """`source[starts[i] : starts[i] + sizes[i]]` for each i, end to end across the buffers of `into`,
