@@ -27,7 +27,9 @@ Over HTTP, where the server answers several ranges a request (`HttpSource.serves
 nginx), those requests are the ranges of up to `REQUESTS_AT_ONCE` multi-range requests, and a block
 of several runs (a column block: a run a row) is planned again with runs apart past `PART_GAP` and
 read as the parts of multi-range requests, straight into its buffer: a rank reads its share and each
-part's head, where one range a request would read the rows its runs lie in.
+part's head, where one range a request would read the rows its runs lie in. There, and from local
+files, such a block is read a chunk of rows at a time into reused scratch buffers and gathered into
+its place as each chunk lands (`RowChunks`, `_Scratch`): what a rank holds is its share, not the rows.
 
 A block is not its whole entry, so no CRC-32 covers it: its bytes are length-checked and read
 from the version opened (SourceChanged otherwise). A cut that spans its whole dim (world size 1,
@@ -41,7 +43,8 @@ import asyncio
 import dataclasses
 import itertools
 import math
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -68,6 +71,12 @@ DATA_ALIGNMENT = 64
 # Runs of a block read in a multi-range request are parts apart where more than this lies between
 # them: a part's boundary and headers cost about 110 bytes (nginx's), a run's share of the Range header 20.
 PART_GAP = 128
+# Requests whose bytes are used up as they arrive (column blocks gathered out of the rows they lie in,
+# whole small entries copied out) are at most this long, and go to at most SCRATCH_AT_ONCE reused
+# buffers: a rank reading its weights' whole rows backs its share and 64 MiB, not the rows (from S3,
+# 16 MiB x 4 took a dim-1 rank 1.10x a whole load's time, 8 MiB x 4 1.15x).
+SCRATCH_BYTES = 16 << 20
+SCRATCH_AT_ONCE = 4
 # Requests in flight at once (each big one in parallel parts of its own): as many as a load's parallel
 # parts, so a rank opens no more connections than a whole load (a new one cost 12 ms on a busy host).
 REQUESTS_AT_ONCE = 8
@@ -167,6 +176,43 @@ def _row_major(plan: SlicePlan) -> bool:
     return True
 
 
+@dataclass(frozen=True, slots=True)
+class RowChunks:
+    """A gathered block of one run read `rows` at a time, each chunk gathered into the block's buffer as
+    it lands: from the run's start, row r's elements lie in [first + r * step, ... + span)."""
+
+    first: int
+    step: int
+    span: int
+    row_bytes: int  # a row of the gathered block
+    rows: tuple[tuple[int, int], ...]  # [r0, r1) of each chunk
+
+
+def row_chunks(plan: SlicePlan, limit: int) -> RowChunks | None:
+    """`plan` (a gathered block of one run) as chunks of whole rows of at most `limit` bytes (a row
+    longer than that alone); None where its rows are not apart in storage (an odd view)."""
+    shape, strides = plan.shape, plan.strides
+    if plan.zeros or len(plan.runs) != 1 or not shape or shape[0] < 2 or strides[0] <= 0:
+        return None
+    low = sum((size - 1) * stride for size, stride in zip(shape[1:], strides[1:]) if stride < 0)
+    high = sum((size - 1) * stride for size, stride in zip(shape[1:], strides[1:]) if stride > 0)
+    span = high - low + plan.itemsize
+    if span > strides[0]:
+        return None
+    per = max(1, (limit - span) // strides[0] + 1)
+    rows = tuple((row, min(row + per, shape[0])) for row in range(0, shape[0], per))
+    return RowChunks(plan.offset + low, strides[0], span, plan.nbytes // shape[0], rows)
+
+
+def gather_rows(plan: SlicePlan, chunks: RowChunks, data: np.ndarray, into: np.ndarray) -> None:
+    """Rows of the block, row-major into `into` (whole rows), from `data`: the run's bytes from the
+    first of those rows' `chunks.first` (a row's first element byte)."""
+    element = np.dtype(f"V{plan.itemsize}")
+    shape = (len(into) // chunks.row_bytes, *plan.shape[1:])
+    laid = np.ndarray(shape, element, data, plan.offset - chunks.first, plan.strides)
+    into.view(element).reshape(shape)[...] = laid
+
+
 def _finished(block: Block, laid: np.ndarray) -> np.ndarray:
     """The block's buffer once its runs are in `laid`: `laid` itself, or the block gathered out of it."""
     plan = block.plan
@@ -183,13 +229,15 @@ def _finished(block: Block, laid: np.ndarray) -> np.ndarray:
 @dataclass(frozen=True, slots=True)
 class Piece:
     """A run of block `block`: archive bytes [start, start + length), read on the assumption that its
-    entry's data starts at `offset`, go to `at` in the block's buffer."""
+    entry's data starts at `offset`, go to `at` in the block's buffer; or, for a block read in row
+    chunks (`rows` > 0), they hold `rows` rows of the block, gathered to `at` in its buffer."""
 
     block: int
     at: int
     start: int
     length: int
     offset: int
+    rows: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,20 +317,28 @@ async def read_blocks(
     if multiple:  # the runs of column blocks, not the rows they lie in
         finer = {index for index, block in enumerate(blocks) if _scattered(block)}
         blocks = [_finer(block) if index in finer else block for index, block in enumerate(blocks)]
+    else:  # the rows that column blocks lie in are read anyway: gathered a chunk of rows at a time
+        blocks = [_coarser(block) for block in blocks]
     reads = _BlockReads(source, fetcher, blocks, landed, finer)
     wanted, several = reads.wanted(nearby, written_as_torch_does(fetcher.known_offsets, entries))
-    requests = group_requests(wanted)
+    requests = reads.requests(wanted)
     kept = [(start, end) for start, end, inside in requests if any(reads.viewed(item) for item in inside)]
     arena, slots = _arena(kept)
-    async with prefaulting(arena), task_group() as group:  # the first failure cancels the rest
+    # (the first failure cancels the rest)
+    async with prefaulting(arena), prefaulting(reads.gathered), task_group() as group:
         reads.group = group
-        for block in blocks:
+        for index, block in enumerate(blocks):
             if block.key in reads.missing and block.entry.method != METHOD_STORED:
-                group.create_task(reads.inflated(block))
+                group.create_task(reads.inflated(index))
         spans = []
         for start, end, inside in requests:
             slot = slots.get(start)
-            held = aligned_empty(end - start, start) if slot is None else arena[slot : slot + end - start]
+            if slot is not None:
+                held: np.ndarray | None = arena[slot : slot + end - start]
+            elif reads.used_up(inside) and not multiple:
+                held = None  # a scratch buffer, taken when the request starts
+            else:
+                held = aligned_empty(end - start, start)
             spans.append((start, end, inside, held))
         if multiple:  # a few multi-range requests, each about as big, instead of one a span
             for batch in _shares(spans, REQUESTS_AT_ONCE):
@@ -327,6 +383,18 @@ def _finer(block: Block) -> Block:
     return dataclasses.replace(block, plan=plan_slice(block.whole, block.index, PART_GAP))
 
 
+def _coarser(block: Block) -> Block:
+    """A stored block of several runs laid end to end row-major (a column block of long rows) as the
+    one run they lie in, where that run is close enough to read whole: then gathered a chunk of rows at
+    a time, into a buffer laid out as before."""
+    if block.entry.method != METHOD_STORED or len(block.plan.runs) < 2 or not _row_major(block.plan):
+        return block
+    plan = plan_slice(block.whole, block.index, REQUEST_GAP)
+    if len(plan.runs) != 1:
+        return block
+    return dataclasses.replace(block, plan=plan, gathered=_gathered(plan))
+
+
 def _arena(spans: list[tuple[int, int]]) -> tuple[np.ndarray, dict[int, int]]:
     """One buffer for the requests whose bytes are kept (big enough for huge pages, faulted in on a
     thread meanwhile), and where each request's bytes go in it, by its start: placed so that archive
@@ -337,6 +405,28 @@ def _arena(spans: list[tuple[int, int]]) -> tuple[np.ndarray, dict[int, int]]:
         slots[start] = at
         at += end - start
     return aligned_empty(at, 0), slots
+
+
+class _Scratch:
+    """Up to `count` buffers of `size` bytes, lent to requests whose bytes are used up as they arrive
+    and reused: what such requests hold at once is bounded, and backed once."""
+
+    def __init__(self, size: int, count: int) -> None:
+        self.size = size
+        self.free: list[np.ndarray] = []
+        self.gate = asyncio.Semaphore(count)
+
+    @asynccontextmanager
+    async def lent(self, nbytes: int) -> AsyncIterator[np.ndarray]:
+        """`nbytes` of a scratch buffer (a buffer of its own where one piece is longer), until the
+        block exits."""
+        async with self.gate:
+            buffer = self.free.pop() if self.free else np.empty(max(self.size, nbytes), np.uint8)
+            try:
+                yield buffer[:nbytes]
+            finally:
+                if len(buffer) == self.size:
+                    self.free.append(buffer)
 
 
 class _BlockReads:
@@ -352,13 +442,26 @@ class _BlockReads:
     A block of one run is a view of the bytes its request received (a dim-0 block: kept as it is; one
     whose run holds more than the block: gathered out of it); a block of several runs gets a buffer of
     its own, the runs copied in, or (the `finer` blocks) received straight into it as the parts of
-    multi-range requests. A whole entry is copied out (small: its request's bytes go)."""
+    multi-range requests. A whole entry is copied out (small: its request's bytes go).
+
+    A gathered block of one run (a column block, its rows joined across small gaps) is read in chunks
+    of whole rows (`RowChunks`), each gathered into the block's buffer as it lands; requests holding
+    only bytes used up that way are cut at SCRATCH_BYTES and received into reused buffers
+    (`_Scratch`), so such a rank backs its share and a few chunks, not every row it reads."""
 
     def __init__(
-        self, source: ByteSource, fetcher: EntryFetcher, blocks: list[Block], landed: Landed, finer: set[int]
+        self,
+        source: ByteSource,
+        fetcher: EntryFetcher,
+        blocks: list[Block],
+        landed: Landed,
+        finer: set[int],
     ) -> None:
         self.source, self.fetcher, self.blocks, self.landed = source, fetcher, blocks, landed
         self.finer = finer  # the blocks whose runs are parts of multi-range requests
+        self.scratch = _Scratch(SCRATCH_BYTES, SCRATCH_AT_ONCE)
+        self.chunks: dict[int, RowChunks] = {}  # the blocks read in row chunks, by index
+        self.places: dict[int, int] = {}  # where each of them lies in `gathered`
         self.offsets = fetcher.known_offsets  # confirmed data offsets, by entry name
         self.assumed: dict[str, int] = {}  # predicted, until the entry's local header is read
         self.tentative: dict[str, list[tuple[int, int]]] = {}  # (block, runs) in at an unconfirmed offset
@@ -373,9 +476,18 @@ class _BlockReads:
             if block.plan.zeros or not block.plan.runs:
                 done[block.key] = self.buffers[block.key] = np.zeros(block.info.storage.nbytes, np.uint8)
                 continue
-            self.missing[block.key] = len(block.plan.runs)
             if block.entry.method == METHOD_STORED:
                 self.by_entry.setdefault(block.entry.name, []).append(index)
+                chunks = row_chunks(block.plan, SCRATCH_BYTES) if block.gathered else None
+                if chunks is not None and index not in finer:
+                    self.chunks[index] = chunks
+            self.missing[block.key] = self.count(index)
+        # One buffer for the blocks read in row chunks (faulted in on a thread while they come in)
+        at = 0
+        for index in self.chunks:
+            self.places[index] = at
+            at += -(-blocks[index].plan.nbytes // DATA_ALIGNMENT) * DATA_ALIGNMENT
+        self.gathered = aligned_empty(at, 0)
         landed(done)
 
     def wanted(self, nearby: list[ZipEntry], predict: bool) -> tuple[list[Wanted], list[tuple[int, int]]]:
@@ -398,6 +510,36 @@ class _BlockReads:
             Region(entry, entry.header_offset, entry.region_end, True) for entry in nearby
         ], several
 
+    def count(self, index: int) -> int:
+        """How many pieces block `index` comes in."""
+        chunks = self.chunks.get(index)
+        return len(self.blocks[index].plan.runs) if chunks is None else len(chunks.rows)
+
+    def requests(self, wanted: list[Wanted]) -> list[tuple[int, int, list[Wanted]]]:
+        """`group_requests`, with each request whose bytes are all used up as they arrive cut into
+        requests of at most the scratch size (between what lies in it)."""
+        cut: list[tuple[int, int, list[Wanted]]] = []
+        for start, end, inside in group_requests(wanted):
+            if end - start <= self.scratch.size or not self.used_up(inside):
+                cut.append((start, end, inside))
+                continue
+            low, high, group = inside[0].start, _end(inside[0]), [inside[0]]
+            for item in inside[1:]:  # in order of their starts
+                if max(high, _end(item)) - low > self.scratch.size:
+                    cut.append((low, high, group))
+                    low, high, group = item.start, _end(item), []
+                group.append(item)
+                high = max(high, _end(item))
+            cut.append((low, high, group))
+        return cut
+
+    def used_up(self, inside: list[Wanted]) -> bool:
+        """Whether nothing in a request's bytes is kept as a view of them (all copied or gathered out)."""
+        return all(
+            not isinstance(item, Piece) or item.rows > 0 or len(self.blocks[item.block].plan.runs) > 1
+            for item in inside
+        )
+
     def viewed(self, item: Wanted) -> bool:
         """A run that is its block's buffer as received."""
         if not isinstance(item, Piece):
@@ -416,10 +558,12 @@ class _BlockReads:
         return pieces, finer
 
     def launch(self, wanted: list[Wanted], several: list[tuple[int, int]]) -> None:
-        """Requests for `wanted`, each into a buffer of its own, and multi-range ones for `several`."""
+        """Requests for `wanted`, each into a buffer of its own (a scratch one where all its bytes are
+        used up as they arrive), and multi-range ones for `several`."""
         assert self.group is not None
-        for start, end, inside in group_requests(wanted):
-            self.group.create_task(self.request(start, end, inside, aligned_empty(end - start, start)))
+        for start, end, inside in self.requests(wanted):
+            held = None if self.used_up(inside) else aligned_empty(end - start, start)
+            self.group.create_task(self.request(start, end, inside, held))
         self.launch_several(several)
 
     def launch_several(self, several: list[tuple[int, int]]) -> None:
@@ -458,11 +602,22 @@ class _BlockReads:
                 if stop == base + len(self.blocks[index].plan.runs):
                     owner += 1
             self.group.create_task(self.ranges_request(parts))
-        for start, end, inside in group_requests(apart):
-            self.group.create_task(self.request(start, end, inside, aligned_empty(end - start, start)))
+        for start, end, inside in self.requests(apart):
+            held = None if self.used_up(inside) else aligned_empty(end - start, start)
+            self.group.create_task(self.request(start, end, inside, held))
 
     def _pieces_of(self, index: int, offset: int) -> list[Piece]:
-        """Block `index`'s runs at data offset `offset`, each with where it goes in the block's buffer."""
+        """Block `index`'s runs (or row chunks) at data offset `offset`, each with where it goes in the
+        block's buffer."""
+        chunks = self.chunks.get(index)
+        if chunks is not None:
+            start = offset + self.blocks[index].plan.runs[0][0] + chunks.first
+            pieces = []
+            for low, high in chunks.rows:
+                at, first = low * chunks.row_bytes, start + low * chunks.step
+                length = (high - low - 1) * chunks.step + chunks.span
+                pieces.append(Piece(index, at, first, length, offset, high - low))
+            return pieces
         pieces, at = [], 0
         for low, high in self.blocks[index].plan.runs:
             pieces.append(Piece(index, at, offset + low, high - low, offset))
@@ -483,20 +638,26 @@ class _BlockReads:
                 runs = self.blocks[index].plan.runs[low:high]
                 ranges += [(offset + start, offset + end) for start, end in runs]
                 length = sum(end - start for start, end in runs)
-                into.append(memoryview(self.own(self.blocks[index]))[at : at + length])
+                into.append(memoryview(self.own(index))[at : at + length])
             await self.source.read_ranges_into(ranges, into, fallback_gap=REQUEST_GAP)
         for index, low, high, offset, _ in parts:
             self.arrived_runs(index, high - low, offset)
 
     def target(self, piece: Piece) -> np.ndarray:
         """Where a run goes in its block's own buffer."""
-        return self.own(self.blocks[piece.block])[piece.at : piece.at + piece.length]
+        return self.own(piece.block)[piece.at : piece.at + piece.length]
 
-    async def request(self, start: int, end: int, inside: list[Wanted], held: np.ndarray) -> None:
-        """Archive bytes [start, end) into `held`, then what lies in them (`received`)."""
+    async def request(self, start: int, end: int, inside: list[Wanted], held: np.ndarray | None) -> None:
+        """Archive bytes [start, end) into `held` (None: a scratch buffer, given back once what lies in
+        it is used up), then what lies in them (`received`)."""
         async with self.gate:
             inside = self._live(inside)
             if not inside:  # runs at a prediction refuted while they waited: read again elsewhere
+                return
+            if held is None:
+                async with self.scratch.lent(end - start) as lent:
+                    await self.source.read_into(start, memoryview(lent))
+                    await self.received(start, inside, lent)
                 return
             await self.source.read_into(start, memoryview(held))
         await self.received(start, inside, held)
@@ -565,7 +726,7 @@ class _BlockReads:
             for index in self.by_entry[name]:
                 block = self.blocks[index]
                 self.buffers.pop(block.key, None)
-                self.missing[block.key] = len(block.plan.runs)
+                self.missing[block.key] = self.count(index)
         self.launch(*self.pieces(name, offset))
 
     def arrived(self, piece: Piece, data: np.ndarray) -> None:
@@ -573,7 +734,11 @@ class _BlockReads:
         if self._refuted(piece.block, piece.offset):
             return
         block = self.blocks[piece.block]
-        if len(block.plan.runs) == 1:
+        if piece.rows:
+            chunks = self.chunks[piece.block]
+            rows = self.own(piece.block)[piece.at : piece.at + piece.rows * chunks.row_bytes]
+            gather_rows(block.plan, chunks, data, rows)
+        elif len(block.plan.runs) == 1:
             self.buffers[block.key] = data  # a view: the block, or what it is gathered from
         else:
             self.target(piece)[:] = data
@@ -590,35 +755,44 @@ class _BlockReads:
         else:
             self.tentative.setdefault(name, []).append((index, count))
 
-    def own(self, block: Block) -> np.ndarray:
-        """The block's own buffer, its runs laid end to end."""
+    def own(self, index: int) -> np.ndarray:
+        """Block `index`'s own buffer: its runs laid end to end, or the block itself (read in row chunks)."""
+        block = self.blocks[index]
         buffer = self.buffers.get(block.key)
         if buffer is None:
-            buffer = self.buffers[block.key] = np.empty(block.plan.read_bytes, np.uint8)
+            if index in self.chunks:
+                place = self.places[index]
+                buffer = self.gathered[place : place + block.plan.nbytes]
+            else:
+                buffer = np.empty(block.plan.read_bytes, np.uint8)
+            self.buffers[block.key] = buffer
         return buffer
 
     def accepted(self, index: int, count: int) -> None:
         block = self.blocks[index]
         self.missing[block.key] -= count
         if not self.missing[block.key]:
-            self.finished(block)
+            self.finished(index)
             for twin in self.twins.pop(index, ()):  # the same runs: the same bytes
                 self.buffers[self.blocks[twin].key] = self.buffers[block.key]
-                self.finished(self.blocks[twin])
+                self.finished(twin)
 
-    def finished(self, block: Block) -> None:
+    def finished(self, index: int) -> None:
+        block = self.blocks[index]
         del self.missing[block.key]
-        self.buffers[block.key] = _finished(block, self.buffers[block.key])
+        if index not in self.chunks:  # (row chunks are gathered as they land)
+            self.buffers[block.key] = _finished(block, self.buffers[block.key])
         self.landed({block.key: self.buffers[block.key]})
 
-    async def inflated(self, block: Block) -> None:
+    async def inflated(self, index: int) -> None:
+        block = self.blocks[index]
         async with self.gate:
             whole = np.frombuffer(await self.fetcher.read(block.entry), dtype=np.uint8)  # CRC-checked
-        buffer, at = self.own(block), 0
+        buffer, at = self.own(index), 0
         for low, high in block.plan.runs:
             buffer[at : at + high - low] = whole[low:high]
             at += high - low
-        self.finished(block)
+        self.finished(index)
 
 
 def _header_region(entry: ZipEntry) -> Region:
