@@ -352,6 +352,33 @@ async def test_over_nginx_a_dim_0_rank_reads_its_share_in_a_few_requests(nginx, 
         assert stats["requests"] <= 10, stats  # the probe and up to 8 multi-range requests
 
 
+@pytest.mark.parametrize("fast_connection", [1.0, 1e18, None])
+async def test_a_fast_connection_takes_the_spans_after_a_timed_probe_in_one_request(
+    nginx, tmp_path, fast_connection
+) -> None:
+    """A dim-0 rank's spans: small ones first, alone and timed; at least `fast_connection` fast (1 byte/s:
+    always), the rest as one multi-range request; never that fast (1e18), or not asked (None), as
+    several at once."""
+    from tests.test_shard_offsets import write_aligned_pt2
+
+    root, server = nginx
+    _, truth = _matrices(tmp_path)
+    write_aligned_pt2(root / "probe.pt2", truth)  # laid out as torch lays it: the blocks come at once
+    options = HttpOptions(part_size=128 << 10, fast_connection=fast_connection)
+    async with reader.open_archive(server.url("probe.pt2"), http_options=options) as archive:
+        server.take_log()
+        arrays = await archive.load(shard=reader.Shard(1, 4, {"layer*": 0, "small.weight": 0}))
+    for name, array in truth.items():
+        assert np.array_equal(arrays[name], array if name == "norm" else _block(array, 1, 4, 0))
+    log = server.take_log()[1:]  # (after the multi-range probe)
+    blocks = [entry for entry in log if entry["bytes"] >= 256 << 10]  # requests with the layers' blocks
+    if fast_connection == 1.0:
+        assert len(log) == 2, log  # the small spans, timed; then the rest
+        assert len(blocks) == 1 and blocks[0]["range"].count(",") == 3, log  # the 4 blocks, one request
+    else:
+        assert len(blocks) == 4, log  # at once, in shares
+
+
 async def test_a_single_206_to_a_multi_range_request_is_seen_and_single_ranges_follow(tmp_path) -> None:
     path, truth = _matrices(tmp_path)
     async with MultipartServer(path.read_bytes(), "single-206") as server:

@@ -60,6 +60,12 @@ def split(start: int, end: int, part_size: int) -> list[tuple[int, int]]:
     return [(at, min(at + part_size, end)) for at in range(start, end, part_size)]
 
 
+def rate(nbytes: int, began: float) -> float:
+    """Bytes per second of `nbytes` received since `began` (time.monotonic()): what a first part, timed
+    alone, says of one connection against a source's `fast_connection`."""
+    return nbytes / max(time.monotonic() - began, 1e-6)
+
+
 async def ordered_parts(
     fetch: Callable[[int, int], AsyncIterator[bytes]],
     start: int,
@@ -103,8 +109,7 @@ async def ordered_parts(
                     raise failed.error  # type: ignore[misc]
                 if probing and (head.received >= PROBE_BYTES or head.done):
                     probing = False
-                    rate = head.received / max(time.monotonic() - began, 1e-6)
-                    if rate >= fast_connection and waiting:  # type: ignore[operator]
+                    if rate(head.received, began) >= fast_connection and waiting:  # type: ignore[operator]
                         rest = (waiting[0][0], end)  # one request, read as the consumer reads
                         waiting.clear()
                     else:
@@ -148,7 +153,7 @@ async def parts_into(
         low, high = parts.pop(0)
         began = time.monotonic()
         await fetch_into(start + low, buffer[low:high])
-        if (high - low) / max(time.monotonic() - began, 1e-6) >= fast_connection:
+        if rate(high - low, began) >= fast_connection:
             await fetch_into(start + high, buffer[high:])
             return
     gate = asyncio.Semaphore(parts_in_flight)
