@@ -1,4 +1,5 @@
-"""How much of the CPU the hypervisor took while a bench row ran (`steal` in /proc/stat).
+"""What the host says of a bench row: how much of the CPU the hypervisor took while it ran (`steal` in
+/proc/stat), and a process's memory (`status_kib`).
 
 On a shared VM the host takes CPU time from a loaded guest and none from an idle one (measured here: 0% idle,
 2 - 21% in 10 s windows under load), so an idle check before a run says nothing about the run. A row measured
@@ -8,6 +9,7 @@ under steal swings by ±20% whoever the contender; the benches print the share b
 from __future__ import annotations
 
 import pathlib
+import re
 
 NOISY = 0.05  # a row with more steal than this is flagged: its ratio says more about the host than the code
 
@@ -34,3 +36,13 @@ def steal_note(since: CpuTimes | None) -> str:
     share = (now[1] - since[1]) / (now[0] - since[0])
     flag = " (noisy: the host took CPU during this row)" if share > NOISY else ""
     return f"host steal {share:.0%}{flag}"
+
+
+def status_kib(pid: int, field_name: str) -> int:
+    """A /proc/PID/status field in KiB (VmRSS, VmHWM); 0 once the process is gone."""
+    try:
+        text = pathlib.Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    found = re.search(rf"^{field_name}:\s+(\d+) kB", text, re.M)
+    return int(found.group(1)) if found else 0

@@ -38,6 +38,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 
 import topology  # noqa: E402 - scripts/ is not a package
+from _host import status_kib  # noqa: E402
 
 import reader  # noqa: E402
 from app.pull import pull  # noqa: E402
@@ -45,16 +46,6 @@ from app.pull.mirror import Mirror  # noqa: E402
 from testing.versioned_archives import write_version  # noqa: E402
 
 MB = 1e6
-
-
-def status_kib(pid: int, field_name: str) -> int:
-    """A /proc/PID/status field in KiB (VmRSS, VmHWM); 0 once the process is gone."""
-    try:
-        text = pathlib.Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return 0
-    found = re.search(rf"^{field_name}:\s+(\d+) kB", text, re.M)
-    return int(found.group(1)) if found else 0
 
 
 def group_pids(pgid: int) -> list[int]:

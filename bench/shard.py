@@ -12,7 +12,10 @@ cut (the rank cycles from round to round). Rows:
 - bytes: what a rank read (`ar.stats`, data: response bodies, multipart framing included) over its
   share (its blocks plus the whole tensors; a tied weight counted once): target <= 1.05x, for the
   rank that read the most;
-- time: a rank's load (open included) over the whole load's, medians: target <= 0.35x.
+- time: a rank's load (open included) over the whole load's, medians: target <= 0.35x;
+- memory, reported: how far a rank's load raised the process's peak RSS (VmHWM reset through
+  /proc/self/clear_refs before it), against its share (in-process, so memory earlier rounds freed and
+  the allocator kept can make it less than the share).
 
 A dim-1 block of a row-major weight is a column block: a piece of every row. S3 answers one range a
 request, so there the rows' pieces come in requests that span the rows (what lies between them is
@@ -35,6 +38,7 @@ for folder in (ROOT, ROOT / "bench"):
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
 
+from _host import status_kib  # noqa: E402
 from _rounds import alternate, describe  # noqa: E402
 from make_gpt2 import CONFIGS, DEFAULT_CACHE, ensure_gpt2  # noqa: E402
 
@@ -107,6 +111,7 @@ def _measure(
 ) -> dict[str, bool]:
     """The rows of one store: alternating rounds of a whole load and a rank of each cut."""
     reads: dict[str, list[tuple[int, int]]] = {"dim 0": [], "dim 1": []}  # (bytes read, share)
+    peaks: dict[str, list[int]] = {"dim 0": [], "dim 1": []}  # KiB the load raised the peak RSS by
 
     def rank_load(dim: int) -> float:
         label = f"dim {dim}"
@@ -114,10 +119,13 @@ def _measure(
         shard = reader.Shard(rank, args.world, dict.fromkeys(matrices, dim))
 
         async def run() -> float:
+            pathlib.Path("/proc/self/clear_refs").write_text("5")  # VmHWM := VmRSS
+            before = status_kib(os.getpid(), "VmRSS")
             started = time.perf_counter()
             async with reader.open_archive(location, **options) as ar:
                 await ar.load(shard=shard)
                 took = time.perf_counter() - started
+                peaks[label].append(status_kib(os.getpid(), "VmHWM") - before)
                 reads[label].append((ar.stats["data"]["bytes"], share(infos, shard)))
             return took
 
@@ -148,6 +156,9 @@ def _measure(
               f"{mine / base:.2f}x  {verdict} (target <= {TARGETS['time']}x)")  # fmt: skip
         ratios = [rank / full for rank, full in zip(runs[label], runs["reader.load"], strict=True)]
         print(f"    rank / whole: {describe(ratios)}")
+        peak, most = statistics.median(peaks[label]) / 1024, max(peaks[label]) / 1024
+        print(f"  memory, reported: a rank's load raised the peak RSS by {peak:.0f} MiB (most {most:.0f}); "
+              f"its share {own / 2**20:.0f} MiB")  # fmt: skip
         verdicts[f"{store} {label} bytes"], verdicts[f"{store} {label} time"] = ok_bytes, ok_time
     return verdicts
 
