@@ -493,7 +493,7 @@ class _BlockReads:
             if block.entry.method == METHOD_STORED:
                 self.by_entry.setdefault(block.entry.name, []).append(index)
                 chunks = row_chunks(block.plan, SCRATCH_BYTES) if block.gathered else None
-                if chunks is not None and index not in finer:
+                if chunks is not None and index not in finer:  # (a finer block's runs are parts)
                     self.chunks[index] = chunks
             self.missing[block.key] = self.count(index)
         # One buffer for the blocks read in row chunks (faulted in on a thread while they come in)
