@@ -209,6 +209,18 @@ async def test_over_nginx_a_rank_reads_its_runs_as_parts(nginx, tmp_path) -> Non
     assert multi and all(entry["status"] == 206 for entry in multi)
 
 
+async def test_with_multi_range_off_a_rank_reads_the_rows_and_asks_for_one_range(nginx, tmp_path) -> None:
+    root, server = nginx
+    path, truth = _matrices(tmp_path)
+    (root / "rows-off.pt2").write_bytes(path.read_bytes())
+    server.take_log()
+    ranks = await _ranks(server.url("rows-off.pt2"), http_options=HttpOptions(multi_range=False))
+    _check_blocks(ranks, truth)
+    assert not [entry for entry in server.take_log() if entry["range"] and "," in entry["range"]]
+    for _, stats in ranks:  # the rows its runs lie in: about 4x its share of the layers
+        assert 3 * _share(truth) <= stats["bytes"] <= 4 * _share(truth) + (64 << 10), stats
+
+
 async def test_a_server_without_multi_range_gives_the_same_blocks(tmp_path) -> None:
     path, truth = _matrices(tmp_path)
     options = HttpOptions(parallel_parts=1)

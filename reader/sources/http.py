@@ -100,6 +100,8 @@ class HttpSource:
         self.etag: str | None = None
         self.last_modified: str | None = None
         self._held: HeldBytes | None = None  # bytes kept from open (the tail, or a small whole object)
+        if not options.multi_range:
+            self.multirange = False  # one range a request: never asked
 
     # -- opening -------------------------------------------------------------
 

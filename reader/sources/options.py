@@ -37,6 +37,12 @@ class HttpOptions:
     # A connection whose first 4 MiB arrive this fast (bytes/s) is not capped: the read stays on
     # one connection (more cost CPU for nothing). None: always parallel above parallel_above.
     fast_connection: float | None = 250e6
+    # Ask a server for several ranges a request (multipart/byteranges) where a sharded load needs
+    # scattered runs (column blocks): each rank reads its share. False: one range a request, so a column
+    # block's rows are read whole and its block gathered out (up to world_size x the bytes), which is
+    # faster where the link outruns the CPU a part costs (about 7 us here: from loopback nginx a dim-1
+    # GPT-2 rank took 234 ms so against 873 ms as parts; break-even near 330 MB/s for 768-byte runs).
+    multi_range: bool = True
     # A long streamed body is received on a thread (receiver.py): the consumer's work on the loop
     # overlaps the socket reads. A consumer that only relays each chunk (the service writing it to
     # its own client) runs faster with the body received on the loop: False.
