@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fnmatch
 import pathlib
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import reader
 from reader.sources import HttpOptions, S3Settings
@@ -117,6 +120,21 @@ def test_unmatched_tensors_are_whole_and_the_first_pattern_wins(exported) -> Non
     assert np.array_equal(arrays["embed.weight"], _block(_numpy(expected["embed.weight"]), 1, 2, 0))
     for name in ("up.bias", "cube", "flipped"):  # no pattern: whole
         assert np.array_equal(arrays[name], _numpy(expected[name])), name
+
+
+NAMES = ["a.weight", "a.bias", "h.0.mlp.c_fc.weight", "x[1]", "x1", "b*", "bb", "lm_head.weight"]
+PATTERNS = [*NAMES, "*.weight", "h.*", "*bias", "?.weight", "[ab]*", "x[[]1]", "*"]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(PATTERNS), st.integers(0, 2)), max_size=8))
+def test_the_first_pattern_that_matches_decides_whatever_its_kind(pairs) -> None:
+    """Names without wildcards are looked up, patterns matched: the same answer as matching in order."""
+    dims = dict(pairs)
+    shard = reader.Shard(0, 2, dims)
+    for name in NAMES:
+        first = next((dim for pattern, dim in dims.items() if fnmatch.fnmatchcase(name, pattern)), None)
+        assert shard.dim_of(name) == first, (dims, name)
 
 
 @needs_torch

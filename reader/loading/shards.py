@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from ..errors import ReaderError
 from ..pt2.tensorinfo import TensorInfo
 
+_WILDCARDS = frozenset("*?[")
+
 
 class InvalidShard(ReaderError, ValueError):
     """A shard that cannot be cut: a rank outside the world, or a dim the tensor does not have."""
@@ -28,6 +30,9 @@ class Shard:
     rank: int
     world_size: int
     dims: Mapping[str, int] = field(default_factory=dict)
+    # `dims` split for dim_of: names without wildcards, and the patterns, each with its place in `dims`
+    _names: dict[str, tuple[int, int]] = field(init=False, repr=False, compare=False)
+    _patterns: tuple[tuple[int, str, int], ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.world_size, int) or self.world_size < 1:
@@ -38,13 +43,25 @@ class Shard:
             if not isinstance(pattern, str) or not isinstance(dim, int) or isinstance(dim, bool):
                 raise InvalidShard(f"dims maps name patterns to ints, not {pattern!r}: {dim!r}")
         object.__setattr__(self, "dims", dict(self.dims))
+        names: dict[str, tuple[int, int]] = {}
+        patterns: list[tuple[int, str, int]] = []
+        for place, (pattern, dim) in enumerate(self.dims.items()):
+            if _WILDCARDS.intersection(pattern):
+                patterns.append((place, pattern, dim))
+            else:  # matches itself only: a lookup (a model's 51 weights named one by one: 51 x 149 matches)
+                names.setdefault(pattern, (place, dim))
+        object.__setattr__(self, "_names", names)
+        object.__setattr__(self, "_patterns", tuple(patterns))
 
     def dim_of(self, name: str) -> int | None:
         """The dim the first matching pattern names, or None: the tensor is whole."""
-        for pattern, dim in self.dims.items():
+        place, dim = self._names.get(name, (len(self.dims), None))
+        for before, pattern, wild in self._patterns:
+            if before > place:
+                break
             if fnmatch.fnmatchcase(name, pattern):
-                return dim
-        return None
+                return wild
+        return dim
 
     def bounds(self, size: int) -> tuple[int, int]:
         """This rank's block [start, stop) of a dim of `size`."""
