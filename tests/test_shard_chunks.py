@@ -13,7 +13,7 @@ import numpy as np
 from hypothesis import given, settings
 
 import reader
-from reader.loading import blocks
+from reader.loading import blocks, rowchunks
 from reader.pt2 import slicing, strided
 from reader.sources import S3Settings
 from testing.faultserver import FaultServer
@@ -37,7 +37,7 @@ def test_chunks_of_rows_gathered_make_the_slice(case) -> None:
     plan = slicing.plan_slice(info, index, 1 << 30)  # every gap read through: one run
     raw = storage.tobytes()
     for limit in (1, 40, 1000, 1 << 30):
-        chunks = blocks.row_chunks(plan, limit)
+        chunks = rowchunks.row_chunks(plan, limit)
         if chunks is None:
             continue
         low, high = plan.runs[0]
@@ -51,7 +51,7 @@ def test_chunks_of_rows_gathered_make_the_slice(case) -> None:
             assert start >= 0 and start + length <= len(run)  # a piece never reads past its run
             assert length <= max(limit, chunks.span)  # at most the limit, or one row
             rows = into[first * chunks.row_bytes : last * chunks.row_bytes]
-            blocks.gather_rows(plan, chunks, run[start : start + length], rows)
+            rowchunks.gather_rows(plan, chunks, run[start : start + length], rows)
         assert into.tobytes() == want
 
 
@@ -59,7 +59,7 @@ def test_a_column_block_comes_in_chunks_of_the_limit() -> None:
     info = _info((1000, 1024), (1024, 1), 0, 1000 * 1024)
     plan = slicing.plan_slice(info, np.s_[:, 256:512], blocks.REQUEST_GAP)
     assert len(plan.runs) == 1
-    chunks = blocks.row_chunks(plan, 100 * 4096)
+    chunks = rowchunks.row_chunks(plan, 100 * 4096)
     assert chunks is not None
     assert (chunks.step, chunks.span, chunks.row_bytes) == (4096, 1024, 1024)
     assert chunks.rows[:2] == ((0, 100), (100, 200)) and len(chunks.rows) == 10
@@ -69,7 +69,7 @@ def test_rows_that_interleave_are_not_chunked() -> None:
     # a transposed view: the block's rows are columns of storage, each spanning the whole payload
     info = _info((1024, 1000), (1, 1024), 0, 1000 * 1024)
     plan = slicing.plan_slice(info, np.s_[:, 0:500], 1 << 30)
-    assert blocks.row_chunks(plan, 1 << 20) is None
+    assert rowchunks.row_chunks(plan, 1 << 20) is None
 
 
 # -- loads: the right bytes, and memory bounded by the share ------------------------------------------
@@ -79,7 +79,7 @@ def _weights() -> dict[str, np.ndarray]:
     """A matrix of several chunks, one whose column blocks are apart past GAP_BYTES (a run a row), a 3-D
     weight cut along its last dim, and a vector."""
     rng = np.random.default_rng(7)
-    rows = blocks.SCRATCH_BYTES // 4096 * 2 + 37  # 4096-byte rows: three chunks and a bit
+    rows = rowchunks.SCRATCH_BYTES // 4096 * 2 + 37  # 4096-byte rows: three chunks and a bit
     return {
         "big.weight": rng.standard_normal((rows, 1024), dtype=np.float32),
         "wide.weight": rng.standard_normal((64, 4096), dtype=np.float32),
@@ -132,15 +132,14 @@ async def test_a_rank_holds_its_share_and_the_scratch_not_the_rows(
     tmp_path: pathlib.Path, seaweed_s3
 ) -> None:
     """Locally and from S3 (a server of its own: what tracemalloc counts is the load's)."""
-    rng = np.random.default_rng(9)
-    matrix = rng.standard_normal((blocks.SCRATCH_BYTES * blocks.SCRATCH_AT_ONCE // 2048, 1024), np.float32)
+    scratch = rowchunks.SCRATCH_BYTES * rowchunks.SCRATCH_AT_ONCE
+    matrix = np.random.default_rng(9).standard_normal((scratch // 2048, 1024), np.float32)
     path = tmp_path / "m.pt2"
     write_aligned_pt2(path, {"w": matrix})  # twice the scratch buffers: a rank reads 4x its share
     seaweed_s3.upload(seaweed_s3.private_bucket, "chunks/w.pt2", path)
     settings = S3Settings(region=seaweed_s3.region, endpoint=seaweed_s3.endpoint,
                           access_key=seaweed_s3.access_key, secret_key=seaweed_s3.secret_key)  # fmt: skip
     share = matrix.nbytes // 4
-    scratch = blocks.SCRATCH_BYTES * blocks.SCRATCH_AT_ONCE
     for location, options in (
         (path, {}),
         (f"s3://{seaweed_s3.private_bucket}/chunks/w.pt2", {"s3_settings": settings}),

@@ -29,7 +29,7 @@ of several runs (a column block: a run a row) is planned again with runs apart p
 read as the parts of multi-range requests, straight into its buffer: a rank reads its share and each
 part's head, where one range a request would read the rows its runs lie in. There, and from local
 files, such a block is read a chunk of rows at a time into reused scratch buffers and gathered into
-its place as each chunk lands (`RowChunks`, `_Scratch`): what a rank holds is its share, not the rows.
+its place as each chunk lands (`rowchunks.py`): what a rank holds is its share, not the rows.
 
 A block is not its whole entry, so no CRC-32 covers it: its bytes are length-checked and read
 from the version opened (SourceChanged otherwise). A cut that spans its whole dim (world size 1,
@@ -44,8 +44,7 @@ import dataclasses
 import itertools
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,6 +62,7 @@ from ..zipfmt import ZipEntry
 from ..zipfmt.structs import METHOD_STORED
 from .plan import LoadPlan, group_ranges
 from .prefault import prefaulting
+from .rowchunks import SCRATCH_AT_ONCE, SCRATCH_BYTES, RowChunks, Scratch, gather_rows, row_chunks
 from .shards import Shard
 from .storages import aligned_empty
 
@@ -73,12 +73,6 @@ DATA_ALIGNMENT = 64
 # Runs of a block read in a multi-range request are parts apart where more than this lies between
 # them: a part's boundary and headers cost about 110 bytes (nginx's), a run's share of the Range header 20.
 PART_GAP = 128
-# Requests whose bytes are used up as they arrive (column blocks gathered out of the rows they lie in,
-# whole small entries copied out) are at most this long, and go to at most SCRATCH_AT_ONCE reused
-# buffers: a rank reading its weights' whole rows backs its share and 64 MiB, not the rows (from S3,
-# 16 MiB x 4 took a dim-1 rank 1.10x a whole load's time, 8 MiB x 4 1.15x).
-SCRATCH_BYTES = 16 << 20
-SCRATCH_AT_ONCE = 4
 # Requests in flight at once (each big one in parallel parts of its own): as many as a load's parallel
 # parts, so a rank opens no more connections than a whole load (a new one cost 12 ms on a busy host).
 REQUESTS_AT_ONCE = 8
@@ -176,43 +170,6 @@ def _row_major(plan: SlicePlan) -> bool:
             return False
         step *= size
     return True
-
-
-@dataclass(frozen=True, slots=True)
-class RowChunks:
-    """A gathered block of one run read `rows` at a time, each chunk gathered into the block's buffer as
-    it lands: from the run's start, row r's elements lie in [first + r * step, ... + span)."""
-
-    first: int
-    step: int
-    span: int
-    row_bytes: int  # a row of the gathered block
-    rows: tuple[tuple[int, int], ...]  # [r0, r1) of each chunk
-
-
-def row_chunks(plan: SlicePlan, limit: int) -> RowChunks | None:
-    """`plan` (a gathered block of one run) as chunks of whole rows of at most `limit` bytes (a row
-    longer than that alone); None where its rows are not apart in storage (an odd view)."""
-    shape, strides = plan.shape, plan.strides
-    if plan.zeros or len(plan.runs) != 1 or not shape or shape[0] < 2 or strides[0] <= 0:
-        return None
-    low = sum((size - 1) * stride for size, stride in zip(shape[1:], strides[1:]) if stride < 0)
-    high = sum((size - 1) * stride for size, stride in zip(shape[1:], strides[1:]) if stride > 0)
-    span = high - low + plan.itemsize
-    if span > strides[0]:
-        return None
-    per = max(1, (limit - span) // strides[0] + 1)
-    rows = tuple((row, min(row + per, shape[0])) for row in range(0, shape[0], per))
-    return RowChunks(plan.offset + low, strides[0], span, plan.nbytes // shape[0], rows)
-
-
-def gather_rows(plan: SlicePlan, chunks: RowChunks, data: np.ndarray, into: np.ndarray) -> None:
-    """Rows of the block, row-major into `into` (whole rows), from `data`: the run's bytes from the
-    first of those rows' `chunks.first` (a row's first element byte)."""
-    element = np.dtype(f"V{plan.itemsize}")
-    shape = (len(into) // chunks.row_bytes, *plan.shape[1:])
-    laid = np.ndarray(shape, element, data, plan.offset - chunks.first, plan.strides)
-    into.view(element).reshape(shape)[...] = laid
 
 
 def _finished(block: Block, laid: np.ndarray) -> np.ndarray:
@@ -421,28 +378,6 @@ def _arena(spans: list[tuple[int, int]]) -> tuple[np.ndarray, dict[int, int]]:
     return aligned_empty(at, 0), slots
 
 
-class _Scratch:
-    """Up to `count` buffers of `size` bytes, lent to requests whose bytes are used up as they arrive
-    and reused: what such requests hold at once is bounded, and backed once."""
-
-    def __init__(self, size: int, count: int) -> None:
-        self.size = size
-        self.free: list[np.ndarray] = []
-        self.gate = asyncio.Semaphore(count)
-
-    @asynccontextmanager
-    async def lent(self, nbytes: int) -> AsyncIterator[np.ndarray]:
-        """`nbytes` of a scratch buffer (a buffer of its own where one piece is longer), until the
-        block exits."""
-        async with self.gate:
-            buffer = self.free.pop() if self.free else np.empty(max(self.size, nbytes), np.uint8)
-            try:
-                yield buffer[:nbytes]
-            finally:
-                if len(buffer) == self.size:
-                    self.free.append(buffer)
-
-
 class _BlockReads:
     """The reads of a rank's blocks, and what is in so far.
 
@@ -461,7 +396,7 @@ class _BlockReads:
     A gathered block of one run (a column block, its rows joined across small gaps) is read in chunks
     of whole rows (`RowChunks`), each gathered into the block's buffer as it lands; requests holding
     only bytes used up that way are cut at SCRATCH_BYTES and received into reused buffers
-    (`_Scratch`), so such a rank backs its share and a few chunks, not every row it reads."""
+    (`rowchunks.Scratch`), so such a rank backs its share and a few chunks, not every row it reads."""
 
     def __init__(
         self,
@@ -473,7 +408,7 @@ class _BlockReads:
     ) -> None:
         self.source, self.fetcher, self.blocks, self.landed = source, fetcher, blocks, landed
         self.finer = finer  # the blocks whose runs are parts of multi-range requests
-        self.scratch = _Scratch(SCRATCH_BYTES, SCRATCH_AT_ONCE)
+        self.scratch = Scratch(SCRATCH_BYTES, SCRATCH_AT_ONCE)
         self.chunks: dict[int, RowChunks] = {}  # the blocks read in row chunks, by index
         self.places: dict[int, int] = {}  # where each of them lies in `gathered`
         self.offsets = fetcher.known_offsets  # confirmed data offsets, by entry name
