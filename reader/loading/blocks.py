@@ -51,7 +51,7 @@ import numpy as np
 
 from .. import zipfmt
 from ..errors import IntegrityError, UnsupportedPayload
-from ..pt2.slicing import SlicePlan, plan_slice
+from ..pt2.slicing import SlicePlan, gather_into, plan_slice
 from ..pt2.tensorinfo import TensorInfo
 from ..reading.entries import EntryFetcher
 from ..reading.ranges import coalesce
@@ -177,11 +177,8 @@ def _finished(block: Block, laid: np.ndarray) -> np.ndarray:
     plan = block.plan
     if not block.gathered or _row_major(plan):
         return laid
-    element = np.dtype(f"V{plan.itemsize}")
     out = np.empty(plan.nbytes, dtype=np.uint8)
-    out.view(element).reshape(plan.shape)[...] = np.ndarray(
-        plan.shape, element, laid, plan.offset, plan.strides
-    )
+    gather_into(laid, plan, out)
     return out
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..pt2.slicing import SlicePlan
+from ..pt2.slicing import SlicePlan, gather_into
 
 # Requests whose bytes are used up as they arrive (column blocks gathered out of the rows they lie in,
 # whole small entries copied out) are at most this long, and go to at most SCRATCH_AT_ONCE reused
@@ -57,10 +57,7 @@ def row_chunks(plan: SlicePlan, limit: int) -> RowChunks | None:
 def gather_rows(plan: SlicePlan, chunks: RowChunks, data: np.ndarray, into: np.ndarray) -> None:
     """Rows of the block, row-major into `into` (whole rows), from `data`: the run's bytes from the
     first of those rows' `chunks.first` (a row's first element byte)."""
-    element = np.dtype(f"V{plan.itemsize}")
-    shape = (len(into) // chunks.row_bytes, *plan.shape[1:])
-    laid = np.ndarray(shape, element, data, plan.offset - chunks.first, plan.strides)
-    into.view(element).reshape(shape)[...] = laid
+    gather_into(data, plan, into, len(into) // chunks.row_bytes, plan.offset - chunks.first)
 
 
 class Scratch:

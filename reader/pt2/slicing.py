@@ -321,10 +321,25 @@ def gather(laid: bytes | memoryview, plan: SlicePlan) -> bytes:
     """The slice's row-major bytes from its runs' bytes laid end to end in one buffer."""
     if plan.nbytes == 0 or plan.zeros:
         return bytes(plan.nbytes)
-    view = np.ndarray(
-        plan.shape, dtype=_element_dtype(plan.itemsize), buffer=laid, offset=plan.offset, strides=plan.strides
-    )
-    return np.ascontiguousarray(view).tobytes()
+    out = np.empty(plan.nbytes, np.uint8)
+    gather_into(laid, plan, out)
+    return out.tobytes()
+
+
+def gather_into(
+    laid: bytes | memoryview | np.ndarray,
+    plan: SlicePlan,
+    into: np.ndarray,
+    rows: int | None = None,
+    offset: int | None = None,
+) -> None:
+    """The slice row-major into `into` (uint8, as long as what goes in) from its runs' bytes laid end to
+    end in `laid`; or only `rows` rows of its first dim, the first of them at byte `offset` of `laid`
+    (a chunk of rows received apart)."""
+    shape = plan.shape if rows is None else (rows, *plan.shape[1:])
+    start = plan.offset if offset is None else offset
+    view = np.ndarray(shape, _element_dtype(plan.itemsize), laid, start, plan.strides)
+    into.view(view.dtype).reshape(shape)[...] = view
 
 
 def _element_dtype(itemsize: int) -> np.dtype:
@@ -339,6 +354,7 @@ __all__ = [
     "SlicePlan",
     "assemble",
     "gather",
+    "gather_into",
     "index_key",
     "normalize_index",
     "parse_index",

@@ -492,8 +492,12 @@ class HttpSource:
         if several and await self._retrying(lambda: self._ranges_once(ranges, into, purpose)):
             return
         views = _per_range(into, ranges)
-        for low, high in coalesce(ranges, fallback_gap):
-            inside = [index for index, (start, end) in enumerate(ranges) if low <= start and end <= high]
+        first = 0
+        for low, high in coalesce(ranges, fallback_gap):  # both in order: each span's ranges follow on
+            last = first
+            while last < len(ranges) and ranges[last][1] <= high:
+                last += 1
+            inside, first = range(first, last), last
             if len(inside) == 1:  # the range alone: straight into its place
                 await self.read_into(low, views[inside[0]], purpose=purpose)
                 continue
@@ -529,6 +533,7 @@ class HttpSource:
             self.multirange = True
             body = response.extensions.get(bulk.BODY_INTO)
             length = response.headers.get("content-length", "")
+            views = _per_range(into, ranges)
             try:
                 laid = None
                 if body is not None and length.isdigit():
@@ -539,7 +544,7 @@ class HttpSource:
                 elif int(laid.sizes.sum()) >= SCATTER_MIN * len(ranges):
                     frame = memoryview(bytearray(len(laid.frame)))
                     sink, at = [], 0
-                    for head, view in zip(laid.heads.tolist(), _per_range(into, ranges)):
+                    for head, view in zip(laid.heads.tolist(), views):
                         sink += [frame[at : at + head], view]
                         at += head
                     sink.append(frame[at:])
@@ -556,7 +561,7 @@ class HttpSource:
                         gather(np.frombuffer(whole, np.uint8), laid.starts, laid.sizes, into)
                         return True
                     chunks = _one(whole)
-                await self._parse_parts(chunks, boundary, ranges, _per_range(into, ranges))
+                await self._parse_parts(chunks, boundary, ranges, views)
             except httpx.TransportError as exc:
                 raise _Retry(f"multipart body cut ({type(exc).__name__})") from None
             return True

@@ -68,7 +68,6 @@ def gather(source: np.ndarray, starts: np.ndarray, sizes: np.ndarray, into: Sequ
         raise ValueError(f"runs outside the {len(source)} bytes they are gathered from")
     ends = np.cumsum(sizes)
     bounds = np.cumsum([len(out) for out in outs])
-    firsts = np.searchsorted(ends, bounds[:-1], side="right")  # the run each later buffer starts with
     total = int(ends[-1]) if len(ends) else 0
     at_ends = np.searchsorted(ends, bounds[:-1])  # each buffer boundary must be a run's end
     inside = at_ends < len(ends)
@@ -76,6 +75,7 @@ def gather(source: np.ndarray, starts: np.ndarray, sizes: np.ndarray, into: Sequ
         inside.all() and (ends[at_ends] == bounds[:-1]).all()
     ):
         raise ValueError(f"runs of {total} bytes in all for buffers of {[len(out) for out in outs]} bytes")
+    firsts = at_ends + 1  # the run each later buffer starts with
     breaks = np.zeros(len(starts), bool)
     breaks[:1] = True
     breaks[1:] |= sizes[1:] != sizes[:-1]
