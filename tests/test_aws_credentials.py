@@ -40,8 +40,8 @@ from testing.aws_endpoints import (
 from testing.faultserver import FaultServer, Status
 from testing.moto import LIST_ONLY, MotoServer, moto_s3  # noqa: F401 - module fixture
 from testing.seaweed import SeaweedS3
+from testing.service import make_app, real_server
 from tests.conftest import ARCHIVES
-from tests.service_helpers import make_app, real_server
 
 NAME = "layouts.pt2"
 KEY = f"archives/{NAME}"

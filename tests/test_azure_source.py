@@ -364,7 +364,7 @@ async def test_entra_id_failures_are_clear(monkeypatch) -> None:
 
 
 async def test_the_service_serves_an_az_archive(azurite: Azurite, monkeypatch) -> None:
-    from tests.service_helpers import in_process, make_app
+    from testing.service import in_process, make_app
 
     monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azurite.connection_string)
     async with in_process(make_app([f"layouts=az://{CONTAINER}/archives/layouts.pt2"])) as client:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 from testing.faultserver import FaultServer
+from testing.service import in_process, make_app
 from tests.conftest import ARCHIVES
-from tests.service_helpers import in_process, make_app
 from tests.test_cli import acli
 
 MANY = (ARCHIVES / "many.pt2").read_bytes()

@@ -12,9 +12,9 @@ import httpx
 import zstandard
 
 from app.caching import IMMUTABLE, IMMUTABLE_PRIVATE, NO_STORE, NO_STORE_PATHS, REVALIDATE
+from testing.service import in_process, make_app
 from tests import test_versions
 from tests.conftest import needs_torch
-from tests.service_helpers import in_process, make_app
 from tests.test_versions import deploy
 
 two_versions = test_versions.two_versions  # the fixture: two torch-written versions of one archive

@@ -8,10 +8,10 @@ import shutil
 import numpy as np
 import pytest
 
+from testing.service import in_process, make_app
 from testing.versioned_archives import CHANGED, write_version
 from testing.zipbytes import write_pt2
 from tests.conftest import ARCHIVES, needs_torch
-from tests.service_helpers import in_process, make_app
 
 FLOAT32 = 7
 

@@ -8,8 +8,8 @@ import json
 import pytest
 
 import reader
+from testing.service import in_process, make_app
 from tests.conftest import needs_torch
-from tests.service_helpers import in_process, make_app
 from tests.test_cli import cli
 from tests.test_containers import CONTAINERS, VERSIONS
 

@@ -37,8 +37,8 @@ from testing.faultserver import (
     Status,
     WrongContentRange,
 )
+from testing.service import make_app, real_server
 from testing.zipbytes import write_pt2
-from tests.service_helpers import make_app, real_server
 
 BIG = 24 << 20  # > HttpOptions.full_body_cap (16 MiB)
 MID = 2 << 20

@@ -26,9 +26,9 @@ from testing.gcs import (
     gcloud_user_file,
     service_account_file,
 )
+from testing.service import in_process, make_app
 from testing.zipbytes import write_pt2
 from tests.conftest import ARCHIVES, run
-from tests.service_helpers import in_process, make_app
 from tests.test_cli import _reader_bytes, cli, console_script, one_line_error
 from tests.test_s3_source import _same_as_local
 

@@ -11,7 +11,7 @@ from app.cli import build_parser
 from app.errors import ApiError
 from app.routes.hot import HotLane, HotRoute
 from app.settings import Settings
-from tests.service_helpers import in_process, make_app
+from testing.service import in_process, make_app
 
 
 @pytest.fixture

@@ -360,8 +360,8 @@ def test_checkov_finds_no_failed_check(kubectl):
 async def test_healthz_is_not_ready_until_every_archive_has_opened(tmp_path):
     """The readiness probe: 503 (a JSON error) while an archive has not opened, 200 once all have, and
     200 from then on, even when a later reopen fails (every replica sees the same source)."""
+    from testing.service import in_process, make_app
     from tests.conftest import ARCHIVES
-    from tests.service_helpers import in_process, make_app
 
     late = tmp_path / "late.pt2"
     late.write_bytes(b"not yet an archive")
@@ -392,8 +392,8 @@ async def test_healthz_is_not_ready_until_every_archive_has_opened(tmp_path):
 
 
 async def test_healthz_with_lazy_archives_is_ready_before_they_open():
+    from testing.service import in_process, make_app
     from tests.conftest import ARCHIVES
-    from tests.service_helpers import in_process, make_app
 
     async with in_process(make_app([f"ok={ARCHIVES / 'layouts.pt2'}"], lazy=True)) as client:
         response = await client.get("/healthz")

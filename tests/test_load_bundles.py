@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from testing.faultserver import DropAfter, FaultServer
+from testing.service import in_process, make_app
 from testing.zipbytes import write_pt2
 from tests.conftest import ARCHIVES
-from tests.service_helpers import in_process, make_app
 
 ROUTES = ("safetensors", "ptd")
 NAMES = ["layouts.pt2", "dtypes.pt2", "many.pt2", "many_deflate.pt2", "zero_payload.pt2"]

@@ -25,8 +25,8 @@ from starlette.testclient import TestClient
 from app.errors import ERROR_CODES
 from app.openapi import CODES_KEY, ERROR_SCHEMA_NAME
 from app.routing import app_routes
+from testing.service import make_app
 from tests.conftest import ARCHIVES
-from tests.service_helpers import make_app
 
 TOKEN = "walk-token"
 AUTH = {"authorization": f"Bearer {TOKEN}"}

@@ -8,8 +8,8 @@ import socket
 
 import reader
 from app.protocol import HELD_MAX, JoiningTransport
+from testing.service import make_app, real_server
 from tests.conftest import ARCHIVES
-from tests.service_helpers import make_app, real_server
 
 
 class Counted(asyncio.Protocol):
@@ -158,7 +158,7 @@ async def test_uvicorn_still_writes_responses_through_the_joining_transport() ->
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
     from app.protocol import JoiningHttpToolsProtocol
-    from tests.service_helpers import free_port
+    from testing.service import free_port
 
     calls: list[tuple[str, int]] = []
 

@@ -12,7 +12,7 @@ import pytest
 
 from testing.executorch_models import ExportedModel, export_models, package_with_program, run_program
 from testing.executorch_oracle import needs_executorch, read_ptd
-from tests.service_helpers import make_app, real_server, run
+from testing.service import make_app, real_server, run
 
 pytestmark = needs_executorch
 

@@ -16,8 +16,8 @@ import reader
 from reader.formats import ptd
 from reader.formats.body import read_body
 from testing.seaweed import SeaweedS3
+from testing.service import in_process, make_app, run
 from tests.conftest import ARCHIVES, needs_torch
-from tests.service_helpers import in_process, make_app, run
 
 PROGRAM = bytes(range(256)) * 1200  # stands in for a .pte: the service serves it as stored
 

@@ -17,9 +17,9 @@ import pytest
 import reader
 from app.pull import pull
 from app.pull.mirror import Mirror
+from testing.service import make_app, real_server
 from testing.versioned_archives import CHANGED, write_version
 from tests.conftest import ARCHIVES
-from tests.service_helpers import make_app, real_server
 
 
 @pytest.fixture(scope="module")

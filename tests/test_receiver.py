@@ -24,8 +24,8 @@ from reader.zipfmt import combine
 from testing.faultserver import DropAfter, FaultServer, ResetConnection, StallAfter
 from testing.forward_proxy import ForwardProxy
 from testing.private_ca import https_origin
+from testing.service import in_process, make_app
 from testing.zipbytes import write_pt2
-from tests.service_helpers import in_process, make_app
 
 SIZE = 2 * THREAD_MIN + 12345
 DATA = np.random.default_rng(7).integers(0, 256, SIZE, dtype=np.uint8).tobytes()

@@ -17,8 +17,8 @@ import httpx
 import pytest
 
 from testing.faultserver import FaultServer, Status
+from testing.service import free_port, in_process, make_app, real_server
 from tests.conftest import ARCHIVES
-from tests.service_helpers import free_port, in_process, make_app, real_server
 
 LAYOUTS = f"layouts={ARCHIVES / 'layouts.pt2'}"
 TRACEBACK = re.compile(r"Traceback \(most recent call last\)|File \"[^\"]+\", line \d+")

@@ -12,8 +12,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import reader
 from reader.formats.npy import npy_descr
+from testing.service import in_process, make_app
 from tests.conftest import ARCHIVES, needs_torch
-from tests.service_helpers import in_process, make_app
 
 
 @pytest.fixture

@@ -9,8 +9,8 @@ import httpx
 import pytest
 
 from app.signing import SignatureRefused, UrlSigner, derive_key
+from testing.service import in_process, make_app, real_server
 from tests.conftest import ARCHIVES
-from tests.service_helpers import in_process, make_app, real_server
 from tests.test_security import assert_json_error
 
 LAYOUTS = f"layouts={ARCHIVES / 'layouts.pt2'}"

@@ -13,9 +13,9 @@ import pytest
 import reader
 from reader.sources import open_source
 from reader.versions import is_version, source_version
+from testing.service import in_process, make_app
 from testing.versioned_archives import CHANGED, write_version
 from tests.conftest import ARCHIVES, needs_torch
-from tests.service_helpers import in_process, make_app
 
 
 def sha256_field(body: bytes) -> str:

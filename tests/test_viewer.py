@@ -12,8 +12,8 @@ import pytest
 
 from app.main import create_app
 from app.settings import Settings, parse_archive_specs
+from testing.service import threaded_server
 from tests.conftest import ARCHIVES, HAVE_TORCH
-from tests.service_helpers import threaded_server
 
 CONTAINERS = pathlib.Path(__file__).resolve().parent / "fixtures" / "containers" / "torch-2.14"
 MANY = 10_000

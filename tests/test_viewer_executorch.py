@@ -10,8 +10,8 @@ import pytest
 
 from app.main import create_app
 from app.settings import Settings, parse_archive_specs
+from testing.service import threaded_server
 from tests.conftest import ARCHIVES, needs_torch
-from tests.service_helpers import threaded_server
 from tests.test_viewer import open_viewer
 
 PROGRAM = b"\x00pte" * 5000

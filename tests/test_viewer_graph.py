@@ -19,8 +19,8 @@ import time
 import httpx
 import pytest
 
+from testing.service import free_port
 from tests.conftest import ARCHIVES, HAVE_TORCH
-from tests.service_helpers import free_port
 
 WIDTHS = (1400, 1024, 800, 390)
 TOKEN = "viewer-token-42"

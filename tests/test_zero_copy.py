@@ -21,9 +21,9 @@ import reader
 from app.protocol import HTTP_PROTOCOL, SENDFILE, JoiningHttpToolsProtocol
 from reader.verified import is_verified
 from reader.versions import source_version
+from testing.service import free_port, make_app
 from testing.zipbytes import write_pt2
 from tests.conftest import ARCHIVES
-from tests.service_helpers import free_port, make_app
 
 BIG = 8 << 20
 

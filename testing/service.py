@@ -16,7 +16,7 @@ from fastapi import FastAPI
 from app.main import create_app
 from app.protocol import HTTP_PROTOCOL
 from app.settings import Settings, parse_archive_specs
-from tests.conftest import ARCHIVES
+from testing.paths import ARCHIVES
 
 DEFAULT_SPECS = [
     f"layouts={ARCHIVES / 'layouts.pt2'}",
