@@ -7,6 +7,8 @@ async with reader.open_archive("model.pt2") as ar:
 arrays = reader.load("s3://bucket/model.pt2")         # every weight, as NumPy arrays
 tensors = reader.torch.load("s3://bucket/model.pt2")  # the same as torch tensors (torch optional)
 rank_1 = reader.load("s3://bucket/model.pt2", shard=reader.Shard(1, 4, {"*.mlp.*": 0}))  # its blocks
+with reader.safe_open("s3://bucket/model.pt2") as f:  # safetensors' surface, for its loaders
+    block = f.get_slice("lm_head.weight")[0:128]
 """
 
 from .archive import Archive
@@ -30,6 +32,7 @@ from .loading.sync import load
 from .opener import open_archive
 from .pt2.executorch import EmbeddedFile
 from .pt2.tensorinfo import StorageRef, TensorInfo
+from .safe_open_handle import safe_open
 from .sharded import ShardedArchive
 
 __all__ = [
@@ -55,4 +58,5 @@ __all__ = [
     "compare",
     "load",
     "open_archive",
+    "safe_open",
 ]

@@ -15,8 +15,14 @@ class ArchiveFormatError(ReaderError):
     """The bytes are not a well-formed ZIP or PT2 archive."""
 
 
-class TensorNotFound(ReaderError, LookupError):
-    """No tensor of that name in the selected model."""
+class TensorNotFound(ReaderError, KeyError):
+    """No tensor of that name in the selected model.
+
+    A KeyError, as a missing key of a mapping is, so code written against mappings of tensors
+    (safetensors' `safe_open`, state dicts) catches it with `except KeyError`; its message prints
+    as written, not quoted as KeyError's would be."""
+
+    __str__ = Exception.__str__
 
 
 class FileNotFound(ReaderError, LookupError):
