@@ -45,7 +45,8 @@ if TYPE_CHECKING:
     from .archive import Archive
     from .cache import CacheStore
 
-FRAMEWORKS = {"pt": "pt", "torch": "pt", "pytorch": "pt", "np": "np", "numpy": "np"}  # as safetensors spells them
+# framework names as safetensors spells them -> which one
+FRAMEWORKS = {"pt": "pt", "torch": "pt", "pytorch": "pt", "np": "np", "numpy": "np"}
 
 
 class safe_open:  # noqa: N801 - safetensors' name, used the same way
@@ -145,6 +146,13 @@ class safe_open:  # noqa: N801 - safetensors' name, used the same way
             found["pt2serve.skipped"] = ",".join(self._skipped)
         return found
 
+    @property
+    def stats(self) -> dict[str, dict[str, int]]:
+        """pt2serve's own: requests made and bytes read so far, by purpose ("open", "data"), as
+        `Archive.stats` counts them (every shard's together for a sharded checkpoint)."""
+        self._check_open()
+        return self._archive.stats
+
     def get_tensor(self, name: str) -> Any:
         """The whole tensor, a fresh row-major copy (one read of its bytes)."""
         info = self._info(name)
@@ -217,7 +225,8 @@ class SafeSlice:
     def __getitem__(self, index: object) -> Any:
         handle, info = self._handle, self._info
         handle._check_open()
-        sliced = SliceBytes(handle._archive.tensor(info.name, handle._model, "contiguous"), index)  # IndexError here
+        tensor = handle._archive.tensor(info.name, handle._model, "contiguous")
+        sliced = SliceBytes(tensor, index)  # planned here: IndexError, TypeError before any read
         buffer = handle._loop_run(_read_slice(sliced))
         return handle._convert(buffer, info, sliced.plan.shape)
 

@@ -19,7 +19,9 @@ from reader.formats import safetensors as safetensors_format
 from reader.formats.selection import select
 
 
-def write_bundle(location: str | os.PathLike[str], out: pathlib.Path, *, model: str | None = None) -> pathlib.Path:
+def write_bundle(
+    location: str | os.PathLike[str], out: pathlib.Path, *, model: str | None = None
+) -> pathlib.Path:
     """The service's safetensors bundle of one model of `location`, written to `out`."""
 
     async def write() -> None:
