@@ -1,0 +1,148 @@
+"""reader.safe_open over HTTP (nginx) and from S3 (SeaweedFS): the same answers as safetensors' own
+safe_open on a safetensors file of the same weights, a sharded index as one handle, and a row block of
+a large tensor read as one request of the block's bytes (issue 49's target, counted by the source)."""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+
+import pytest
+
+import reader
+from reader.sources import S3Settings
+from testing.paths import ARCHIVES
+from testing.safetensors_oracle import assert_same_handles, raw, write_bundle, write_state_dict
+from testing.servers import NginxProcess
+from tests.fixtures.make_sharded import write_sharded
+
+pytestmark = pytest.mark.emulator
+
+torch = pytest.importorskip("torch")
+safetensors = pytest.importorskip("safetensors")
+
+CONTAINERS = ARCHIVES.parent / "containers" / f"torch-{'.'.join(torch.__version__.split('.')[:2])}"
+FILES = [
+    ARCHIVES / "dtypes.pt2",
+    ARCHIVES / "layouts.pt2",
+    ARCHIVES / "many.pt2",
+    ARCHIVES / "many_deflate.pt2",
+    ARCHIVES / "pickled.pt2",
+    ARCHIVES / "zero_payload.pt2",
+    CONTAINERS / "checkpoint.pt",
+    CONTAINERS / "aoti_pickle.pt2",
+    CONTAINERS / "mixed.pt2",
+]
+SAMPLE = 40  # names checked per archive remotely (every one when it has fewer): each is a request
+ROWS, WIDTH = 4096, 256  # the large tensor: 4 MiB of float32
+BLOCK = slice(1024, 1280)  # one row block of it: 256 KiB
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory) -> pathlib.Path:
+    """The fixture files, a sharded checkpoint and a large exported Linear, in one folder; beside
+    it their safetensors oracles."""
+    root = tmp_path_factory.mktemp("served")
+    for path in FILES:
+        shutil.copy(path, root / path.name)
+    write_sharded(root / "gpt")
+    exported = torch.export.export(torch.nn.Linear(WIDTH, ROWS), (torch.randn(1, WIDTH),))
+    torch.export.save(exported, root / "big.pt2")
+    oracles = tmp_path_factory.mktemp("oracles")
+    for path in FILES:
+        write_bundle(path, oracles / f"{path.name}.safetensors")
+    state = {}
+    for shard in sorted((root / "gpt").glob("*.bin")):
+        state.update(torch.load(shard, weights_only=True))
+    write_state_dict(state, oracles / "gpt.safetensors")
+    write_state_dict(exported.state_dict, oracles / "big.pt2.safetensors")
+    root.joinpath("oracles").symlink_to(oracles)
+    return root
+
+
+def sample(names: list[str]) -> list[str]:
+    return names[:: max(1, len(names) // SAMPLE)]
+
+
+def check(location: str, oracle: pathlib.Path, **options) -> None:
+    with reader.safe_open(location, **options) as ours, safetensors.safe_open(oracle, "pt") as theirs:
+        assert_same_handles(ours, theirs, sample(ours.keys()))
+        opened = ours.stats["open"]["requests"]
+        ours.get_tensor(ours.keys()[0])
+        assert ours.stats["open"]["requests"] == opened  # the handle opened once
+
+
+@pytest.fixture(scope="module")
+def nginx(served):
+    with NginxProcess(served) as server:
+        yield server
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda path: path.name)
+def test_over_http_equals_safetensors(nginx, served, path):
+    check(nginx.url(path.name), served / "oracles" / f"{path.name}.safetensors")
+
+
+def test_a_sharded_index_over_http(nginx, served):
+    check(nginx.url("gpt/pytorch_model.bin.index.json"), served / "oracles" / "gpt.safetensors")
+
+
+# -- S3 (SeaweedFS) ----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def s3(seaweed_s3, served) -> S3Settings:
+    bucket = seaweed_s3.private_bucket
+    for path in [*served.glob("*.pt*"), *served.glob("gpt/*")]:
+        seaweed_s3.upload(bucket, f"safe_open/{path.relative_to(served)}", path)
+    return S3Settings(
+        region=seaweed_s3.region,
+        endpoint=seaweed_s3.endpoint,
+        access_key=seaweed_s3.access_key,
+        secret_key=seaweed_s3.secret_key,
+    )
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda path: path.name)
+def test_from_s3_equals_safetensors(seaweed_s3, served, s3, path):
+    location = f"s3://{seaweed_s3.private_bucket}/safe_open/{path.name}"
+    check(location, served / "oracles" / f"{path.name}.safetensors", s3_settings=s3)
+
+
+def test_a_sharded_index_from_s3(seaweed_s3, served, s3):
+    location = f"s3://{seaweed_s3.private_bucket}/safe_open/gpt/pytorch_model.bin.index.json"
+    check(location, served / "oracles" / "gpt.safetensors", s3_settings=s3)
+
+
+def data(stats: dict[str, dict[str, int]]) -> tuple[int, int]:
+    counted = stats.get("data", {})
+    return counted.get("requests", 0), counted.get("bytes", 0)
+
+
+def test_a_row_block_from_s3_is_one_request_of_its_bytes(seaweed_s3, served, s3):
+    """Issue 49's target: `get_slice(name)[a:b]` of one row block: one request, bytes <= the block +
+    4 KiB. The first slice of a tensor also reads its entry's local header (a few hundred bytes, one
+    small request, once per tensor: where its data starts is checked before it is trusted)."""
+    block_bytes = (BLOCK.stop - BLOCK.start) * WIDTH * 4
+    location = f"s3://{seaweed_s3.private_bucket}/safe_open/big.pt2"
+    with (
+        reader.safe_open(location, s3_settings=s3) as f,
+        safetensors.safe_open(served / "oracles" / "big.pt2.safetensors", "pt") as oracle,
+    ):
+        assert f.stats["open"]["requests"] == 1
+        piece = f.get_slice("weight")
+        assert piece.get_shape() == [ROWS, WIDTH] and piece.get_dtype() == "F32"
+        assert data(f.stats) == (0, 0)  # get_slice reads nothing
+
+        cold = piece[BLOCK]
+        requests, read = data(f.stats)
+        assert raw(cold) == raw(oracle.get_slice("weight")[BLOCK])
+        assert requests == 2 and block_bytes < read <= block_bytes + 4096  # header, then the block
+
+        before = data(f.stats)
+        warm = f.get_slice("weight")[2048:2304]
+        after = data(f.stats)
+        assert raw(warm) == raw(oracle.get_slice("weight")[2048:2304])
+        assert after[0] - before[0] == 1  # one request
+        assert after[1] - before[1] == block_bytes  # exactly the block's bytes
+        assert f.stats["open"]["requests"] == 1  # and no second open
