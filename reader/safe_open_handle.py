@@ -159,6 +159,11 @@ class safe_open:  # noqa: N801 - safetensors' name, used the same way
         buffer = self._loop_run(_read_whole(self._archive, info))
         return self._convert(buffer, info, info.sizes or ())
 
+    def get_tensors(self) -> dict[str, Any]:
+        """Every tensor of `keys()` by name, read in `offset_keys()` order, one read each (as
+        safetensors' `get_tensors`; `reader.torch.load` reads a whole model as one plan instead)."""
+        return {name: self.get_tensor(name) for name in self.offset_keys()}
+
     def get_slice(self, name: str) -> SafeSlice:
         """The tensor, not read yet: `get_shape()`, `get_dtype()`, and `[index]` reads the slice."""
         return SafeSlice(self, self._info(name))

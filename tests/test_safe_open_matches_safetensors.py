@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import pathlib
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -78,6 +79,10 @@ def test_torch_tensors_and_slices_equal_safetensors(case, bundles):
     ):
         assert_same_handles(ours, theirs)
         assert ours.metadata()["format"] == theirs.metadata()["format"] == "pt"
+        everything = ours.get_tensors()
+        assert list(everything) == ours.offset_keys()
+        for name, tensor in everything.items():
+            assert_same(tensor, theirs.get_tensor(name), name)
         assert ours.metadata().get("pt2serve.skipped") == theirs.metadata().get("pt2serve.skipped")
 
 
@@ -311,6 +316,23 @@ def test_a_handle_dropped_unclosed_stops_its_thread(shared_linear):
     del f
     gc.collect()
     assert threading.active_count() == before
+
+
+def test_a_forked_child_is_told_to_open_again():
+    with reader.safe_open(ARCHIVES / "layouts.pt2") as f:
+        name = f.keys()[0]
+        pid = os.fork()
+        if pid == 0:  # the child: the handle's loop thread was not forked with it
+            try:
+                f.get_tensor(name)
+            except ValueError as exc:
+                os._exit(0 if "another process" in str(exc) else 2)
+            except BaseException:
+                os._exit(3)
+            os._exit(4)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert f.get_tensor(name).shape == tuple(f.get_slice(name).get_shape())  # the parent's still works
 
 
 def test_bad_arguments_are_clear_errors(shared_linear):
