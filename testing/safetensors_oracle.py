@@ -14,6 +14,8 @@ import pathlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from hypothesis import strategies as st
+
 import reader
 from reader.formats import safetensors as safetensors_format
 from reader.formats.selection import select
@@ -104,3 +106,28 @@ def assert_same_handles(
             continue  # safetensors' NumPy slices of an empty tensor fail ("index 0 out of bounds")
         for index in indices_for(b.get_shape(), negative):
             assert_same(a[index], b[index], f"{name}[{index!r}]")
+
+
+def _entry(size: int) -> st.SearchStrategy[object]:
+    bound = st.none() | st.integers(-size - 2, size + 2)
+    slices = st.builds(slice, bound, bound, st.none() | st.integers(1, 3))
+    return slices | st.integers(-size, size - 1) if size else slices
+
+
+def indices(shape: list[int]) -> st.SearchStrategy[object]:
+    """Hypothesis: basic indices of `shape` that safetensors takes: ints (negative too), slices with
+    positive steps and any bounds, and an optional `...` before or after them."""
+
+    def placed(count: int, where: str) -> st.SearchStrategy[object]:
+        dims = shape[len(shape) - count :] if where == "front" else shape[:count]
+        entries = st.tuples(*[_entry(size) for size in dims])
+        if where == "front":
+            return entries.map(lambda found: (..., *found))
+        if where == "back":
+            return entries.map(lambda found: (*found, ...))
+        return entries
+
+    counts = st.integers(0, len(shape))
+    return counts.flatmap(
+        lambda count: st.sampled_from(["none", "front", "back"]).flatmap(lambda where: placed(count, where))
+    )

@@ -22,6 +22,7 @@ from testing.paths import ARCHIVES
 from testing.safetensors_oracle import (
     assert_same,
     assert_same_handles,
+    indices,
     raw,
     write_bundle,
     write_state_dict,
@@ -131,29 +132,6 @@ def _shard_of(index: pathlib.Path, name: str) -> str:
 
 
 # -- slices: hypothesis over indices ----------------------------------------------------------------
-
-
-def _entry(size: int) -> st.SearchStrategy[object]:
-    bound = st.none() | st.integers(-size - 2, size + 2)
-    slices = st.builds(slice, bound, bound, st.none() | st.integers(1, 3))
-    return slices | st.integers(-size, size - 1) if size else slices
-
-
-def indices(shape: list[int], steps: st.SearchStrategy[int] | None = None) -> st.SearchStrategy[object]:
-    """Basic indices of `shape`: ints, slices with steps, an optional `...` before or after them."""
-
-    def build(count: int) -> st.SearchStrategy[object]:
-        return st.sampled_from(["none", "front", "back"]).flatmap(
-            lambda where: st.tuples(
-                *[_entry(n) for n in (shape[len(shape) - count :] if where == "front" else shape[:count])]
-            ).map(
-                lambda entries: (
-                    (..., *entries) if where == "front" else (*entries, ...) if where == "back" else entries
-                )
-            )
-        )
-
-    return st.integers(0, len(shape)).flatmap(build)
 
 
 @pytest.fixture(scope="module")

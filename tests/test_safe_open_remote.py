@@ -8,11 +8,20 @@ import pathlib
 import shutil
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import reader
 from reader.sources import S3Settings
 from testing.paths import ARCHIVES
-from testing.safetensors_oracle import assert_same_handles, raw, write_bundle, write_state_dict
+from testing.safetensors_oracle import (
+    assert_same,
+    assert_same_handles,
+    indices,
+    raw,
+    write_bundle,
+    write_state_dict,
+)
 from testing.servers import NginxProcess
 from tests.fixtures.make_sharded import write_sharded
 
@@ -87,6 +96,25 @@ def test_a_sharded_index_over_http(nginx, served):
     check(nginx.url("gpt/pytorch_model.bin.index.json"), served / "oracles" / "gpt.safetensors")
 
 
+@pytest.fixture(scope="module")
+def http_layouts(nginx, served):
+    oracle = served / "oracles" / "layouts.pt2.safetensors"
+    with reader.safe_open(nginx.url("layouts.pt2")) as ours, safetensors.safe_open(oracle, "pt") as theirs:
+        yield ours, theirs
+
+
+SLICES = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@SLICES
+@given(data=st.data())
+def test_any_slice_over_http_equals_safetensors(http_layouts, data):
+    ours, theirs = http_layouts
+    name = data.draw(st.sampled_from(ours.keys()))
+    index = data.draw(indices(ours.get_slice(name).get_shape()))
+    assert_same(ours.get_slice(name)[index], theirs.get_slice(name)[index], f"{name}[{index!r}]")
+
+
 # -- S3 (SeaweedFS) ----------------------------------------------------------------------------------
 
 
@@ -112,6 +140,23 @@ def test_from_s3_equals_safetensors(seaweed_s3, served, s3, path):
 def test_a_sharded_index_from_s3(seaweed_s3, served, s3):
     location = f"s3://{seaweed_s3.private_bucket}/safe_open/gpt/pytorch_model.bin.index.json"
     check(location, served / "oracles" / "gpt.safetensors", s3_settings=s3)
+
+
+@pytest.fixture(scope="module")
+def s3_sharded(seaweed_s3, served, s3):
+    location = f"s3://{seaweed_s3.private_bucket}/safe_open/gpt/pytorch_model.bin.index.json"
+    oracle = served / "oracles" / "gpt.safetensors"
+    with reader.safe_open(location, s3_settings=s3) as ours, safetensors.safe_open(oracle, "pt") as theirs:
+        yield ours, theirs
+
+
+@SLICES
+@given(data=st.data())
+def test_any_slice_from_s3_equals_safetensors(s3_sharded, data):
+    ours, theirs = s3_sharded
+    name = data.draw(st.sampled_from(ours.keys()))
+    index = data.draw(indices(ours.get_slice(name).get_shape()))
+    assert_same(ours.get_slice(name)[index], theirs.get_slice(name)[index], f"{name}[{index!r}]")
 
 
 def data(stats: dict[str, dict[str, int]]) -> tuple[int, int]:
