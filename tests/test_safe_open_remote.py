@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pathlib
 import shutil
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -94,6 +96,25 @@ def test_over_http_equals_safetensors(nginx, served, path):
 
 def test_a_sharded_index_over_http(nginx, served):
     check(nginx.url("gpt/pytorch_model.bin.index.json"), served / "oracles" / "gpt.safetensors")
+
+
+def test_threads_read_right_bytes_at_once_over_http(nginx, served):
+    oracle = served / "oracles" / "many.pt2.safetensors"
+    with reader.safe_open(nginx.url("many.pt2")) as ours, safetensors.safe_open(oracle, "pt") as theirs:
+        names = ours.keys()[:200]
+        opened = ours.stats["open"]["requests"]
+        expected = {name: raw(theirs.get_slice(name)[::2]) for name in names}
+        barrier = threading.Barrier(6)
+
+        def work(worker: int) -> int:
+            barrier.wait()
+            for name in names[worker::6]:
+                assert raw(ours.get_slice(name)[::2]) == expected[name], name
+            return len(names[worker::6])
+
+        with ThreadPoolExecutor(6) as pool:
+            assert sum(pool.map(work, range(6))) == len(names)
+        assert ours.stats["open"]["requests"] == opened  # no read opened it again
 
 
 @pytest.fixture(scope="module")
