@@ -130,10 +130,10 @@ def read(
 
 
 def __getattr__(name: str) -> Any:
-    """`StorageReader` from reader/dcp.py, imported on first use: it subclasses torch's DCP reader,
-    so importing this module still needs no torch."""
-    if name == "StorageReader":
-        from .dcp import StorageReader
+    """`StorageReader` (and its `RegionOutOfRange`) from reader/dcp.py, imported on first use: it
+    subclasses torch's DCP reader, so importing this module still needs no torch."""
+    if name in ("StorageReader", "RegionOutOfRange"):
+        from . import dcp
 
-        return StorageReader
+        return getattr(dcp, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
