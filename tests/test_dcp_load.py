@@ -119,6 +119,17 @@ def test_a_sharded_index_loads_as_one_checkpoint(tmp_path) -> None:
         assert _raw(target[name]) == _raw(want), name
 
 
+def test_the_archive_is_opened_once_per_reader() -> None:
+    """read_metadata and read_data, and a second load with the same reader, share one open."""
+    state = {"lin1.weight": torch.zeros(5, 5)}
+    with reader.torch.StorageReader(ARCHIVES / "layouts.pt2") as storage_reader:
+        dcp.load(state, storage_reader=storage_reader, no_dist=True)
+        opened = storage_reader.archive()
+        assert storage_reader.stats["open"]["requests"] == 1
+        dcp.load(state, storage_reader=storage_reader, no_dist=True)
+        assert storage_reader.archive() is opened and storage_reader.stats["open"]["requests"] == 1
+
+
 # -- regions: what a rank's ReadItems ask for ----------------------------------------------------
 
 
