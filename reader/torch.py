@@ -9,6 +9,7 @@ for a checkpoint), so `model.load_state_dict(reader.torch.load(location))` works
 Locally the storages map the file copy-on-write: pages are read when touched, and writing to a
 tensor changes the process's copy only. `reader.torch.read(location, name, index=...)` (and
 `read_tensor` on an open archive) reads one tensor, or a slice of it, as a row-major torch tensor.
+`reader.torch.StorageReader` (reader/dcp.py) is a torch.distributed.checkpoint reader of an archive.
 """
 
 from __future__ import annotations
@@ -18,14 +19,13 @@ import os
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Unpack
 
-import numpy as np
-
 from .loading.load import iter_storages, load_storages
 from .loading.selection import LoadKeywords, Selection
 from .loading.sync import LocationLoadKeywords, load_location, with_archive
 from .pt2.tensorinfo import TensorInfo
 from .sliced import SliceBytes
 from .sources import ByteSource
+from .torchviews import storage_of, tensor_on
 
 if TYPE_CHECKING:
     import torch as _torch
@@ -56,7 +56,7 @@ async def _tensors(archive: Archive | ShardedArchive, selection: Selection) -> d
     if isinstance(archive, ShardedArchive):  # each shard's part as from its own file, merged
         return await archive.load_with(selection, _tensors)
     plan, buffers = await load_storages(archive, selection)
-    storages = {name: _storage(torch, buffer) for name, buffer in buffers.items()}
+    storages = {name: storage_of(torch, buffer) for name, buffer in buffers.items()}
     return {info.name: _tensor(torch, info, storages[info.storage.entry], selection) for info in plan.tensors}
 
 
@@ -76,7 +76,7 @@ async def _iter_tensors(
 
     async with contextlib.aclosing(iter_storages(archive, selection)) as storages:  # closed with this one
         async for infos, buffer in storages:
-            storage = _storage(torch, buffer)
+            storage = storage_of(torch, buffer)
             for info in infos:
                 yield info.name, _tensor(torch, info, storage, selection)
 
@@ -84,16 +84,8 @@ async def _iter_tensors(
 def _tensor(
     torch: Any, info: TensorInfo, storage: _torch.UntypedStorage, selection: Selection
 ) -> _torch.Tensor:
-    tensor = torch.empty(0, dtype=getattr(torch, info.dtype or "")).set_(
-        storage, info.storage_offset or 0, info.sizes or (), info.strides or ()
-    )
+    tensor = tensor_on(torch, info, storage)
     return tensor.contiguous() if selection.order == "contiguous" else tensor
-
-
-def _storage(torch: Any, buffer: np.ndarray) -> _torch.UntypedStorage:
-    if not buffer.nbytes:
-        return torch.UntypedStorage(0)
-    return torch.frombuffer(buffer, dtype=torch.uint8).untyped_storage()
 
 
 def load(
@@ -135,3 +127,13 @@ def read(
     return with_archive(
         location, options, lambda archive: read_tensor(archive, name, model=model, index=index)
     )
+
+
+def __getattr__(name: str) -> Any:
+    """`StorageReader` (and its `RegionOutOfRange`) from reader/dcp.py, imported on first use: it
+    subclasses torch's DCP reader, so importing this module still needs no torch."""
+    if name in ("StorageReader", "RegionOutOfRange"):
+        from . import dcp
+
+        return getattr(dcp, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,5 +1,5 @@
 """BackgroundLoop: an event loop in a thread of its own, for a synchronous handle that keeps an
-async archive open between calls (`reader.safe_open`).
+async archive open between calls (`reader.safe_open`, `reader.torch.StorageReader`).
 
 An archive's sources (HTTP clients, open files, tasks) belong to the loop they were opened on, so
 a handle used from plain threads keeps that loop alive in one daemon thread for its whole life, and
@@ -11,6 +11,7 @@ one-call form (reader.loading.sync) opens and closes per call instead, so it nee
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import threading
 from collections.abc import Coroutine
@@ -53,9 +54,8 @@ class BackgroundLoop:
         """True while calls can run: not closed, and in the process that started the loop."""
         return not self._closed and os.getpid() == self._pid
 
-    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        """Run `coroutine` on the loop and wait for its result (its exception is raised here). If
-        the wait is interrupted (KeyboardInterrupt), the coroutine is cancelled."""
+    def submit(self, coroutine: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Start `coroutine` on the loop; its future, to wait on from another thread."""
         if threading.current_thread() is self._thread:
             coroutine.close()
             raise RuntimeError("a BackgroundLoop cannot wait for itself: call it from another thread")
@@ -65,7 +65,12 @@ class BackgroundLoop:
                 if os.getpid() != self._pid:
                     raise LoopClosed("opened in another process (before a fork): open it again in this one")
                 raise LoopClosed("closed")
-            future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+            return asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+
+    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run `coroutine` on the loop and wait for its result (its exception is raised here). If
+        the wait is interrupted (KeyboardInterrupt), the coroutine is cancelled."""
+        future = self.submit(coroutine)
         try:
             return future.result()
         except BaseException:

@@ -118,15 +118,16 @@ def split_by_shard(
             continue
         if info.unsupported:
             raise UnsupportedPayload(f"{info.model}/{info.name}: {info.unsupported}")
-        block = _block(info, cut.index(), entries[info.storage.entry])
+        block = cut_block(info, cut.index(), entries[info.storage.entry])
         ordered.append(block.info)
         blocks.append(block)
     return ordered, blocks
 
 
-def _block(info: TensorInfo, index: tuple[slice, ...], entry: ZipEntry) -> Block:
+def cut_block(info: TensorInfo, index: tuple[slice, ...], entry: ZipEntry, key: str | None = None) -> Block:
     """The block as a tensor viewing its buffer: the runs laid end to end, or, when they hold more than
-    the block (rows joined across small gaps), the block gathered row-major into a buffer of its size."""
+    the block (rows joined across small gaps), the block gathered row-major into a buffer of its size.
+    `key` names its buffer (default: the entry and the tensor, one block a tensor as a shard cuts it)."""
     plan = plan_slice(info, index)
     itemsize = plan.itemsize
     numel = math.prod(plan.shape)
@@ -138,7 +139,7 @@ def _block(info: TensorInfo, index: tuple[slice, ...], entry: ZipEntry) -> Block
         offset, held = plan.offset // itemsize, plan.nbytes if plan.zeros else plan.read_bytes
     storage = dataclasses.replace(
         info.storage,
-        entry=f"{info.storage.entry}#{info.model}/{info.name}",
+        entry=key or f"{info.storage.entry}#{info.model}/{info.name}",
         offset=offset * itemsize,
         nbytes=held,
     )

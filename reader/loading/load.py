@@ -26,7 +26,7 @@ async def load_storages(archive: Loadable, selection: Selection) -> tuple[LoadPl
     storages by entry name, a shard's blocks by their keys."""
     payloads = archive.payloads()
     plan, blocks = _plan(archive, payloads, selection)
-    return plan, await _read(payloads, plan, blocks, selection)
+    return plan, await read_planned(payloads, plan, blocks, selection)
 
 
 def _plan(archive: Loadable, payloads: Payloads, selection: Selection) -> tuple[LoadPlan, list[Block]]:
@@ -41,7 +41,7 @@ def _plan(archive: Loadable, payloads: Payloads, selection: Selection) -> tuple[
     return dataclasses.replace(plan, tensors=tuple(ordered)), blocks
 
 
-async def _read(
+async def read_planned(
     payloads: Payloads,
     plan: LoadPlan,
     blocks: list[Block],
@@ -80,7 +80,7 @@ async def iter_storages(
     for info in plan.tensors:
         views.setdefault(info.storage.entry, []).append(info)
     arrived: asyncio.Queue[Buffers] = asyncio.Queue()
-    reading = asyncio.ensure_future(_read(payloads, plan, blocks, selection, arrived.put_nowait))
+    reading = asyncio.ensure_future(read_planned(payloads, plan, blocks, selection, arrived.put_nowait))
     try:
         while views:
             for name, buffer in (await _next_batch(arrived, reading)).items():
