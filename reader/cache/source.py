@@ -122,7 +122,7 @@ class CachedSource:
         this one), or `error` again when no version is complete."""
         complete = self.store.latest(self.location, complete=True)
         if complete is None:
-            raise OriginUnreachable(f"{error}; and no complete version of it is in the cache {self.store.root}")
+            raise OriginUnreachable(f"{error}; no complete version of it in the cache {self.store.root}")
         stale = Stale(self.location, complete.meta["version"], complete.confirmed_at(), str(error))
         log.warning("origin unreachable, serving the cached %s (%s)", stale.describe(), error)
         complete.touch()

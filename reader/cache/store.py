@@ -99,7 +99,7 @@ class CachedVersion:
         self._spans: list[tuple[int, int]] = []  # merged, sorted; refreshed from disk on a miss
         self._verified: set[str] | None = None
         self._fd: int | None = None
-        self._unsynced: list[tuple[int, int]] = []  # spans written, in `_spans`, their markers not yet on disk
+        self._unsynced: list[tuple[int, int]] = []  # spans in `_spans` whose markers are not on disk yet
         self._unsynced_bytes = 0
 
     # -- which bytes are in ----------------------------------------------------------------
