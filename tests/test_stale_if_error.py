@@ -200,3 +200,20 @@ async def test_the_service_says_it_serves_a_stale_version(tmp_path, monkeypatch)
         assert "x-pt2serve-stale" in layout.headers and "immutable" not in layout.headers["cache-control"]
         listed = (await client.get("/archives")).json()["archives"][0]
         assert listed["stale"] is True and listed["revalidated"] is False
+
+
+async def test_a_sharded_checkpoint_opens_stale_when_its_origin_is_down(tmp_path):
+    from tests.fixtures.make_sharded import INDEX_NAME, write_sharded
+
+    index = write_sharded(tmp_path / "sharded" / "gpt")
+    async with FaultServer() as server:
+        for path in index.parent.iterdir():
+            server.put(f"/gpt/{path.name}", path.read_bytes())
+        url = server.url(f"/gpt/{INDEX_NAME}")
+        async with reader.open_archive(url, cache_dir=tmp_path / "cache", http_options=FAST) as ar:
+            want = await ar.load(copy=True)
+            assert ar.revalidated is True and ar.stale is None
+    async with reader.open_archive(url, cache_dir=tmp_path / "cache", http_options=FAST) as ar:
+        assert ar.revalidated is False
+        assert ar.stale is not None and ar.stale.location == url  # the index, first
+        assert same(await ar.load(copy=True), want)
