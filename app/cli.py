@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -355,6 +356,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.environ[OFFLINE_ENV] = "1"
     if args.command == "serve":
         return serve(args)
+    say_when_stale()
     if args.command == "diff":
         status = run_command(lambda a: cli_diff.cmd_diff(a, _http_options(a)), args)
         return cli_diff.exit_status(status, args)
@@ -366,6 +368,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         "pull": cmd_pull,
     }
     return run_command(commands[args.command], args)
+
+
+class _StaleLine(logging.Handler):
+    """The reader's word that a cached version is read because its origin could not be reached
+    (stale-if-error, docs/cache.md), as one line on stderr."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(" ".join(f"pt2serve: warning: {record.getMessage()}".split()), file=sys.stderr)
+
+
+def say_when_stale() -> None:
+    """Every verb working from a stale cached version says so (`serve` logs it as the service logs)."""
+    cache_log = logging.getLogger("reader.cache")
+    if not any(isinstance(handler, _StaleLine) for handler in cache_log.handlers):
+        cache_log.addHandler(_StaleLine(logging.WARNING))
+        cache_log.propagate = False
 
 
 def run_command(command: Callable[[argparse.Namespace], Any], args: argparse.Namespace) -> int:

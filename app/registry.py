@@ -156,7 +156,18 @@ class Slot:
             )
         if self.retired:
             info["retiring"] = [opened.version for opened in self.retired]
+        info.update(self.staleness() or {})
         return info
+
+    def staleness(self) -> dict[str, object] | None:
+        """Set while the version served was opened from the cache because its origin could not be
+        reached (stale-if-error): which version, how old (seconds since the origin last confirmed it)."""
+        archive = self.archive
+        stale = None if archive is None else archive.stale
+        if stale is None:
+            return None
+        age = int(stale.age)
+        return {"stale": True, "revalidated": archive.revalidated, "version": self.version, "age": age}
 
 
 class Registry:

@@ -59,6 +59,12 @@ class NotCached(SourceError):
     """Offline, and the bytes asked for (or any version of the object) are not in the cache."""
 
 
+class OriginUnreachable(SourceError):
+    """No answer from the origin at all: the connection was refused, the name did not resolve, or
+    every attempt timed out. Not an HTTP status (a 403, 404, 412 or 503 is an answer). A cached open
+    meeting it may serve the version it has (stale-if-error, docs/cache.md)."""
+
+
 class SourceChanged(SourceError):
     """The object changed between reads; mixing versions would give wrong bytes."""
 

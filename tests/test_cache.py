@@ -96,13 +96,13 @@ async def test_a_replaced_object_whose_index_is_not_cached_opens_as_the_new_vers
     assert_same(got, local_arrays(ARCHIVES / "dtypes.pt2"))
 
 
-async def test_a_cached_version_is_not_opened_when_the_origin_cannot_confirm_it(tmp_path):
+async def test_without_stale_if_error_a_cached_version_is_not_opened_unconfirmed(tmp_path):
     async with FaultServer() as gone:
         gone.put("/m.pt2", LAYOUTS)
         url = gone.url("/m.pt2")
         await load(url, tmp_path)
     with pytest.raises(reader.SourceError):  # online and unreachable: an error, not unconfirmed bytes
-        await load(url, tmp_path)
+        await load(url, tmp_path, stale_if_error=False)
 
 
 async def test_offline_opens_the_cached_version_with_no_request(server, tmp_path):

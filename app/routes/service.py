@@ -19,7 +19,13 @@ router = APIRouter()
 @router.get(
     "/healthz",
     summary="Readiness and liveness: 503 until every archive has opened once, then 200",
-    responses=answers(kind("not_ready"), json_body("every archive has opened once")),
+    responses=answers(
+        kind("not_ready"),
+        json_body(
+            "every archive has opened once; `status` is `degraded` (still 200) while an archive is "
+            "served from a cached version its origin could not confirm (`stale`: per archive)"
+        ),
+    ),
 )
 async def healthz(request: Request):
     state = request.app.state
@@ -36,6 +42,9 @@ async def healthz(request: Request):
             message = f"not ready: archives not open yet: {', '.join(waiting_for)}"
             return error_response(503, "not_ready", message, headers={"Retry-After": "5"})
         state.ready = True
+    stale = {archive_id: found for archive_id, s in slots.items() if (found := s.staleness()) is not None}
+    if stale:  # serving, from versions the origin could not confirm (docs/cache.md, stale-if-error)
+        return json_response({"status": "degraded", "archives": archives, "stale": stale})
     return json_response({"status": "ok", "archives": archives})
 
 

@@ -123,6 +123,7 @@ class LocationLoadKeywords(LoadKeywords, total=False):
     s3_settings: S3Settings | None
     cache_dir: str | os.PathLike[str] | None
     offline: bool | None
+    stale_if_error: bool | None
 
 
 def load_location(
@@ -144,7 +145,8 @@ def load(
     **keywords: Unpack[LocationLoadKeywords],
 ) -> dict[str, np.ndarray]:
     """Open `location`, load the selection as `Archive.load` does, close. The keywords are
-    `Archive.load`'s and `open_archive`'s (http_options, s3_settings, tail_size, chunk_size)."""
+    `Archive.load`'s and `open_archive`'s (http_options, s3_settings, tail_size, chunk_size,
+    cache_dir, offline, stale_if_error)."""
     return load_location(location, model, keywords, _arrays)
 
 

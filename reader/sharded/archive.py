@@ -48,6 +48,7 @@ from .index import INDEX_SUFFIX, MAX_INDEX_BYTES, ShardIndex, parse_shard_index,
 
 if TYPE_CHECKING:
     from ..archive import Archive
+    from ..cache import Stale
     from ..embedded import EntryBytes
     from ..pt2.executorch import EmbeddedFile
     from ..pt2.graph import Graph, TensorConsumers
@@ -87,6 +88,16 @@ class ShardSources:
             for purpose, counted in source.stats.by_purpose.items():
                 total.record(purpose, counted.bytes, requests=counted.requests)
         return total
+
+    @property
+    def revalidated(self) -> bool:
+        """The origin has said every one of them is current (see SourceBacked.revalidated)."""
+        return all(getattr(source, "revalidated", True) for source in self._sources())
+
+    @property
+    def stale(self) -> Stale | None:
+        """The first of them opened stale (the index, else a shard in order), or None."""
+        return next((s.stale for s in self._sources() if getattr(s, "stale", None) is not None), None)
 
     async def revalidate(self) -> bool:
         checks = [self.index.revalidate(), *(shard.revalidate() for shard in self.shards.values())]

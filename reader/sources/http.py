@@ -32,7 +32,7 @@ from typing import Any, Self, TypeVar
 import httpx
 import numpy as np
 
-from ..errors import SourceChanged, SourceError
+from ..errors import OriginUnreachable, SourceChanged, SourceError
 from ..reading.ranges import coalesce
 from . import bulk, multirange
 from .base import (
@@ -68,11 +68,14 @@ T = TypeVar("T")
 
 
 class _Retry(Exception):
-    """A failure worth another attempt (after `delay` seconds if the server said so)."""
+    """A failure worth another attempt (after `delay` seconds if the server said so); `unreachable`:
+    no answer came at all (the request never got a response), as opposed to an HTTP status or a
+    body cut short."""
 
-    def __init__(self, message: str, delay: float | None = None) -> None:
+    def __init__(self, message: str, delay: float | None = None, *, unreachable: bool = False) -> None:
         super().__init__(message)
         self.delay = delay
+        self.unreachable = unreachable
 
 
 class HttpSource:
@@ -690,7 +693,7 @@ class HttpSource:
             refused = certificate_refusal(exc, _failed_host(exc)) or refusal(exc)
             if refused:  # another attempt would meet the same answer
                 raise SourceError(f"{self.location}: {refused}") from None
-            raise _Retry(f"{type(exc).__name__}: {exc}") from None
+            raise _Retry(f"{type(exc).__name__}: {exc}", unreachable=True) from None
         if response.history:  # each hop was a request
             self.stats.record(purpose, 0, requests=len(response.history))
             if response.is_success:  # later reads go straight to the final URL
@@ -700,15 +703,16 @@ class HttpSource:
     async def _retrying(self, attempt_once: Callable[[], Awaitable[T]]) -> T:
         deadline = self._deadline()
         attempt = 0
+        last: _Retry | None = None
         while True:
             try:
                 return await asyncio.wait_for(attempt_once(), _remaining(deadline))
             except TimeoutError:
-                raise SourceError(
-                    f"{self.location}: time budget of {self.options.time_budget}s spent"
-                ) from None
+                failed = OriginUnreachable if last is None or last.unreachable else SourceError
+                raise failed(f"{self.location}: time budget of {self.options.time_budget}s spent") from None
             except _Retry as problem:
                 attempt += 1
+                last = problem
                 await self._back_off(problem, attempt, deadline)
 
     def _deadline(self) -> float | None:
@@ -717,14 +721,15 @@ class HttpSource:
 
     async def _back_off(self, problem: _Retry, attempt: int, deadline: float | None) -> None:
         options = self.options
+        failed = OriginUnreachable if problem.unreachable else SourceError  # no answer, or a bad one
         if attempt >= options.max_attempts:
-            raise SourceError(f"{self.location}: giving up after {attempt} attempts: {problem}")
+            raise failed(f"{self.location}: giving up after {attempt} attempts: {problem}")
         delay = problem.delay
         if delay is None:
             delay = min(options.backoff_cap, options.backoff_base * 2 ** (attempt - 1))
             delay *= random.uniform(0.5, 1.0)
         if deadline is not None and time.monotonic() + delay > deadline:
-            raise SourceError(f"{self.location}: time budget of {options.time_budget}s spent: {problem}")
+            raise failed(f"{self.location}: time budget of {options.time_budget}s spent: {problem}")
         await asyncio.sleep(delay)
 
     async def revalidate(self) -> bool:
