@@ -14,6 +14,7 @@ from .compare import compare
 from .errors import (
     ArchiveFormatError,
     FileNotFound,
+    HostRefused,
     IntegrityError,
     LocationError,
     ModelNotFound,
@@ -37,6 +38,7 @@ __all__ = [
     "ArchiveFormatError",
     "EmbeddedFile",
     "FileNotFound",
+    "HostRefused",
     "IntegrityError",
     "InvalidShard",
     "LocationError",

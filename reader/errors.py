@@ -53,6 +53,11 @@ class NotCached(SourceError):
     """Offline, and the bytes asked for (or any version of the object) are not in the cache."""
 
 
+class HostRefused(SourceError):
+    """The caller's `HttpOptions.resolve_host` refused a host before any connection to it: never
+    retried (another attempt meets the same rule). The message names the host and the rule."""
+
+
 class SourceChanged(SourceError):
     """The object changed between reads; mixing versions would give wrong bytes."""
 
