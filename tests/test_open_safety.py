@@ -289,6 +289,21 @@ async def test_a_redirect_between_named_hosts_is_followed(tmp_path):
             assert [t["name"] for t in tensors] == ["w"]
 
 
+async def test_an_opened_location_is_shown_without_its_query(tmp_path):
+    """A presigned URL's signature is a credential: the listing (and so the viewer) never shows it."""
+    data = small_archive(tmp_path / "m.pt2")
+    async with FaultServer() as origin:
+        origin.put("/m.pt2", data)
+        location = origin.url("/m.pt2") + "?X-Amz-Signature=s3cr3t&X-Amz-Credential=AKIA"
+        async with in_process(opener(allow_open=("http://127.0.0.1:*/*",))) as client:
+            opened = await open_location(client, location)
+            assert opened.status_code == 200, opened.text
+            assert opened.json()["location"] == origin.url("/m.pt2")
+            listing = (await client.get("/archives")).text
+            assert "s3cr3t" not in listing and "AKIA" not in listing
+        assert origin.requests("/m.pt2")[0].target.endswith("X-Amz-Credential=AKIA")  # the query was sent
+
+
 def test_the_address_rule():
     internal = ["127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "fd00:ec2::254",
                 "::1", "fe80::1", "224.0.0.1", "0.0.0.0", "::", "::ffff:10.0.0.1"]  # fmt: skip
