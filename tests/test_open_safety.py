@@ -28,6 +28,7 @@ import pytest
 
 from app.addresses import refusal, system_resolve
 from testing.faultserver import FaultServer, Status
+from testing.forward_proxy import ForwardProxy
 from testing.paths import ARCHIVES
 from testing.service import in_process, make_app
 from testing.zipbytes import write_pt2
@@ -302,6 +303,31 @@ async def test_an_opened_location_is_shown_without_its_query(tmp_path):
             listing = (await client.get("/archives")).text
             assert "s3cr3t" not in listing and "AKIA" not in listing
         assert origin.requests("/m.pt2")[0].target.endswith("X-Amz-Credential=AKIA")  # the query was sent
+
+
+async def test_through_a_proxy_the_target_host_is_checked_before_the_proxy_is_asked(tmp_path, monkeypatch):
+    """With HTTP_PROXY the proxy connects; the guard is asked about each target host first, so a refused
+    host (or redirect target) is never named to the proxy."""
+    data = small_archive(tmp_path / "m.pt2")
+    for variable in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(variable, raising=False)
+    async with Listener() as listener, FaultServer() as origin, ForwardProxy() as proxy:
+        monkeypatch.setenv("HTTP_PROXY", proxy.url)
+        origin.put("/final.pt2", data)
+        target = f"http://loopback.test:{listener.port}/m.pt2"
+        origin.faults.append(Status(code=302, times=None, path="/m.pt2", headers={"Location": target}))
+        async with in_process(opener(allow_open=("http://*",))) as client:
+            assert_refused(
+                await open_location(client, f"http://loopback.test:{listener.port}/m.pt2"), "loopback"
+            )
+            assert proxy.log == []
+        async with in_process(opener(allow_open=("http://127.0.0.1:*/*",))) as client:
+            assert_refused(await open_location(client, origin.url("/m.pt2")), "loopback.test", "loopback")
+            assert [entry["target"] for entry in proxy.log] == [origin.url("/m.pt2")]  # the origin only
+            allowed = await open_location(client, origin.url("/final.pt2"))
+            assert allowed.status_code == 200, allowed.text
+            assert proxy.log[-1]["target"] == origin.url("/final.pt2")  # and it did go through the proxy
+        assert listener.accepted == 0
 
 
 def test_the_address_rule():
