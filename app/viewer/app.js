@@ -192,6 +192,7 @@ async function loadArchive(id, model) {
   $("archive").value = id;
   const info = state.archives.find((a) => a.id === id) || {};
   $("location").textContent = info.location || "";
+  $("location").title = info.location || ""; // the whole of it where the header cuts it short
   $("version").textContent = "";
   showShareLink(info);
   renderPrograms(info);
