@@ -1,6 +1,7 @@
 """`pt2serve` command line: serve archives, or list, inspect, download and export their tensors.
 
-    pt2serve serve [ARCHIVE | id=LOCATION ...]
+    pt2serve serve [ARCHIVE | id=LOCATION ...] [--allow-open PATTERN ...]
+    pt2serve view LOCATION [LOCATION_B] [--no-browser]      (the browser viewer; two: compare)
     pt2serve ls LOCATION [--model M] [--json]
     pt2serve layout LOCATION NAME [--model M]
     pt2serve get LOCATION NAME -o FILE [--format raw|npy] [--order default|contiguous] [--model M]
@@ -27,7 +28,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from . import cli_diff
+from . import cli_diff, cli_view
 from .cli_cache import add_cache_command, cmd_cache
 from .cli_output import (
     PROGRESS_THRESHOLD,
@@ -61,6 +62,9 @@ SSL_CERT_FILE / SSL_CERT_DIR and --ca-bundle.
 examples:
   pt2serve serve                                   serve the bundled demo archive on :8000
   pt2serve serve gpt2=s3://models/gpt2.pt2         serve an archive from S3 under the id gpt2
+  pt2serve serve --allow-open 'hf://org/*'         ... and let the viewer open hf://org/ archives
+  pt2serve view model.pt2                          the browser viewer on an archive
+  pt2serve view v1/model.pt2 v2/model.pt2          ... on what changed between two
   pt2serve ls model.pt2                            table of every tensor
   pt2serve ls https://host/model.pt2 --json        the same as JSON
   pt2serve ls hf://org/model/pytorch_model.bin.index.json   every shard's tensors, as one
@@ -128,6 +132,22 @@ def build_parser() -> argparse.ArgumentParser:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="one log line per request (default: off, or PT2SERVE_ACCESS_LOG)",
+    )
+    serve.add_argument(
+        "--allow-open",
+        action="append",
+        default=None,
+        metavar="PATTERN",
+        help="let clients open locations matching PATTERN (fnmatch: 'hf://org/*', 's3://team/*', "
+        "'/srv/models/*'; repeatable; default PT2SERVE_ALLOW_OPEN), read with this server's "
+        "credentials; http(s) hosts on private addresses only when a pattern names the host",
+    )
+    serve.add_argument(
+        "--open-max",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="opened archives kept; past N the least recently used closes (default PT2SERVE_OPEN_MAX, 16)",
     )
     _add_parallel_options(serve, default_parts=None)
     _add_trust_option(serve)
@@ -259,6 +279,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_trust_option(pull)
     _add_trust_option(cli_diff.add_parser(commands))
+    _add_trust_option(cli_view.add_parser(commands))
     for command in commands.choices.values():
         command.add_argument(
             "--no-sign-request",
@@ -357,6 +378,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "serve":
         return serve(args)
     say_when_stale()
+    if args.command == "view":
+        return cli_view.cmd_view(args)
     if args.command == "diff":
         status = run_command(lambda a: cli_diff.cmd_diff(a, _http_options(a)), args)
         return cli_diff.exit_status(status, args)
@@ -649,6 +672,11 @@ def serve(args: argparse.Namespace) -> int:
 
     from .protocol import HTTP_PROTOCOL
 
+    # workers are separate processes: they read these settings from the environment
+    if args.allow_open:
+        os.environ["PT2SERVE_ALLOW_OPEN"] = "\n".join(args.allow_open)
+    if args.open_max is not None:
+        os.environ["PT2SERVE_OPEN_MAX"] = str(args.open_max)
     try:
         settings = Settings.from_environment(args.archives)
     except ValueError as exc:

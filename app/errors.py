@@ -38,6 +38,8 @@ ERROR_CODES: dict[str, ErrorCode] = {
     "unauthorized": ErrorCode(401, "the bearer token is missing or wrong"),
     "bad_signature": ErrorCode(403, "the signed URL does not match its signature, or is not a GET/HEAD"),
     "signature_expired": ErrorCode(403, "the signed URL has expired"),
+    "open_refused": ErrorCode(403, "--allow-open does not allow the location (the message names the rule)"),
+    "opening_disabled": ErrorCode(404, "the service runs without --allow-open: nothing can be opened"),
     "not_found": ErrorCode(404, "no route, or no such file of the viewer"),
     "archive_not_found": ErrorCode(404, "no archive with this id is configured"),
     "version_not_found": ErrorCode(
@@ -52,6 +54,8 @@ ERROR_CODES: dict[str, ErrorCode] = {
     "version_gone": ErrorCode(410, "the archive version was replaced (`current_version`, `current_url`)"),
     "range_not_satisfiable": ErrorCode(416, "no requested range overlaps the body"),
     "invalid_request": ErrorCode(422, "a parameter is missing, repeated, malformed or out of range"),
+    "bad_location": ErrorCode(422, "the location to open is malformed (an unknown scheme, a bad hf:// ...)"),
+    "too_many_opens": ErrorCode(429, "this client opened too many locations lately (`Retry-After`)"),
     "bad_url": ErrorCode(422, "the path to sign is not a path of this service"),
     "unsupported_payload": ErrorCode(422, "the tensor cannot be served in this form (the message says why)"),
     "reader_error": ErrorCode(500, "the archive reader failed in a way not classified"),
@@ -62,6 +66,7 @@ ERROR_CODES: dict[str, ErrorCode] = {
     "archive_changed": ErrorCode(503, "the archive changed under the request; retry"),
     "archive_unavailable": ErrorCode(503, "the archive has not opened (or failed to, and is retried)"),
     "too_many_streams": ErrorCode(503, "too many concurrent streams; retry"),
+    "opens_busy": ErrorCode(503, "too many opens in progress; retry"),
     "not_ready": ErrorCode(503, "not every archive has opened yet"),
     "http_error": ErrorCode(None, "another HTTP-level refusal"),
 }

@@ -100,6 +100,7 @@ SKIPPED = {"X-Pt2serve-Skipped": header("tensors left out (percent-encoded names
 STATUS_HEADERS = {
     401: {"WWW-Authenticate": WWW_AUTHENTICATE},
     416: {"Content-Range": UNSATISFIED_RANGE},
+    429: {"Retry-After": RETRY_AFTER},
     503: {"Retry-After": RETRY_AFTER},
 }
 

@@ -16,6 +16,7 @@ from .compare import compare
 from .errors import (
     ArchiveFormatError,
     FileNotFound,
+    HostRefused,
     IntegrityError,
     LocationError,
     ModelNotFound,
@@ -41,6 +42,7 @@ __all__ = [
     "ArchiveFormatError",
     "EmbeddedFile",
     "FileNotFound",
+    "HostRefused",
     "IntegrityError",
     "InvalidShard",
     "LocationError",

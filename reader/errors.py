@@ -65,6 +65,11 @@ class OriginUnreachable(SourceError):
     meeting it may serve the version it has (stale-if-error, docs/cache.md)."""
 
 
+class HostRefused(SourceError):
+    """The caller's `HttpOptions.resolve_host` refused a host before any connection to it: never
+    retried (another attempt meets the same rule). The message names the host and the rule."""
+
+
 class SourceChanged(SourceError):
     """The object changed between reads; mixing versions would give wrong bytes."""
 

@@ -37,7 +37,11 @@ async def healthz(request: Request):
         # a reopen after an update, or a failed revalidation, is the same on every replica, and taking
         # them all out of rotation would turn it into an outage.
         waiting = "pending" if state.settings.lazy else None
-        waiting_for = [f"{i} ({status})" for i, status in archives.items() if status not in ("open", waiting)]
+        waiting_for = [
+            f"{i} ({slots[i].status})"
+            for i in archives
+            if slots[i].status not in ("open", waiting) and not slots[i].opened
+        ]
         if waiting_for:
             message = f"not ready: archives not open yet: {', '.join(waiting_for)}"
             return error_response(503, "not_ready", message, headers={"Retry-After": "5"})
@@ -55,13 +59,14 @@ async def metrics(request: Request):
 
 @router.get(
     "/archives",
-    summary="The configured archives and their status",
+    summary="The archives (configured and opened), their status, and the locations --allow-open allows",
     responses=answers(json_resource("the archives, their versions and status", Listing("/archives", "id"))),
 )
 async def archives(request: Request):
     registry = request.app.state.registry
     described = [slot.describe() for slot in registry.slots.values()]
-    content = {"default": registry.default_id, "archives": described}
+    policy = request.app.state.opened.policy
+    content = {"default": registry.default_id, "archives": described, "allow_open": list(policy.patterns)}
     return json_etag_response(request, content, REVALIDATE_HEADERS)
 
 

@@ -20,7 +20,9 @@ function parse() {
 const hashFor = (a, b, tensor = null) => `#/compare/${enc(a)}/${enc(b)}` + (tensor ? `/tensor/${enc(tensor)}` : "");
 
 async function fillChoices(route) {
-  if ($("compare-a").options.length) return;
+  const listed = new Set([...$("compare-a").options].map((o) => o.value));
+  // archives opened since (open.js) are listed again
+  if (listed.size && (!route.a || listed.has(route.a)) && (!route.b || listed.has(route.b))) return;
   const listing = await getJSON("/archives");
   const refs = [];
   for (const archive of listing.archives) {

@@ -769,7 +769,12 @@ def make_client(options: HttpOptions, auth: httpx.Auth | None = None) -> httpx.A
                 to_proxy = verified_context(options.ca_bundle) if proxy.scheme == "https" else None
                 through = httpx.Proxy(proxy.url, headers=proxy.headers, ssl_context=to_proxy)
             return httpx.AsyncHTTPTransport(http2=True, verify=context, proxy=through)
-        return AiohttpTransport(verify=context, proxy=proxy, receive_thread=options.receive_thread)
+        return AiohttpTransport(
+            verify=context,
+            proxy=proxy,
+            receive_thread=options.receive_thread,
+            resolve_host=options.resolve_host,
+        )
 
     direct, mounts = proxy_mounts(transport_for)
     return httpx.AsyncClient(
