@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Iterable
 from typing import TYPE_CHECKING
 
 from ..errors import NotCached, SourceChanged
-from ..sources.base import DEFAULT_CHUNK_SIZE, SourceStats, check_range, fresh_buffer
+from ..sources.base import DEFAULT_CHUNK_SIZE, ByteSource, Landed, SourceStats, check_range, fresh_buffer
 from .store import CachedVersion, CacheStore
 
 if TYPE_CHECKING:
@@ -28,8 +28,11 @@ if TYPE_CHECKING:
 WRITE_SIZE = 8 << 20  # bytes gathered per write to the cache
 
 
-class CachedSource:
+class CachedSource(ByteSource):
     """The ByteSource contract over a cached version, filled from `remote` (None: offline)."""
+
+    mappable = True  # what `fill` fetched is read through a mapping of the cached file
+    cached = True
 
     def __init__(
         self,
@@ -73,7 +76,9 @@ class CachedSource:
         await self.read_into(start, buffer, purpose=purpose)
         return buffer.tobytes()
 
-    async def read_into(self, start: int, buffer: memoryview, *, purpose: str = "data", **_: object) -> None:
+    async def read_into(
+        self, start: int, buffer: memoryview, *, purpose: str = "data", landed: Landed | None = None
+    ) -> None:
         end = start + len(buffer)
         check_range(self, start, end)
         await self.fill([(start, end)], purpose=purpose)
@@ -146,6 +151,10 @@ class CachedSource:
 
     def verified(self, name: str, crc: int) -> bool:
         return self.version.verified(name, crc)
+
+    def needs_check(self, name: str, crc: int) -> bool:
+        """An entry not yet checked in full for this version: its bytes came from afar."""
+        return not self.verified(name, crc)
 
     def mark_verified(self, name: str, crc: int) -> None:
         self.version.mark_verified(name, crc)
