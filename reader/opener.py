@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Generator, Mapping
 from typing import Any
 
 from .archive import Archive
-from .cache import CachedSource, CacheStore, cache_store, offline_for, open_cached
+from .cache import CacheStore, cache_store, offline_for, open_cached
 from .errors import NotCached, SourceChanged
 from .reading.entries import EntryFetcher
 from .reading.opening import OpenedIndex, read_index
@@ -70,12 +70,11 @@ class open_archive:  # noqa: N801 - used like a function: `async with open_archi
         else:
             source = location
         if is_shard_index(location):  # a sharded checkpoint: its shards, each opened as this one is
-            if isinstance(source, CachedSource):
-                source = await _confirmed(source)
+            source = await _confirmed(source)
             return await open_sharded(os.fspath(location), source, lambda shard: self._at(shard)._open())
         try:
             opened = await _read_index(source, tail_size)
-            if isinstance(source, CachedSource):  # read from disk while the origin was asked
+            if source.cached:  # read from disk while the origin was asked
                 current = await source.current()
                 if current is not source or opened is None:  # the object is another version now
                     source = current
@@ -130,12 +129,13 @@ async def _read_index(source: ByteSource, tail_size: int) -> OpenedIndex | None:
     try:
         return await read_index(source, tail_size)
     except SourceChanged:
-        if isinstance(source, CachedSource):
+        if source.cached:
             return None
         raise
 
 
-async def _confirmed(source: CachedSource) -> CachedSource:
+async def _confirmed(source: ByteSource) -> ByteSource:
+    """The source of the version the object is now (a cached copy's, once the origin confirmed it)."""
     try:
         return await source.current()
     except BaseException:

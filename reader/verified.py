@@ -62,7 +62,7 @@ _by_fetcher: weakref.WeakKeyDictionary[EntryFetcher, Verified] = weakref.WeakKey
 def verified_for(fetcher: EntryFetcher) -> Verified | None:
     """The verified entries behind `fetcher`; None for a source that is not a local file."""
     found = _by_fetcher.get(fetcher)
-    if found is None and isinstance(fetcher.source, LocalFileSource):
+    if found is None and fetcher.source.local:
         found = _by_fetcher[fetcher] = Verified(fetcher.source)
     return found
 

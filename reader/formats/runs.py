@@ -63,7 +63,7 @@ async def _file_run(body: Body, start: int, end: int) -> FileRun | None:
     if not isinstance(body, TensorBytes | EntryBytes) or not is_verified(body.fetcher, body.entry):
         return None
     source = body.fetcher.source
-    if not isinstance(source, LocalFileSource):
+    if not source.local:
         return None
     try:
         first, _ = await body.archive_span()

@@ -41,7 +41,7 @@ from ..errors import (
 from ..loading.selection import LoadKeywords, Selection
 from ..pt2.checkpoint import CHECKPOINT_MODEL
 from ..pt2.tensorinfo import TensorInfo
-from ..sources import ByteSource, LocalFileSource, SourceStats, redact_location
+from ..sources import ByteSource, SourceStats, redact_location
 from ..tasks import task_group
 from ..versions import version_basis
 from .index import INDEX_SUFFIX, MAX_INDEX_BYTES, ShardIndex, parse_shard_index, shard_location
@@ -75,7 +75,7 @@ class ShardSources:
         self.size = index.size + sum(shard.source.size for shard in shards.values())
         self.etag = None  # versions come from `identity`, which covers every shard
         self.identity = _combined_identity(index, shards)
-        self.local = all(isinstance(source, LocalFileSource) for source in self._sources())
+        self.local = all(source.local for source in self._sources())
 
     def _sources(self) -> list[ByteSource]:
         return [self.index, *(shard.source for shard in self.shards.values())]

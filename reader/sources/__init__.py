@@ -7,7 +7,6 @@ remote location is first opened, so reading local archives does not pay for them
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -50,13 +49,6 @@ def is_remote(location: str) -> bool:
     return _scheme(location) in REMOTE_SCHEMES
 
 
-def is_http(source: object) -> bool:
-    """Whether a source reads over HTTP (an HttpSource: every remote scheme's source is one); no
-    source is one before a remote location was opened, so this imports nothing."""
-    http = sys.modules.get(f"{__name__}.http")
-    return http is not None and isinstance(source, http.HttpSource)
-
-
 def __getattr__(name: str) -> Any:
     """`HttpSource` imported on first use (it brings httpx and aiohttp)."""
     if name == "HttpSource":
@@ -71,7 +63,7 @@ def tail_size_for(location: str | os.PathLike[str] | ByteSource) -> int:
     if isinstance(location, (str, os.PathLike)):
         remote = is_remote(os.fspath(location))
     else:
-        remote = not isinstance(location, LocalFileSource)  # memory sources stand in for remote ones
+        remote = not location.local  # memory sources stand in for remote ones
     return DEFAULT_TAIL_SIZE if remote else LOCAL_TAIL_SIZE
 
 
@@ -139,7 +131,6 @@ __all__ = [
     "LocalFileSource",
     "S3Settings",
     "SourceStats",
-    "is_http",
     "is_remote",
     "open_source",
     "redact_location",
