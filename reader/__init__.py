@@ -7,9 +7,13 @@ async with reader.open_archive("model.pt2") as ar:
 arrays = reader.load("s3://bucket/model.pt2")         # every weight, as NumPy arrays
 tensors = reader.torch.load("s3://bucket/model.pt2")  # the same as torch tensors (torch optional)
 rank_1 = reader.load("s3://bucket/model.pt2", shard=reader.Shard(1, 4, {"*.mlp.*": 0}))  # its blocks
+
+`open_archive` gives an `ArchiveLike` (an `Archive`, or a `ShardedArchive` for a sharded
+checkpoint's index); docs/api.md says which read to use when.
 """
 
 from .archive import Archive
+from .archive_like import ArchiveLike
 from .compare import compare
 from .errors import (
     ArchiveFormatError,
@@ -29,20 +33,25 @@ from .loading.shards import InvalidShard, Shard
 from .loading.sync import load
 from .opener import open_archive
 from .pt2.executorch import EmbeddedFile
+from .pt2.slicing import Index
 from .pt2.tensorinfo import StorageRef, TensorInfo
 from .sharded import ShardedArchive
+from .tensor import Order
 
 __all__ = [
     "Archive",
     "ArchiveFormatError",
+    "ArchiveLike",
     "EmbeddedFile",
     "FileNotFound",
+    "Index",
     "IntegrityError",
     "InvalidShard",
     "LocationError",
     "ModelNotFound",
     "NoReadableWeights",
     "NotCached",
+    "Order",
     "ReaderError",
     "Shard",
     "ShardedArchive",

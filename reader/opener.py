@@ -1,5 +1,6 @@
 """open_archive: a location (a path, a URL, a sharded checkpoint's index, an open source) to an
-opened `Archive` or `ShardedArchive`, through the local cache when one is set (reader.cache)."""
+opened archive (`ArchiveLike`: an `Archive` or a `ShardedArchive`), through the local cache when one
+is set (reader.cache)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ from collections.abc import Awaitable, Generator, Mapping
 from typing import Any
 
 from .archive import Archive
+from .archive_like import ArchiveLike
 from .cache import CacheStore, cache_store, offline_for, open_cached
 from .errors import NotCached, SourceChanged
 from .reading.entries import EntryFetcher
 from .reading.opening import OpenedIndex, read_index
-from .sharded import ShardedArchive, is_shard_index, open_sharded
+from .sharded import is_shard_index, open_sharded
 from .sources import (
     DEFAULT_CHUNK_SIZE,
     ByteSource,
@@ -60,9 +62,9 @@ class open_archive:  # noqa: N801 - used like a function: `async with open_archi
         self._chunk_size = chunk_size
         self._http_options = http_options
         self._s3_settings = s3_settings
-        self._archive: Archive | ShardedArchive | None = None
+        self._archive: ArchiveLike | None = None
 
-    async def _open(self) -> Archive | ShardedArchive:
+    async def _open(self) -> ArchiveLike:
         location = self._location
         tail_size = tail_size_for(location) if self._tail_size is None else self._tail_size
         if isinstance(location, (str, os.PathLike)):
@@ -112,10 +114,10 @@ class open_archive:  # noqa: N801 - used like a function: `async with open_archi
             return await open_remote()
         return await open_cached(location, store, offline=offline, open_remote=open_remote)
 
-    def __await__(self) -> Generator[Any, None, Archive | ShardedArchive]:
+    def __await__(self) -> Generator[Any, None, ArchiveLike]:
         return self._open().__await__()
 
-    async def __aenter__(self) -> Archive | ShardedArchive:
+    async def __aenter__(self) -> ArchiveLike:
         self._archive = await self._open()
         return self._archive
 
