@@ -185,3 +185,8 @@ async def _unchanged_chunks(
     source.check_unchanged()
     if held is not None:
         yield held
+
+
+__all__ = [
+    "verify_ahead",
+]

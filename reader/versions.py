@@ -40,3 +40,10 @@ def source_version(source: ByteSource) -> str:
 
 def is_version(text: str) -> bool:
     return VERSION_PATTERN.fullmatch(text) is not None
+
+
+__all__ = [
+    "is_version",
+    "source_version",
+    "version_basis",
+]

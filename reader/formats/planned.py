@@ -210,3 +210,8 @@ def _trim(run: list[_Slice]) -> list[list[_Slice]]:
     if end == 0:
         return [[piece] for piece in run]
     return [run[:end], *([piece] for piece in run[end:])]
+
+
+__all__ = [
+    "PlannedBody",
+]

@@ -74,3 +74,12 @@ async def _file_run(body: Body, start: int, end: int) -> FileRun | None:
 
 def has_file_runs(pieces: list[Piece]) -> bool:
     return any(isinstance(piece, FileRun) for piece in pieces)
+
+
+__all__ = [
+    "FileRun",
+    "Piece",
+    "Streamed",
+    "body_pieces",
+    "has_file_runs",
+]

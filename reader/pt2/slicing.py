@@ -354,8 +354,11 @@ def _element_dtype(itemsize: int) -> np.dtype:
 
 __all__ = [
     "GAP_BYTES",
+    "INDEX_SYNTAX",
     "MAX_OVER_READ_RATIO",
     "MAX_RUNS",
+    "Index",
+    "IndexEntry",
     "SlicePlan",
     "assemble",
     "gather",

@@ -17,6 +17,7 @@ from .base import (
     LOCAL_TAIL_SIZE,
     ByteSource,
     SourceStats,
+    fresh_buffer,
     redact_location,
 )
 from .local import LocalFileSource
@@ -25,6 +26,7 @@ from .options import HttpOptions, S3Settings
 
 if TYPE_CHECKING:
     from .http import HttpSource
+    from .tls import verified_context
 
 # scheme -> what it reads; each remote opener is imported when its scheme is first opened
 # (the cloud SDKs of gs:// and az:// are extras: pt2serve[gcs], pt2serve[azure])
@@ -50,11 +52,16 @@ def is_remote(location: str) -> bool:
 
 
 def __getattr__(name: str) -> Any:
-    """`HttpSource` imported on first use (it brings httpx and aiohttp)."""
+    """`HttpSource` (it brings httpx and aiohttp) and `verified_context` (the TLS trust of every
+    remote read, for a client of one's own) imported on first use."""
     if name == "HttpSource":
         from .http import HttpSource
 
         return HttpSource
+    if name == "verified_context":
+        from .tls import verified_context
+
+        return verified_context
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -131,8 +138,10 @@ __all__ = [
     "LocalFileSource",
     "S3Settings",
     "SourceStats",
+    "fresh_buffer",
     "is_remote",
     "open_source",
     "redact_location",
     "tail_size_for",
+    "verified_context",
 ]
