@@ -1,5 +1,8 @@
 """Byte sources: where an archive's bytes come from (local file, HTTP(S), S3, memory).
 
+Every source is a `ByteSource` (base.py): its reads, and the capabilities its callers ask of it
+instead of testing its type (local, mappable, reports_landed, serves_multiple_ranges, ...).
+
 The remote sources (httpx, aiohttp, botocore and the cloud SDKs under them) are imported when a
 remote location is first opened, so reading local archives does not pay for them at start.
 """
