@@ -30,9 +30,9 @@ from typing import Any, NoReturn
 
 from . import cli_diff, cli_view
 from .cli_cache import add_cache_command, cmd_cache
+from .cli_errors import CliError, UsageError
 from .cli_output import (
     PROGRESS_THRESHOLD,
-    CliError,
     ResumeRecord,
     atomic_output,
     check_resumed,
@@ -82,10 +82,6 @@ HTTP_PROXY, HTTPS_PROXY, ALL_PROXY and NO_PROXY are honoured (docs/remote-reads.
 
 exit status: 0 ok, 1 archive/source/output error, 2 usage error, 130 interrupted.
 """
-
-
-class UsageError(Exception):
-    """Bad command-line input found after parsing (exit status 2)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -366,31 +362,44 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if getattr(args, "no_sign_request", False):  # the environment, so `serve` workers see it too
         os.environ["AWS_NO_SIGN_REQUEST"] = "1"
-    if args.command == "cache":
-        return run_command(lambda args: cmd_cache(args, _write_stdout), args)
-    if args.cache_dir or args.offline:  # the library's own defaults, so `serve` workers see them too
+    if args.command != "cache":  # (the cache command's --cache-dir names the cache it lists)
+        _library_defaults(args)
+    if args.command != "serve":  # (the service logs it as it logs everything)
+        say_when_stale()
+    return _commands()[args.command](args)
+
+
+def _library_defaults(args: argparse.Namespace) -> None:
+    """--cache-dir and --offline as the library's own defaults, so `serve` workers see them too."""
+    if args.cache_dir or args.offline:
         from reader.cache import CACHE_DIR_ENV, OFFLINE_ENV
 
         if args.cache_dir:
             os.environ[CACHE_DIR_ENV] = args.cache_dir
         if args.offline:
             os.environ[OFFLINE_ENV] = "1"
-    if args.command == "serve":
-        return serve(args)
-    say_when_stale()
-    if args.command == "view":
-        return cli_view.cmd_view(args)
-    if args.command == "diff":
-        status = run_command(lambda a: cli_diff.cmd_diff(a, _http_options(a)), args)
-        return cli_diff.exit_status(status, args)
-    commands: dict[str, Callable[[argparse.Namespace], Any]] = {
-        "ls": cmd_ls,
-        "layout": cmd_layout,
-        "get": cmd_get,
-        "export": cmd_export,
-        "pull": cmd_pull,
+
+
+def _commands() -> dict[str, Callable[[argparse.Namespace], int]]:
+    """Every command by its name: what runs it and gives its exit status (the one dispatch)."""
+
+    def run(command: Callable[[argparse.Namespace], Any]) -> Callable[[argparse.Namespace], int]:
+        return lambda args: run_command(command, args)
+
+    def diff(args: argparse.Namespace) -> int:
+        return cli_diff.exit_status(run_command(lambda a: cli_diff.cmd_diff(a, _http_options(a)), args), args)
+
+    return {
+        "serve": serve,
+        "ls": run(cmd_ls),
+        "layout": run(cmd_layout),
+        "get": run(cmd_get),
+        "export": run(cmd_export),
+        "pull": run(cmd_pull),
+        "cache": run(lambda args: cmd_cache(args, _write_stdout)),
+        "diff": diff,
+        "view": cli_view.cmd_view,
     }
-    return run_command(commands[args.command], args)
 
 
 class _StaleLine(logging.Handler):

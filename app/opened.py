@@ -40,7 +40,7 @@ class OpenedArchives:
         self.max = max(1, settings.open_max)
         self._guarded = dataclasses.replace(registry.http_options, resolve_host=self.guard)
         if self.policy.remote:  # the HTTP stack's import (~1 s) at start, not in the first open
-            import reader.sources.http  # noqa: F401
+            from reader.sources import HttpSource  # noqa: F401
 
     async def open(self, location: str, client: str) -> Slot:
         """The open archive at `location`, or the ApiError / ReaderError saying why not."""

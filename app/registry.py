@@ -23,7 +23,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import reader
 from reader.digests import Digests
-from reader.sources import HttpOptions, LocalFileSource, redact_location
+from reader.sources import HttpOptions, redact_location
 from reader.verified import verify_ahead
 from reader.versions import source_version
 
@@ -108,8 +108,7 @@ class Served(NamedTuple):
 
 def is_local(archive: reader.Archive | reader.ShardedArchive) -> bool:
     """Read from local files: a local archive, or a sharded checkpoint all of whose files are local."""
-    source = archive.source
-    return isinstance(source, LocalFileSource) or getattr(source, "local", False)
+    return archive.source.local
 
 
 GONE_REMEMBERED = 64  # retired versions per archive answered with 410 rather than 404
@@ -330,7 +329,11 @@ class Registry:
                 opened = Opened(archive, source_version(archive.source), Digests(archive))
                 digests = self._digests_ahead(archive)
                 # "off": nothing read in the background (an entry is verified by its first whole read)
-                verify = self.settings.digests_ahead != "off" and isinstance(archive.source, LocalFileSource)
+                verify = (  # one local file (a sharded checkpoint's shards are not checked ahead)
+                    self.settings.digests_ahead != "off"
+                    and isinstance(archive, reader.Archive)
+                    and archive.source.local
+                )
                 if digests or verify:
                     ahead = self._compute_ahead(slot.spec.id, opened, digests, verify)
                     opened.ahead = asyncio.create_task(ahead)

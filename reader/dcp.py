@@ -99,6 +99,7 @@ class StorageReader(_DcpStorageReader):
         s3_settings: S3Settings | None = None,
         cache_dir: str | os.PathLike[str] | CacheStore | None = None,
         offline: bool | None = None,
+        stale_if_error: bool | None = None,
     ) -> None:
         super().__init__()
         self.location = location
@@ -110,6 +111,7 @@ class StorageReader(_DcpStorageReader):
             "s3_settings": s3_settings,
             "cache_dir": cache_dir,
             "offline": offline,
+            "stale_if_error": stale_if_error,
         }
         self.load_id = uuid.uuid4().hex
         self.storage_data: dict[MetadataIndex, str] = {}

@@ -1,5 +1,6 @@
 """open_archive: a location (a path, a URL, a sharded checkpoint's index, an open source) to an
-opened `Archive` or `ShardedArchive`, through the local cache when one is set (reader.cache)."""
+opened archive (`ArchiveLike`: an `Archive` or a `ShardedArchive`), through the local cache when one
+is set (reader.cache)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ from collections.abc import Awaitable, Generator, Mapping
 from typing import Any
 
 from .archive import Archive
-from .cache import CachedSource, CacheStore, cache_store, offline_for, open_cached, stale_if_error_for
+from .archive_like import ArchiveLike
+from .cache import CacheStore, cache_store, offline_for, open_cached, stale_if_error_for
 from .errors import NotCached, SourceChanged
 from .reading.entries import EntryFetcher
 from .reading.opening import OpenedIndex, read_index
-from .sharded import ShardedArchive, is_shard_index, open_sharded
+from .sharded import is_shard_index, open_sharded
 from .sources import (
     DEFAULT_CHUNK_SIZE,
     ByteSource,
@@ -65,9 +67,9 @@ class open_archive:  # noqa: N801 - used like a function: `async with open_archi
         self._chunk_size = chunk_size
         self._http_options = http_options
         self._s3_settings = s3_settings
-        self._archive: Archive | ShardedArchive | None = None
+        self._archive: ArchiveLike | None = None
 
-    async def _open(self) -> Archive | ShardedArchive:
+    async def _open(self) -> ArchiveLike:
         location = self._location
         tail_size = tail_size_for(location) if self._tail_size is None else self._tail_size
         if isinstance(location, (str, os.PathLike)):
@@ -75,15 +77,14 @@ class open_archive:  # noqa: N801 - used like a function: `async with open_archi
         else:
             source = location
         if is_shard_index(location):  # a sharded checkpoint: its shards, each opened as this one is
-            if isinstance(source, CachedSource):
-                source = await _confirmed(source)
+            source = await _confirmed(source)
             sharded = await open_sharded(os.fspath(location), source, lambda shard: self._at(shard)._open())
-            if isinstance(source, CachedSource):  # the index was read whole: it opens with no request
+            if source.cached:  # the index was read whole: it opens with no request
                 source.version.mark_complete()
             return sharded
         try:
             opened = await _read_index(source, tail_size)
-            if isinstance(source, CachedSource):  # read from disk while the origin was asked
+            if source.cached:  # read from disk while the origin was asked
                 current = await source.current()
                 if current is not source or opened is None:  # the object is another version now
                     source = current
@@ -125,10 +126,10 @@ class open_archive:  # noqa: N801 - used like a function: `async with open_archi
             location, store, offline=offline, open_remote=open_remote, stale_if_error=stale_if_error
         )
 
-    def __await__(self) -> Generator[Any, None, Archive | ShardedArchive]:
+    def __await__(self) -> Generator[Any, None, ArchiveLike]:
         return self._open().__await__()
 
-    async def __aenter__(self) -> Archive | ShardedArchive:
+    async def __aenter__(self) -> ArchiveLike:
         self._archive = await self._open()
         return self._archive
 
@@ -142,12 +143,13 @@ async def _read_index(source: ByteSource, tail_size: int) -> OpenedIndex | None:
     try:
         return await read_index(source, tail_size)
     except SourceChanged:
-        if isinstance(source, CachedSource):
+        if source.cached:
             return None
         raise
 
 
-async def _confirmed(source: CachedSource) -> CachedSource:
+async def _confirmed(source: ByteSource) -> ByteSource:
+    """The source of the version the object is now (a cached copy's, once the origin confirmed it)."""
     try:
         return await source.current()
     except BaseException:

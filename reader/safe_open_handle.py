@@ -71,6 +71,7 @@ class safe_open:  # noqa: N801 - safetensors' name, used the same way
         s3_settings: S3Settings | None = None,
         cache_dir: str | os.PathLike[str] | CacheStore | None = None,
         offline: bool | None = None,
+        stale_if_error: bool | None = None,
     ) -> None:
         self._framework = _framework(framework)
         self._device = _device(self._framework, device)
@@ -84,6 +85,7 @@ class safe_open:  # noqa: N801 - safetensors' name, used the same way
             s3_settings=s3_settings,
             cache_dir=cache_dir,
             offline=offline,
+            stale_if_error=stale_if_error,
         )
         self._loop = BackgroundLoop(f"safe_open {self._where}")
         try:

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from ..errors import NotCached
-from ..sources import is_http, redact_location
+from ..sources import redact_location
 from .source import CachedSource, Stale, keep_version
 from .store import CachedVersion, CacheStore, VersionInfo
 
@@ -92,7 +92,7 @@ async def open_cached(
             stale_if_error=stale_if_error,
         )
     remote = await open_remote(None)
-    if not is_http(remote):  # every remote scheme's source is one
+    if remote.pinned() is None:  # nothing to pin a cached version to (every remote source has it)
         return remote
     return await keep_version(remote, key, store)
 

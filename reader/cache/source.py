@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import NotCached, OriginUnreachable, SourceChanged
-from ..sources.base import DEFAULT_CHUNK_SIZE, SourceStats, check_range, fresh_buffer
+from ..sources.base import DEFAULT_CHUNK_SIZE, ByteSource, Landed, SourceStats, check_range, fresh_buffer
 from .store import CachedVersion, CacheStore
 
 if TYPE_CHECKING:
@@ -60,8 +60,11 @@ class Stale:
         return f"{self.location}: version {self.version}, {_age_text(self.age)} old"
 
 
-class CachedSource:
+class CachedSource(ByteSource):
     """The ByteSource contract over a cached version, filled from `remote` (None: offline)."""
+
+    mappable = True  # what `fill` fetched is read through a mapping of the cached file
+    cached = True
 
     def __init__(
         self,
@@ -141,7 +144,9 @@ class CachedSource:
         await self.read_into(start, buffer, purpose=purpose)
         return buffer.tobytes()
 
-    async def read_into(self, start: int, buffer: memoryview, *, purpose: str = "data", **_: object) -> None:
+    async def read_into(
+        self, start: int, buffer: memoryview, *, purpose: str = "data", landed: Landed | None = None
+    ) -> None:
         end = start + len(buffer)
         check_range(self, start, end)
         await self.fill([(start, end)], purpose=purpose)
@@ -223,6 +228,10 @@ class CachedSource:
 
     def verified(self, name: str, crc: int) -> bool:
         return self.version.verified(name, crc)
+
+    def needs_check(self, name: str, crc: int) -> bool:
+        """An entry not yet checked in full for this version: its bytes came from afar."""
+        return not self.verified(name, crc)
 
     def mark_verified(self, name: str, crc: int) -> None:
         self.version.mark_verified(name, crc)

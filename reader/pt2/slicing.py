@@ -26,6 +26,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import EllipsisType
+from typing import SupportsIndex
 
 import numpy as np
 
@@ -43,7 +44,11 @@ MAX_RUNS = 1 << 16
 # One normalized index entry per result dim or source dim: an int picks one position (the dim
 # is dropped), a range selects positions (negative steps allowed), None inserts a new dim of 1.
 NormalizedEntry = int | range | None
-Index = object  # what `full[index]` accepts in basic indexing
+# What `full[index]` accepts (NumPy basic indexing): an int (or anything with __index__, as
+# np.int64), a slice with any step, `...`, or a tuple of those and None (np.newaxis). Arrays,
+# lists and bools (advanced indexing) are refused when the index is read.
+IndexEntry = SupportsIndex | slice | EllipsisType | None
+Index = SupportsIndex | slice | EllipsisType | tuple[IndexEntry, ...]
 
 
 def normalize_index(index: Index, sizes: Sequence[int]) -> tuple[NormalizedEntry, ...]:
@@ -349,8 +354,11 @@ def _element_dtype(itemsize: int) -> np.dtype:
 
 __all__ = [
     "GAP_BYTES",
+    "INDEX_SYNTAX",
     "MAX_OVER_READ_RATIO",
     "MAX_RUNS",
+    "Index",
+    "IndexEntry",
     "SlicePlan",
     "assemble",
     "gather",

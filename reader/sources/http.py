@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import itertools
 import random
 import re
 import time
@@ -33,15 +32,18 @@ import httpx
 import numpy as np
 
 from ..errors import OriginUnreachable, SourceChanged, SourceError
-from ..reading.ranges import coalesce
 from . import bulk, multirange
 from .base import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_TAIL_SIZE,
+    ByteSource,
     Landed,
     SourceStats,
     check_range,
+    check_ranges,
     fresh_buffer,
+    per_range,
+    read_ranges_apart,
     redact_location,
 )
 from .held import HeldBytes
@@ -78,8 +80,10 @@ class _Retry(Exception):
         self.unreachable = unreachable
 
 
-class HttpSource:
+class HttpSource(ByteSource):
     """One remote object read by byte ranges over a pooled httpx client."""
+
+    reports_landed = True  # read_into tells `landed` of each stretch as it arrives
 
     def __init__(
         self,
@@ -139,6 +143,14 @@ class HttpSource:
     @property
     def identity(self) -> str:
         return self.etag or f"{self.last_modified}-{self.size}"
+
+    @property
+    def fast_connection(self) -> float | None:
+        return self.options.fast_connection
+
+    @property
+    def part_size(self) -> int:
+        return self.options.part_size
 
     @property
     def held(self) -> HeldBytes | None:
@@ -485,30 +497,11 @@ class HttpSource:
         part checked against what was asked; else (a 200 or a single range to a multi-range request:
         its body is not read, and the answer remembered) the ranges joined where at most
         `fallback_gap` lies between them, one range a request."""
-        for start, end in ranges:
-            check_range(self, start, end)
-        if any(low < high for (_, high), (low, _) in itertools.pairwise(ranges)):
-            raise ValueError("ranges must be sorted and disjoint")
-        if sum(map(len, into)) != sum(end - start for start, end in ranges):
-            raise ValueError("the buffers are not as long as the ranges")
+        check_ranges(self, ranges, into)
         several = len(ranges) > 1 and self.multirange is not False
         if several and await self._retrying(lambda: self._ranges_once(ranges, into, purpose)):
             return
-        views = _per_range(into, ranges)
-        first = 0
-        for low, high in coalesce(ranges, fallback_gap):  # both in order: each span's ranges follow on
-            last = first
-            while last < len(ranges) and ranges[last][1] <= high:
-                last += 1
-            inside, first = range(first, last), last
-            if len(inside) == 1:  # the range alone: straight into its place
-                await self.read_into(low, views[inside[0]], purpose=purpose)
-                continue
-            held = fresh_buffer(high - low)
-            await self.read_into(low, held, purpose=purpose)
-            for index in inside:
-                start, end = ranges[index]
-                views[index][:] = held[start - low : end - low]
+        await read_ranges_apart(self, ranges, into, purpose=purpose, gap=fallback_gap)
 
     async def _ranges_once(
         self, ranges: Sequence[tuple[int, int]], into: Sequence[memoryview], purpose: str
@@ -536,7 +529,7 @@ class HttpSource:
             self.multirange = True
             body = response.extensions.get(bulk.BODY_INTO)
             length = response.headers.get("content-length", "")
-            views = _per_range(into, ranges)
+            views = per_range(into, ranges)
             try:
                 laid = None
                 if body is not None and length.isdigit():
@@ -803,20 +796,6 @@ def _retry_after(response: httpx.Response, cap: float) -> float | None:
     if value.isdigit():
         return min(float(value), cap)
     return None
-
-
-def _per_range(into: Sequence[memoryview], ranges: Sequence[tuple[int, int]]) -> list[memoryview]:
-    """Each range's view of `into`, whose buffers hold the ranges end to end (each whole)."""
-    views, buffers = [], iter(into)
-    buffer, at = memoryview(b""), 0
-    for start, end in ranges:
-        while at == len(buffer):
-            buffer, at = next(buffers), 0
-        if at + end - start > len(buffer):
-            raise ValueError(f"range [{start}, {end}) does not fit whole in a buffer")
-        views.append(buffer[at : at + end - start])
-        at += end - start
-    return views
 
 
 def _joined(buffers: list[memoryview]) -> memoryview:
