@@ -31,9 +31,8 @@ class ErrorCode(NamedTuple):
 # holds every error body to.
 ERROR_CODES: dict[str, ErrorCode] = {
     "cors_refused": ErrorCode(400, "a CORS preflight from an origin, method or header not allowed"),
-    "bad_slice": ErrorCode(400, "`slice` is not NumPy basic indexing (ints, start:stop:step, ...)"),
-    "slice_out_of_range": ErrorCode(
-        400, "`slice` indexes past the tensor's sizes or has more indices than dims"
+    "bad_slice": ErrorCode(
+        400, "`slice` is not NumPy basic indexing (ints, start:stop:step, one ..., step not 0)"
     ),
     "unauthorized": ErrorCode(401, "the bearer token is missing or wrong"),
     "bad_signature": ErrorCode(403, "the signed URL does not match its signature, or is not a GET/HEAD"),
@@ -46,6 +45,11 @@ ERROR_CODES: dict[str, ErrorCode] = {
         404, "the archive never had this version (`current_version`: the one served)"
     ),
     "tensor_not_found": ErrorCode(404, "no tensor of this name in the model"),
+    # 404, not 400: the text is valid (the documented pattern accepts it) and names a part of the
+    # tensor that is not there, as a tensor name that is not there is 404 (and a version may have it)
+    "slice_out_of_range": ErrorCode(
+        404, "`slice` indexes past the tensor's sizes or has more indices than dims"
+    ),
     "model_not_found": ErrorCode(404, "no model of this name in the archive"),
     "file_not_found": ErrorCode(404, "no such file in the archive"),
     "signing_disabled": ErrorCode(404, "the service has no API token or signing key: URLs need no signature"),

@@ -383,3 +383,21 @@ def test_streams_chunked_differently_pair_up_element_by_element():
     got = run(pieces())
     assert all(len(x) == len(y) and len(x) % 8 == 0 and x for x, y in got)
     assert b"".join(x for x, _ in got) == data_a and b"".join(y for _, y in got) == data_b
+
+
+def test_a_module_whose_old_values_are_all_zero_has_its_absolute_change(tmp_path):
+    """Its relative change has no value (||a|| = 0): `absolute_l2` gives ||a - b|| pooled, and it
+    ranks above the modules with a relative change; every module carries both figures."""
+    write_pt2(
+        tmp_path / "a.pt2", {"z.b": (FLOAT32, [2], _floats([0, 0])), "w.w": (FLOAT32, [2], _floats([1, 2]))}
+    )
+    write_pt2(
+        tmp_path / "b.pt2", {"z.b": (FLOAT32, [2], _floats([3, 4])), "w.w": (FLOAT32, [2], _floats([1, 4]))}
+    )
+    diff, _, _ = run(_compare(tmp_path / "a.pt2", tmp_path / "b.pt2"))
+    modules = diff.to_dict()["summary"]["modules"]
+    assert [m["module"] for m in modules] == ["z", "w"]
+    z, w = modules
+    assert z["relative_l2"] is None and z["absolute_l2"] == pytest.approx(5.0) and z["from_zero"] is True
+    assert w["relative_l2"] == pytest.approx(2 / 5**0.5) and w["absolute_l2"] == pytest.approx(2.0)
+    assert w["from_zero"] is False
