@@ -1,34 +1,16 @@
-"""Shared fixtures: committed archives, their torch-computed expectations, the shared ExecuTorch file."""
+"""Shared fixtures: the shared ExecuTorch file, freshly generated archives, Chromium. Helpers the test
+modules share live in testing/, never here (no test module imports another)."""
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
-import importlib.util
-import json
 import pathlib
 
 import pytest
 
-from testing.paths import ARCHIVES  # noqa: F401 - re-exported: the tests import it from here
+from testing.paths import SHARED_LINEAR
 from testing.provision import ensure_chromium
 from testing.seaweed import seaweed_s3  # noqa: F401 - session fixture: a real S3 server on loopback
-
-HERE = pathlib.Path(__file__).resolve().parent
-EXPECTED = json.loads((HERE / "fixtures" / "expected.json").read_text())
-SHARED_LINEAR = HERE.parent.parent / "shared" / "fixtures" / "linear.pt2"
-
-HAVE_TORCH = importlib.util.find_spec("torch") is not None
-needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed (CI installs torch==2.13.0)")
-
-
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def run(coro, timeout: float = 30.0):
-    """Run a coroutine with a hard time bound, so a hang fails instead of blocking the suite."""
-    return asyncio.run(asyncio.wait_for(coro, timeout))
+from testing.torch_oracle import HAVE_TORCH
 
 
 @pytest.fixture(scope="session")

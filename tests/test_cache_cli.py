@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
+from testing.cli import acli
 from testing.faultserver import FaultServer
+from testing.paths import ARCHIVES
 from testing.service import in_process, make_app
-from tests.conftest import ARCHIVES
-from tests.test_cli import acli
 
 MANY = (ARCHIVES / "many.pt2").read_bytes()
 

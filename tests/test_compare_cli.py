@@ -9,8 +9,8 @@ import sys
 import numpy as np
 
 from app.cli import main
+from testing.paths import ARCHIVES
 from testing.zipbytes import write_pt2
-from tests.conftest import ARCHIVES
 
 FLOAT32 = 7
 

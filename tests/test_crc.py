@@ -17,7 +17,7 @@ import pytest
 
 from reader import zipfmt
 from reader.zipfmt import decode
-from tests.conftest import ARCHIVES
+from testing.paths import ARCHIVES
 
 isal_zlib = pytest.importorskip("isal.isal_zlib")
 

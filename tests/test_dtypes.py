@@ -10,7 +10,7 @@ import pytest
 
 from reader import ArchiveFormatError
 from reader.pt2.dtypes import BY_SERIALIZED, dtype_from_serialized, to_numpy
-from tests.conftest import needs_torch
+from testing.torch_oracle import needs_torch
 
 
 @needs_torch

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import zipfile
 
+from testing.paths import ARCHIVES
 from testing.service import in_process, make_app, run
-from tests.conftest import ARCHIVES
 
 
 def test_graph_route_lists_every_node_in_order():

@@ -21,7 +21,7 @@ from reader.errors import SourceError
 from reader.sources import bulk, http, multirange
 from reader.sources.http import HttpSource
 from reader.sources.scatter import Scatter, gather
-from tests.test_shard_multirange import MultipartServer
+from testing.multipart_server import MultipartServer
 
 SIZE = 4 << 20
 DATA = np.random.default_rng(34).integers(0, 256, SIZE, dtype=np.uint8).tobytes()

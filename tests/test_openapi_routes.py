@@ -25,8 +25,8 @@ from starlette.testclient import TestClient
 from app.errors import ERROR_CODES
 from app.openapi import CODES_KEY, ERROR_SCHEMA_NAME
 from app.routing import app_routes
+from testing.paths import ARCHIVES
 from testing.service import make_app
-from tests.conftest import ARCHIVES
 
 TOKEN = "walk-token"
 AUTH = {"authorization": f"Bearer {TOKEN}"}

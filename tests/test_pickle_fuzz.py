@@ -23,7 +23,8 @@ from fuzz import bases, bounds
 from reader.pickle import Limits, load_torch_pickle
 from reader.pt2.checkpoint import build_checkpoint_index, plan_checkpoint
 from reader.zipfmt import ZipEntry
-from tests.test_containers import CONTAINERS, VERSIONS
+from testing.paths import CONTAINER_VERSIONS as VERSIONS
+from testing.paths import CONTAINERS
 
 BOUNDED = settings(
     derandomize=True,

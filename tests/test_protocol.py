@@ -8,8 +8,8 @@ import socket
 
 import reader
 from app.protocol import HELD_MAX, JoiningTransport
+from testing.paths import ARCHIVES
 from testing.service import make_app, real_server
-from tests.conftest import ARCHIVES
 
 
 class Counted(asyncio.Protocol):

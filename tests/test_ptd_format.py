@@ -14,8 +14,9 @@ from reader.formats.body import BytesBody, read_body
 from reader.formats.ptd import DEFAULT_ALIGNMENT, HEADER, plan_ptd, ptd_body, ptd_refusal, writable
 from reader.pt2.dtypes import BY_NAME
 from reader.pt2.tensorinfo import StorageRef, TensorInfo
+from testing.checks import run
 from testing.executorch_oracle import executorch_ptd, needs_executorch, read_ptd, torch_bytes
-from tests.conftest import ARCHIVES, SHARED_LINEAR, run
+from testing.paths import ARCHIVES, SHARED_LINEAR
 
 ARCHIVE_PATHS = sorted(ARCHIVES.glob("*.pt2"))
 NO_EXECUTORCH_TYPE = {"complex32", "complex64", "complex128", "float8_e8m0fnu"}

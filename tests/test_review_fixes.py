@@ -17,9 +17,9 @@ from app.responses import BodyResponse
 from app.settings import Settings, parse_archive_specs
 from reader.formats.body import BytesBody
 from testing.faultserver import FaultServer, StallAfter
+from testing.paths import ARCHIVES
 from testing.service import make_app, real_server
 from testing.zipbytes import write_pt2
-from tests.conftest import ARCHIVES
 
 
 async def test_a_late_failure_of_an_old_version_does_not_close_its_replacement(tmp_path) -> None:

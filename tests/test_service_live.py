@@ -11,9 +11,9 @@ import pytest
 
 import reader
 from testing.faultserver import DropAfter, FaultServer
+from testing.paths import ARCHIVES
 from testing.service import make_app, real_server
 from testing.zipbytes import write_pt2
-from tests.conftest import ARCHIVES
 
 BIG = 24 << 20  # bytes in the big tensor
 

@@ -10,8 +10,9 @@ import pytest
 
 from app.main import create_app
 from app.settings import Settings, parse_archive_specs
+from testing.paths import ARCHIVES
 from testing.service import threaded_server
-from tests.conftest import ARCHIVES, needs_torch
+from testing.torch_oracle import needs_torch
 
 TALL = (4608, 1024)  # 18 MiB of float32: /stats samples it; rows of 4 KiB
 WIDE = (320, 16000)  # 19.5 MiB: its columns are sampled too

@@ -21,9 +21,9 @@ import reader
 from app.protocol import HTTP_PROTOCOL, SENDFILE, JoiningHttpToolsProtocol
 from reader.verified import is_verified
 from reader.versions import source_version
+from testing.paths import ARCHIVES
 from testing.service import free_port, make_app
 from testing.zipbytes import write_pt2
-from tests.conftest import ARCHIVES
 
 BIG = 8 << 20
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 import reader
-from tests.conftest import ARCHIVES
+from testing.paths import ARCHIVES
 from tests.fixtures.zip64 import make_zip64_archive
 
 
