@@ -1,16 +1,49 @@
-"""Shared fixtures: the shared ExecuTorch file, freshly generated archives, Chromium. Helpers the test
-modules share live in testing/, never here (no test module imports another)."""
+"""Shared fixtures (the shared ExecuTorch file, freshly generated archives, Chromium) and the layers'
+rules: every test names its layer, and a unit test starts no subprocess and opens no socket
+(testing/layers.py). Helpers the test modules share live in testing/, never here."""
 
 from __future__ import annotations
 
+import contextlib
 import pathlib
 
 import pytest
 
+from testing.layers import layer_problems, unit_guard
 from testing.paths import SHARED_LINEAR
 from testing.provision import ensure_chromium
 from testing.seaweed import seaweed_s3  # noqa: F401 - session fixture: a real S3 server on loopback
 from testing.torch_oracle import HAVE_TORCH
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    problems = layer_problems((item.nodeid, {m.name for m in item.iter_markers()}) for item in items)
+    if problems:
+        shown = "\n  ".join(problems[:20])
+        more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
+        raise pytest.UsageError(f"tests without a single layer (pyproject's markers):\n  {shown}{more}")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    with _guarded(item):
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    with _guarded(item):
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item):
+    with _guarded(item):
+        yield
+
+
+def _guarded(item: pytest.Item) -> contextlib.AbstractContextManager:
+    return unit_guard() if item.get_closest_marker("unit") else contextlib.nullcontext()
 
 
 @pytest.fixture(scope="session")

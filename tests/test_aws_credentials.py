@@ -43,6 +43,8 @@ from testing.paths import ARCHIVES
 from testing.seaweed import SeaweedS3
 from testing.service import make_app, real_server
 
+pytestmark = pytest.mark.emulator
+
 NAME = "layouts.pt2"
 KEY = f"archives/{NAME}"
 BIG = "many.pt2"  # 880 KB: tensors beyond the tail read at open, so each read is a request

@@ -25,6 +25,8 @@ from testing.faultserver import DropAfter, FaultServer, Status
 from testing.paths import ARCHIVES, SHARED_LINEAR
 from testing.zipbytes import write_pt2
 
+pytestmark = pytest.mark.emulator
+
 NAMES = ["layouts.pt2", "dtypes.pt2", "many.pt2", "many_deflate.pt2", "two_models.pt2"]
 CONTAINER = "models"
 NAME = "conv.weight"  # a tensor of layouts.pt2, for the CLI

@@ -18,6 +18,8 @@ from reader.sources import HttpOptions
 from testing.faultserver import DropAfter, FaultServer
 from testing.paths import ARCHIVES
 
+pytestmark = pytest.mark.emulator
+
 FAST = HttpOptions(backoff_base=0.01, backoff_cap=0.05, read_timeout=2.0, time_budget=10.0)
 LAYOUTS = (ARCHIVES / "layouts.pt2").read_bytes()
 DTYPES = (ARCHIVES / "dtypes.pt2").read_bytes()

@@ -9,6 +9,7 @@ import urllib.parse
 import zlib
 
 import httpx
+import pytest
 import zstandard
 
 from app.caching import IMMUTABLE, IMMUTABLE_PRIVATE, NO_STORE, NO_STORE_PATHS, REVALIDATE
@@ -16,6 +17,8 @@ from testing import versioned_archives
 from testing.service import in_process, make_app
 from testing.torch_oracle import needs_torch
 from testing.versioned_archives import deploy
+
+pytestmark = pytest.mark.unit
 
 two_versions = versioned_archives.two_versions  # the fixture: two torch-written versions of one archive
 TOKEN = "edge-token-7"

@@ -25,6 +25,8 @@ from testing.faultserver import Drip, FaultServer
 from testing.paths import ARCHIVES
 from testing.zipbytes import write_pt2
 
+pytestmark = pytest.mark.emulator
+
 REPO = pathlib.Path(__file__).resolve().parent.parent
 
 

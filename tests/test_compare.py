@@ -17,6 +17,8 @@ from testing.torch_oracle import needs_torch
 from testing.zipbytes import write_pt2
 from tests.fixtures.rezip import read_entries, write_entries
 
+pytestmark = pytest.mark.unit
+
 CONTAINERS = ARCHIVES.parent / "containers" / "torch-2.13"
 SELF_COMPARABLE = sorted(
     [p for p in ARCHIVES.glob("*.pt2") if p.name != "legacy.pt2"]  # legacy.pt2 does not open (by design)

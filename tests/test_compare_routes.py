@@ -14,6 +14,8 @@ from testing.torch_oracle import needs_torch
 from testing.versioned_archives import CHANGED, write_version
 from testing.zipbytes import write_pt2
 
+pytestmark = pytest.mark.unit
+
 FLOAT32 = 7
 
 

@@ -9,6 +9,8 @@ import pytest
 from testing.cli import serve
 from testing.zipbytes import write_pt2
 
+pytestmark = pytest.mark.browser
+
 TOKEN = "compare-token-7"
 FLOAT32 = 7
 

@@ -24,6 +24,8 @@ from testing.paths import CONTAINER_VERSIONS as VERSIONS
 from testing.paths import CONTAINERS
 from testing.torch_oracle import HAVE_TORCH
 
+pytestmark = pytest.mark.emulator
+
 TRUTH = {version: json.loads((CONTAINERS / version / "expected.json").read_text()) for version in VERSIONS}
 
 

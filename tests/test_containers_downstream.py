@@ -14,6 +14,8 @@ from testing.paths import CONTAINERS
 from testing.service import in_process, make_app
 from testing.torch_oracle import needs_torch
 
+pytestmark = pytest.mark.emulator
+
 VERSION = VERSIONS[-1]
 CHECKPOINT = CONTAINERS / VERSION / "checkpoint.pt"
 AOTI = CONTAINERS / VERSION / "aoti_pickle.pt2"

@@ -19,6 +19,8 @@ from reader import zipfmt
 from reader.zipfmt import decode
 from testing.paths import ARCHIVES
 
+pytestmark = pytest.mark.emulator
+
 isal_zlib = pytest.importorskip("isal.isal_zlib")
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

@@ -19,6 +19,8 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
 import topology  # noqa: E402 - scripts/ is not a package
 
+pytestmark = pytest.mark.emulator
+
 yaml = pytest.importorskip("yaml", reason="PyYAML is not installed (pip install pyyaml)")
 
 COMPOSE = REPO / "docker-compose.yml"

@@ -14,6 +14,8 @@ from reader.sources import open_source
 from reader.versions import is_version, source_version
 from testing.paths import ARCHIVES
 
+pytestmark = pytest.mark.emulator
+
 
 async def test_tensor_digests_are_the_sha256_of_what_read_returns() -> None:
     async with reader.open_archive(ARCHIVES / "layouts.pt2") as ar:

@@ -12,6 +12,8 @@ from reader import ArchiveFormatError
 from reader.pt2.dtypes import BY_SERIALIZED, dtype_from_serialized, to_numpy
 from testing.torch_oracle import needs_torch
 
+pytestmark = pytest.mark.unit
+
 
 @needs_torch
 def test_table_covers_every_scalar_type_torch_serializes() -> None:

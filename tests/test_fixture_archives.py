@@ -13,6 +13,8 @@ from testing.checks import sha256
 from testing.paths import ARCHIVES
 from testing.torch_oracle import EXPECTED, needs_torch
 
+pytestmark = pytest.mark.unit
+
 READABLE = [name for name, spec in EXPECTED.items() if "legacy_weights" not in spec]
 
 

@@ -34,6 +34,8 @@ from testing.paths import ARCHIVES
 from testing.service import in_process, make_app
 from testing.zipbytes import write_pt2
 
+pytestmark = pytest.mark.emulator
+
 BUCKET = "pt2serve-archives"
 VERSIONED = "pt2serve-versioned"
 NAMES = ["layouts.pt2", "dtypes.pt2", "many_deflate.pt2", "two_models.pt2"]

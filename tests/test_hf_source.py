@@ -14,6 +14,8 @@ from testing.cli import acli
 from testing.fakehub import FakeHub
 from testing.hub_repos import C1, C2, CHECKPOINT, TOKEN, repos, weights
 
+pytestmark = pytest.mark.emulator
+
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):

@@ -28,6 +28,8 @@ from testing.topology_checks import (
     check_requests_survive_a_killed_replica,
 )
 
+pytestmark = pytest.mark.image
+
 httpx = pytest.importorskip("httpx")
 big_archive = topology_checks.big_archive  # the fixture: the topology test's 3 MiB tensor
 yaml = pytest.importorskip("yaml", reason="PyYAML is not installed (pip install pyyaml)")

@@ -20,6 +20,8 @@ from testing.faultserver import FaultServer, StallAfter
 from testing.load_cases import CASE_IDS, CASES, PARALLEL, big_archive  # noqa: F401 - the fixture
 from testing.torch_oracle import needs_torch
 
+pytestmark = pytest.mark.emulator
+
 ONE_STREAM = HttpOptions(parallel_parts=1, read_timeout=120, max_attempts=1)
 
 

@@ -31,6 +31,8 @@ from testing.paths import ARCHIVES, CONTAINERS
 from testing.torch_oracle import needs_torch
 from testing.zipbytes import write_pt2
 
+pytestmark = pytest.mark.emulator
+
 big_archive = load_cases.big_archive  # the fixture: six tensors, several parallel parts
 
 

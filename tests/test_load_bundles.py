@@ -14,6 +14,8 @@ from testing.paths import ARCHIVES
 from testing.service import in_process, make_app
 from testing.zipbytes import write_pt2
 
+pytestmark = pytest.mark.emulator
+
 ROUTES = ("safetensors", "ptd")
 NAMES = ["layouts.pt2", "dtypes.pt2", "many.pt2", "many_deflate.pt2", "zero_payload.pt2"]
 

@@ -15,6 +15,8 @@ from reader.sources import BytesSource, LocalFileSource
 from reader.sources.local import INLINE_READ_LIMIT
 from testing.paths import ARCHIVES, REPO
 
+pytestmark = pytest.mark.emulator
+
 
 async def test_reads_and_streams_exact_ranges(tmp_path) -> None:
     path = tmp_path / "blob"

@@ -15,6 +15,8 @@ from reader.sources import BytesSource
 from testing.paths import ARCHIVES
 from testing.zipbytes import build_zip, directory_of
 
+pytestmark = pytest.mark.unit
+
 ORIGINAL = (ARCHIVES / "two_models.pt2").read_bytes()
 TIME_BOUND = 5.0
 

@@ -23,6 +23,8 @@ from reader.sources.http import HttpSource
 from reader.sources.scatter import Scatter, gather
 from testing.multipart_server import MultipartServer
 
+pytestmark = pytest.mark.emulator
+
 SIZE = 4 << 20
 DATA = np.random.default_rng(34).integers(0, 256, SIZE, dtype=np.uint8).tobytes()
 # long ranges, gaps between them, one at the very end of the object

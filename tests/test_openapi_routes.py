@@ -28,6 +28,8 @@ from app.routing import app_routes
 from testing.paths import ARCHIVES
 from testing.service import make_app
 
+pytestmark = pytest.mark.unit
+
 TOKEN = "walk-token"
 AUTH = {"authorization": f"Bearer {TOKEN}"}
 PROGRAM = b"\x00program bytes\xff" * 20

@@ -16,6 +16,8 @@ from testing.faultserver import data_ranges as _ranges
 from testing.seaweed import SeaweedS3
 from testing.zipbytes import write_pt2
 
+pytestmark = pytest.mark.emulator
+
 PART = 64 << 10
 SIZE = 20 * PART + 1234  # 21 parts, the last one short
 PARALLEL = HttpOptions(

@@ -15,6 +15,7 @@ import struct
 import zipfile
 from datetime import timedelta
 
+import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -25,6 +26,8 @@ from reader.pt2.checkpoint import build_checkpoint_index, plan_checkpoint
 from reader.zipfmt import ZipEntry
 from testing.paths import CONTAINER_VERSIONS as VERSIONS
 from testing.paths import CONTAINERS
+
+pytestmark = pytest.mark.unit
 
 BOUNDED = settings(
     derandomize=True,

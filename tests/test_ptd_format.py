@@ -18,6 +18,8 @@ from testing.checks import run
 from testing.executorch_oracle import executorch_ptd, needs_executorch, read_ptd, torch_bytes
 from testing.paths import ARCHIVES, SHARED_LINEAR
 
+pytestmark = pytest.mark.emulator
+
 ARCHIVE_PATHS = sorted(ARCHIVES.glob("*.pt2"))
 NO_EXECUTORCH_TYPE = {"complex32", "complex64", "complex128", "float8_e8m0fnu"}
 

@@ -20,6 +20,8 @@ from testing.seaweed import SeaweedS3
 from testing.service import in_process, make_app, run
 from testing.torch_oracle import needs_torch
 
+pytestmark = pytest.mark.emulator
+
 PROGRAM = bytes(range(256)) * 1200  # stands in for a .pte: the service serves it as stored
 
 

@@ -21,6 +21,8 @@ from testing.paths import ARCHIVES
 from testing.service import make_app, real_server
 from testing.versioned_archives import CHANGED, write_version
 
+pytestmark = pytest.mark.emulator
+
 
 @pytest.fixture(scope="module")
 def versions(tmp_path_factory):

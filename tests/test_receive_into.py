@@ -21,6 +21,8 @@ from reader.sources.parallel import split
 from testing.faultserver import ChangeObject, Drip, DropAfter, FaultServer, Status
 from testing.faultserver import data_ranges as _ranges
 
+pytestmark = pytest.mark.emulator
+
 SIZES = {"bulk": BULK_MIN, "short": 64 << 10}
 DATA = os.urandom(5 * BULK_MIN + 4321)
 

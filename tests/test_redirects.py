@@ -21,6 +21,8 @@ from testing.fakehub import NginxSite
 from testing.faultserver import DropAfter, FaultServer, Status
 from testing.zipbytes import write_pt2
 
+pytestmark = pytest.mark.emulator
+
 FLOAT32 = 7
 SMALL = np.arange(256, dtype=np.float32).tobytes()
 BIG = np.random.default_rng(26).standard_normal(3 * BULK_MIN // 4 + 1000, dtype=np.float32).tobytes()

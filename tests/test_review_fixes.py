@@ -7,6 +7,7 @@ import re
 import shutil
 
 import httpx
+import pytest
 from starlette.applications import Starlette
 from starlette.background import BackgroundTask
 from starlette.requests import Request
@@ -20,6 +21,8 @@ from testing.faultserver import FaultServer, StallAfter
 from testing.paths import ARCHIVES
 from testing.service import make_app, real_server
 from testing.zipbytes import write_pt2
+
+pytestmark = pytest.mark.emulator
 
 
 async def test_a_late_failure_of_an_old_version_does_not_close_its_replacement(tmp_path) -> None:

@@ -11,6 +11,8 @@ from testing.compare import same_as_fixture as _same_as_local
 from testing.paths import ARCHIVES
 from testing.seaweed import SeaweedS3
 
+pytestmark = pytest.mark.emulator
+
 NAMES = ["layouts.pt2", "dtypes.pt2", "many.pt2", "many_deflate.pt2", "two_models.pt2"]
 
 

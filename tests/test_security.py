@@ -20,6 +20,8 @@ from testing.faultserver import FaultServer, Status
 from testing.paths import ARCHIVES
 from testing.service import assert_json_error, free_port, in_process, make_app, real_server
 
+pytestmark = pytest.mark.emulator
+
 LAYOUTS = f"layouts={ARCHIVES / 'layouts.pt2'}"
 
 

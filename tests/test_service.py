@@ -16,6 +16,8 @@ from testing.paths import ARCHIVES
 from testing.service import in_process, make_app
 from testing.torch_oracle import needs_torch
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture
 async def client():

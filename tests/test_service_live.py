@@ -15,6 +15,8 @@ from testing.paths import ARCHIVES
 from testing.service import make_app, real_server
 from testing.zipbytes import write_pt2
 
+pytestmark = pytest.mark.emulator
+
 BIG = 24 << 20  # bytes in the big tensor
 
 

@@ -10,6 +10,7 @@ import pathlib
 import tracemalloc
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 
 import reader
@@ -22,6 +23,8 @@ from testing.faultserver import FaultServer
 from testing.strided_views import numpy_view as _full
 from testing.strided_views import tensor_info as _info
 from testing.strided_views import views_and_indices
+
+pytestmark = pytest.mark.emulator
 
 # -- sans-IO: the chunks of rows and their gather -----------------------------------------------------
 

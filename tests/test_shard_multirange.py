@@ -31,6 +31,8 @@ from testing.faultserver import FaultServer
 from testing.multipart_server import MultipartServer
 from testing.zipbytes import write_pt2
 
+pytestmark = pytest.mark.emulator
+
 # -- the parser, sans-IO ---------------------------------------------------------------------------
 
 DATA = bytes(range(256)) * 40  # 10240 bytes

@@ -18,6 +18,8 @@ from testing.faultserver import FaultServer
 from testing.torch_oracle import HAVE_TORCH
 from testing.zipbytes import directory_of
 
+pytestmark = pytest.mark.emulator
+
 
 def _matrices() -> dict[str, np.ndarray]:
     rng = np.random.default_rng(35)

@@ -21,6 +21,8 @@ from testing.faultserver import FaultServer
 from testing.gcs import fake_gcs  # noqa: F401 - session fixture: fake-gcs-server on loopback
 from tests.fixtures.make_sharded import INDEX_NAME, small_gpt_state_dict, write_sharded
 
+pytestmark = pytest.mark.emulator
+
 torch = pytest.importorskip("torch")
 
 

@@ -20,6 +20,8 @@ from testing.cli import cli, serve
 from testing.service import in_process, make_app
 from tests.fixtures.make_sharded import write_sharded
 
+pytestmark = pytest.mark.emulator
+
 torch = pytest.importorskip("torch")
 
 

@@ -23,6 +23,8 @@ from testing.faultserver import FaultServer
 from testing.torch_oracle import needs_torch
 from testing.zipbytes import write_pt2
 
+pytestmark = pytest.mark.emulator
+
 ROWS, COLUMNS = 10, 6  # 10 rows over 4 ranks: 3, 3, 3, 1; over 3: 4, 4, 2
 
 

@@ -12,6 +12,8 @@ from app.signing import SignatureRefused, UrlSigner, derive_key
 from testing.paths import ARCHIVES
 from testing.service import assert_json_error, in_process, make_app, real_server
 
+pytestmark = pytest.mark.emulator
+
 LAYOUTS = f"layouts={ARCHIVES / 'layouts.pt2'}"
 TOKEN = "s3cret-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -15,6 +15,8 @@ from testing.paths import ARCHIVES
 from testing.service import in_process, make_app, real_server
 from testing.zipbytes import write_pt2
 
+pytestmark = pytest.mark.emulator
+
 ROWS, COLS = 1024, 768
 ROW = COLS * 4
 EMB = np.arange(ROWS * COLS, dtype=np.float32).reshape(ROWS, COLS)

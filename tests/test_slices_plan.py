@@ -15,6 +15,8 @@ from testing.strided_views import numpy_view as _full
 from testing.strided_views import tensor_info as _info
 from testing.strided_views import views_and_indices
 
+pytestmark = pytest.mark.unit
+
 
 def _sliced(storage: np.ndarray, info: TensorInfo, index) -> tuple[slicing.SlicePlan, bytes]:
     raw = storage.tobytes()

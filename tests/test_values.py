@@ -14,6 +14,8 @@ from app.settings import Settings, parse_archive_specs
 from testing.paths import ARCHIVES
 from testing.torch_oracle import HAVE_TORCH
 
+pytestmark = pytest.mark.unit
+
 EXACT_FLOAT = {
     "float16",
     "float32",

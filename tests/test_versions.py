@@ -19,6 +19,8 @@ from testing.service import in_process, make_app
 from testing.torch_oracle import needs_torch
 from testing.versioned_archives import CHANGED, deploy, write_version
 
+pytestmark = pytest.mark.emulator
+
 two_versions = versioned_archives.two_versions  # the fixture: two torch-written versions of one archive
 
 

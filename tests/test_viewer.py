@@ -17,6 +17,8 @@ from testing.service import threaded_server
 from testing.torch_oracle import HAVE_TORCH
 from testing.viewer_page import open_viewer
 
+pytestmark = pytest.mark.browser
+
 CONTAINERS = pathlib.Path(__file__).resolve().parent / "fixtures" / "containers" / "torch-2.14"
 MANY = 10_000
 

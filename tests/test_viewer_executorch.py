@@ -15,6 +15,8 @@ from testing.service import threaded_server
 from testing.torch_oracle import needs_torch
 from testing.viewer_page import open_viewer
 
+pytestmark = pytest.mark.browser
+
 PROGRAM = b"\x00pte" * 5000
 
 

@@ -18,6 +18,8 @@ from testing.cli import serve
 from testing.paths import ARCHIVES
 from testing.torch_oracle import HAVE_TORCH
 
+pytestmark = pytest.mark.browser
+
 WIDTHS = (1400, 1024, 800, 390)
 TOKEN = "viewer-token-42"
 # layout containers that must never scroll sideways (the table scroller may: it is the table's own)

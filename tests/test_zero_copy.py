@@ -25,6 +25,8 @@ from testing.paths import ARCHIVES
 from testing.service import free_port, make_app
 from testing.zipbytes import write_pt2
 
+pytestmark = pytest.mark.emulator
+
 BIG = 8 << 20
 
 

@@ -11,6 +11,8 @@ from reader import ArchiveFormatError, IntegrityError, zipfmt
 from testing.paths import ARCHIVES
 from testing.zipbytes import build_zip, content_of, directory_of
 
+pytestmark = pytest.mark.unit
+
 FILES = {
     "root/a.bin": os.urandom(1000),
     "root/ü-utf8.json": b'{"x": 1}' * 50,
