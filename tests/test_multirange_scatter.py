@@ -109,10 +109,9 @@ def _views(ranges) -> list[memoryview]:
 
 @pytest.fixture(scope="module")
 def nginx(tmp_path_factory):
-    from testing.servers import NginxProcess, nginx_binary
+    from testing.servers import NginxProcess, ensure_nginx
 
-    if nginx_binary() is None:
-        pytest.skip("nginx is not installed (apt-get install nginx-light)")
+    ensure_nginx()  # installed when missing, not skipped
     root = tmp_path_factory.mktemp("scatter")
     (root / "blob").write_bytes(DATA)
     with NginxProcess(root) as server:
