@@ -12,5 +12,5 @@ from testing.paths import EXPECTED_JSON
 HAVE_TORCH = importlib.util.find_spec("torch") is not None
 needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed (CI installs torch==2.13.0)")
 
-# archive file name -> what torch read from it: models, tensors, ... (tests/fixtures/make_fixtures.py)
+# archive file name -> what torch read from it: models, tensors, ... (testing/fixtures/make_fixtures.py)
 EXPECTED: dict = json.loads(EXPECTED_JSON.read_text())

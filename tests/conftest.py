@@ -58,7 +58,7 @@ def fresh_archives(tmp_path_factory) -> tuple[pathlib.Path, dict]:
     """Archives generated now by the installed torch, with torch's own expectations."""
     if not HAVE_TORCH:
         pytest.skip("torch is not installed (CI installs torch==2.13.0)")
-    from tests.fixtures import make_fixtures
+    from testing.fixtures import make_fixtures
 
     out = tmp_path_factory.mktemp("fresh")
     return out, make_fixtures.build_all(out)

@@ -12,10 +12,10 @@ import pytest
 import reader
 from reader.pt2.dtypes import BY_NAME
 from testing.checks import run
+from testing.fixtures.rezip import read_entries, write_entries
 from testing.paths import ARCHIVES
 from testing.torch_oracle import needs_torch
 from testing.zipbytes import write_pt2
-from tests.fixtures.rezip import read_entries, write_entries
 
 pytestmark = pytest.mark.unit
 

@@ -225,7 +225,7 @@ async def test_fresh_checkpoint_from_installed_torch(tmp_path, protocol: int) ->
     (torch's default pickle protocol 2, and 4/5: STACK_GLOBAL, MEMOIZE, FRAME)."""
     import torch
 
-    from tests.fixtures import make_containers
+    from testing.fixtures import make_containers
 
     obj = make_containers.checkpoint_object()
     torch.save(obj, tmp_path / "fresh.pt", pickle_protocol=protocol)

@@ -180,7 +180,7 @@ def _torch_truth(path: pathlib.Path, model: str) -> dict | None:
     state_dict plus constants for export archives; None where torch cannot load it."""
     import torch
 
-    from tests.fixtures import make_containers
+    from testing.fixtures import make_containers
 
     if path.suffix == ".pt":
         flat: dict = {}

@@ -57,7 +57,7 @@ def test_ptd_matches_executorch_and_torch(path: pathlib.Path) -> None:
         with pytest.raises(reader.UnsupportedPayload, match="legacy"):
             models_of(path)  # a legacy archive is refused as a whole, never half-written
         return
-    from tests.fixtures.oracle import load_with_torch
+    from testing.fixtures.oracle import load_with_torch
 
     models = models_of(path)
     torch_values, _ = load_with_torch(path, sorted(models))

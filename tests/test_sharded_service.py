@@ -17,8 +17,8 @@ import pytest
 import reader
 from reader.loading.sync import run_sync
 from testing.cli import cli, serve
+from testing.fixtures.make_sharded import write_sharded
 from testing.service import in_process, make_app
-from tests.fixtures.make_sharded import write_sharded
 
 pytestmark = pytest.mark.emulator
 

@@ -50,7 +50,7 @@ def test_no_test_module_imports_another() -> None:
 def test_the_import_check_sees_every_form() -> None:
     tree = ast.parse(
         "from tests.conftest import ARCHIVES\nimport tests.test_cli\nfrom tests import test_versions\n"
-        "def f():\n    from tests.test_load import CASES\nfrom tests.fixtures import builders\n"
+        "def f():\n    from tests.test_load import CASES\nfrom testing.fixtures import builders\n"
     )
     assert sorted(filter(_is_test_module, _imported_modules(tree))) == [
         "tests.conftest", "tests.test_cli", "tests.test_load", "tests.test_versions",

@@ -7,8 +7,8 @@ import os
 import pytest
 
 import reader
+from testing.fixtures.zip64 import make_zip64_archive
 from testing.paths import ARCHIVES
-from tests.fixtures.zip64 import make_zip64_archive
 
 pytestmark = pytest.mark.unit
 
