@@ -313,6 +313,7 @@ def test_every_container_is_locked_down(rendered):
                 assert c["resources"]["requests"] and c["resources"]["limits"], where
 
 
+@pytest.mark.heavy  # checkov and its dozens of pinned dependencies, into a venv of its own
 def test_checkov_finds_no_failed_check(kubectl):
     """checkov (its own venv: it pins dozens of packages) over the manifests, raw and rendered by
     kustomize, and the Dockerfile. Checks that do not apply are skipped inline, each with its reason."""
