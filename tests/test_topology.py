@@ -260,6 +260,7 @@ def test_behind_a_token_one_cached_copy_serves_every_authorized_device(fleet, la
         assert expired.json()["error"]["code"] == "signature_expired"
 
 
+@pytest.mark.browser  # Chromium too, through the edge
 def test_the_viewer_behind_a_token_through_the_edge(fleet, layouts, browser, tmp_path):
     """In Chromium: the viewer works through nginx with a token, its download is a signed versioned
     URL, and a second device's download of that tensor is a cache HIT."""
