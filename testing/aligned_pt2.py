@@ -16,6 +16,8 @@ FB = 0x4246  # the extra field id torch's writer pads with ("FB")
 
 
 def rank_block(array: np.ndarray, rank: int, world: int, dim: int) -> np.ndarray:
+    """The block of `array` along `dim` that rank `rank` of `world` gets: blocks of ceil(n / world)
+    elements, as torch.chunk cuts."""
     step = -(-array.shape[dim] // world)
     index = [slice(None)] * array.ndim
     index[dim] = slice(min(rank * step, array.shape[dim]), min((rank + 1) * step, array.shape[dim]))

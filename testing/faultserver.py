@@ -813,7 +813,8 @@ class FaultServer:
 
 
 def data_ranges(server: FaultServer) -> list[tuple[int, int]]:
-    """The byte ranges asked by data requests (the open's suffix range left out), in arrival order."""
+    """The byte ranges of `server`'s object /blob asked by data requests (the open's suffix range left
+    out), in arrival order."""
     found = []
     for record in server.requests("/blob", "GET"):
         match = re.fullmatch(r"bytes=(\d+)-(\d+)", record.range or "")

@@ -13,6 +13,7 @@ from reader.pt2.tensorinfo import StorageRef, TensorInfo
 
 
 def tensor_info(sizes, strides, offset, storage_elements, itemsize=4, dtype="float32") -> TensorInfo:
+    """The TensorInfo of a view (`sizes`, `strides`, `offset` in elements) of `storage_elements`."""
     numel = math.prod(sizes)
     dense = strided.is_dense(sizes, strides)
     order = strided.dim_order(sizes, strides) if dense else tuple(range(len(sizes)))
@@ -26,6 +27,7 @@ def tensor_info(sizes, strides, offset, storage_elements, itemsize=4, dtype="flo
 
 
 def numpy_view(storage: np.ndarray, info: TensorInfo) -> np.ndarray:
+    """NumPy's view of `storage` as `info` describes it: what a read of the view must give."""
     itemsize = storage.itemsize
     return np.lib.stride_tricks.as_strided(
         storage[info.storage_offset :], info.sizes, [s * itemsize for s in info.strides]
@@ -44,6 +46,8 @@ def _index_entry(draw, size: int):
 
 @st.composite
 def views_and_indices(draw):
+    """(sizes, strides, offset, index): a view, dense or with gaps, broadcasts and overlaps, and a basic
+    index of it (ints, slices, None, an Ellipsis)."""
     ndim = draw(st.integers(0, 4))
     sizes = draw(st.lists(st.sampled_from([0, 1, 2, 3, 5, 8]), min_size=ndim, max_size=ndim))
     if draw(st.booleans()):  # dense, any dim order
