@@ -16,7 +16,9 @@ import reader
 from reader.cache import CacheStore
 from reader.sources import HttpOptions
 from testing.faultserver import DropAfter, FaultServer
-from tests.conftest import ARCHIVES
+from testing.paths import ARCHIVES
+
+pytestmark = pytest.mark.emulator
 
 FAST = HttpOptions(backoff_base=0.01, backoff_cap=0.05, read_timeout=2.0, time_budget=10.0)
 LAYOUTS = (ARCHIVES / "layouts.pt2").read_bytes()
@@ -252,7 +254,7 @@ async def test_hub_cache_keyed_by_commit_reopens_with_one_request_and_follows_a_
     tmp_path, monkeypatch
 ):
     from testing.fakehub import FakeHub
-    from tests.test_hf_source import C2, repos, weights
+    from testing.hub_repos import C2, repos, weights
 
     for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_PATH", "HF_HUB_OFFLINE"):
         monkeypatch.delenv(name, raising=False)

@@ -11,9 +11,13 @@ import pytest
 
 import reader
 from reader.pt2.dtypes import BY_NAME
+from testing.checks import run
+from testing.fixtures.rezip import read_entries, write_entries
+from testing.paths import ARCHIVES
+from testing.torch_oracle import needs_torch
 from testing.zipbytes import write_pt2
-from tests.conftest import ARCHIVES, needs_torch, run
-from tests.fixtures.rezip import read_entries, write_entries
+
+pytestmark = pytest.mark.unit
 
 CONTAINERS = ARCHIVES.parent / "containers" / "torch-2.13"
 SELF_COMPARABLE = sorted(

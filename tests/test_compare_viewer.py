@@ -6,8 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from testing.cli import serve
 from testing.zipbytes import write_pt2
-from tests.test_viewer_graph import serve
+
+pytestmark = pytest.mark.browser
 
 TOKEN = "compare-token-7"
 FLOAT32 = 7

@@ -10,6 +10,8 @@ from hypothesis import strategies as st
 
 from app.httpranges import MAX_RANGES, UNSATISFIABLE, Decision, decide, parse_ranges, plan_body
 
+pytestmark = pytest.mark.unit
+
 ETAG = '"abc"'
 
 

@@ -11,6 +11,10 @@ from __future__ import annotations
 import ast
 import pathlib
 
+import pytest
+
+pytestmark = pytest.mark.emulator
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGES = ("reader", "app")
 

@@ -32,6 +32,8 @@ schemathesis = pytest.importorskip(
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
+pytestmark = pytest.mark.emulator
+
 ARCHIVES = pathlib.Path(__file__).resolve().parent / "fixtures" / "archives"
 SPECS = [f"layouts={ARCHIVES / 'layouts.pt2'}", f"pickled={ARCHIVES / 'pickled.pt2'}"]
 FUZZ_SETTINGS = settings(

@@ -25,8 +25,10 @@ from starlette.testclient import TestClient
 from app.errors import ERROR_CODES
 from app.openapi import CODES_KEY, ERROR_SCHEMA_NAME
 from app.routing import app_routes
+from testing.paths import ARCHIVES
 from testing.service import make_app
-from tests.conftest import ARCHIVES
+
+pytestmark = pytest.mark.unit
 
 TOKEN = "walk-token"
 AUTH = {"authorization": f"Bearer {TOKEN}"}

@@ -17,24 +17,12 @@ import httpx
 import pytest
 
 from testing.faultserver import FaultServer, Status
-from testing.service import free_port, in_process, make_app, real_server
-from tests.conftest import ARCHIVES
+from testing.paths import ARCHIVES
+from testing.service import assert_json_error, free_port, in_process, make_app, real_server
+
+pytestmark = pytest.mark.emulator
 
 LAYOUTS = f"layouts={ARCHIVES / 'layouts.pt2'}"
-TRACEBACK = re.compile(r"Traceback \(most recent call last\)|File \"[^\"]+\", line \d+")
-
-
-def assert_json_error(response: httpx.Response, status: int | None = None) -> dict:
-    """The error contract: a 4xx/5xx, JSON `{"error": {"code", "message"}}`, no traceback."""
-    assert 400 <= response.status_code < 600, (response.status_code, response.text[:200])
-    if status is not None:
-        assert response.status_code == status, (response.status_code, response.text[:300])
-    assert response.headers["content-type"].startswith("application/json"), response.headers
-    body = response.json()
-    assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}, body
-    assert isinstance(body["error"]["code"], str) and isinstance(body["error"]["message"], str)
-    assert not TRACEBACK.search(response.text), response.text[:500]
-    return body["error"]
 
 
 # --------------------------------------------------------------------------- raw HTTP over a real uvicorn

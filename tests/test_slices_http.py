@@ -11,9 +11,11 @@ import numpy as np
 import pytest
 
 from reader import zipfmt
+from testing.paths import ARCHIVES
 from testing.service import in_process, make_app, real_server
 from testing.zipbytes import write_pt2
-from tests.conftest import ARCHIVES
+
+pytestmark = pytest.mark.emulator
 
 ROWS, COLS = 1024, 768
 ROW = COLS * 4
