@@ -42,7 +42,7 @@ def _torch_truth(path: pathlib.Path) -> dict | None:
     """What torch loads: torch.load for a checkpoint (flattened as the reader names it),
     torch.export.load's state_dict plus tensor constants for a .pt2; None where torch cannot."""
     if path.suffix == ".pt":
-        from tests.fixtures import make_containers
+        from testing.fixtures import make_containers
 
         flat: dict = {}
         make_containers._flatten(torch.load(path, weights_only=True), [], flat)
@@ -104,7 +104,7 @@ def test_model_picks_one_model_of_several() -> None:
 
 
 def test_a_sharded_index_loads_as_one_checkpoint(tmp_path) -> None:
-    from tests.fixtures.make_sharded import write_sharded
+    from testing.fixtures.make_sharded import write_sharded
 
     index = write_sharded(tmp_path / "gpt")
     state = reader.torch.load(index)  # the reader's own tensors, checked against torch below

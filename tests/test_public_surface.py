@@ -111,7 +111,7 @@ def test_py_typed_ships() -> None:
 
 async def test_both_kinds_of_archive_are_archive_like(tmp_path: pathlib.Path) -> None:
     pytest.importorskip("torch")
-    from tests.fixtures.make_sharded import write_sharded
+    from testing.fixtures.make_sharded import write_sharded
 
     index = write_sharded(tmp_path / "gpt")
     for location, kind in ((ARCHIVES / "layouts.pt2", reader.Archive), (index, reader.ShardedArchive)):

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import os
 import pathlib
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -18,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import reader
+from testing.fixtures.make_sharded import write_sharded
 from testing.paths import ARCHIVES
 from testing.safetensors_oracle import (
     assert_same,
@@ -27,7 +27,6 @@ from testing.safetensors_oracle import (
     write_bundle,
     write_state_dict,
 )
-from tests.fixtures.make_sharded import write_sharded
 
 pytestmark = pytest.mark.unit
 
@@ -295,22 +294,6 @@ def test_a_handle_dropped_unclosed_stops_its_thread(shared_linear):
     gc.collect()
     assert threading.active_count() == before
 
-
-def test_a_forked_child_is_told_to_open_again():
-    with reader.safe_open(ARCHIVES / "layouts.pt2") as f:
-        name = f.keys()[0]
-        pid = os.fork()
-        if pid == 0:  # the child: the handle's loop thread was not forked with it
-            try:
-                f.get_tensor(name)
-            except ValueError as exc:
-                os._exit(0 if "another process" in str(exc) else 2)
-            except BaseException:
-                os._exit(3)
-            os._exit(4)
-        _, status = os.waitpid(pid, 0)
-        assert os.waitstatus_to_exitcode(status) == 0
-        assert f.get_tensor(name).shape == tuple(f.get_slice(name).get_shape())  # the parent's still works
 
 
 def test_bad_arguments_are_clear_errors(shared_linear):

@@ -4,6 +4,7 @@ a large tensor read as one request of the block's bytes (issue 49's target, coun
 
 from __future__ import annotations
 
+import os
 import pathlib
 import shutil
 import threading
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 
 import reader
 from reader.sources import S3Settings
+from testing.fixtures.make_sharded import write_sharded
 from testing.paths import ARCHIVES
 from testing.safetensors_oracle import (
     assert_same,
@@ -25,7 +27,6 @@ from testing.safetensors_oracle import (
     write_state_dict,
 )
 from testing.servers import NginxProcess
-from tests.fixtures.make_sharded import write_sharded
 
 pytestmark = pytest.mark.emulator
 
@@ -212,3 +213,21 @@ def test_a_row_block_from_s3_is_one_request_of_its_bytes(seaweed_s3, served, s3)
         assert after[0] - before[0] == 1  # one request
         assert after[1] - before[1] == block_bytes  # exactly the block's bytes
         assert f.stats["open"]["requests"] == 1  # and no second open
+
+
+# a process of its own: not a unit test
+def test_a_forked_child_is_told_to_open_again():
+    with reader.safe_open(ARCHIVES / "layouts.pt2") as f:
+        name = f.keys()[0]
+        pid = os.fork()
+        if pid == 0:  # the child: the handle's loop thread was not forked with it
+            try:
+                f.get_tensor(name)
+            except ValueError as exc:
+                os._exit(0 if "another process" in str(exc) else 2)
+            except BaseException:
+                os._exit(3)
+            os._exit(4)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert f.get_tensor(name).shape == tuple(f.get_slice(name).get_shape())  # the parent's still works

@@ -203,7 +203,7 @@ async def test_the_service_says_it_serves_a_stale_version(tmp_path, monkeypatch)
 
 
 async def test_a_sharded_checkpoint_opens_stale_when_its_origin_is_down(tmp_path):
-    from tests.fixtures.make_sharded import INDEX_NAME, write_sharded
+    from testing.fixtures.make_sharded import INDEX_NAME, write_sharded
 
     index = write_sharded(tmp_path / "sharded" / "gpt")
     async with FaultServer() as server:
