@@ -65,10 +65,10 @@ async def compare_archives(
         diff = await reader.compare(
             served_a.archive,
             served_b.archive,
-            model,
-            model,
-            prefix,
-            exact,
+            model_a=model,
+            model_b=model,
+            prefix=prefix,
+            exact=exact,
             digests_a=served_a.digests,
             digests_b=served_b.digests,
         )
