@@ -1,5 +1,5 @@
 """GET /archives/{a}/compare/{b}: what changed between two archives or two versions of one
-(reader/compare.py says how each verdict is proven), and the viewer's difference heat maps.
+(reader/compare/ says how each verdict is proven), and the viewer's difference heat maps.
 
 Either side may be `{id}` or `{id}@{version}`. A comparison of two versions is fixed for good:
 it is kept with the first side's version (`Opened.remember`) and answered `immutable` when both
