@@ -361,7 +361,7 @@ def test_ten_thousand_tensors_compare_with_flat_memory(tmp_path):
 
 
 def test_streams_chunked_differently_pair_up_element_by_element():
-    from reader.compare.runner import aligned
+    from reader.compare.aligned import aligned
 
     data_a = np.arange(1000, dtype=np.float64).tobytes()
     data_b = (np.arange(1000, dtype=np.float64) + 1).tobytes()

@@ -21,6 +21,7 @@ One job per module:
   mean is written there);
 - plan.py: the policy, sans-IO: names paired and decided from metadata, the rest scheduled as
   batches of small tensors or single large ones (sampled or streamed);
+- aligned.py: two tensors' byte streams in aligned pieces of whole elements;
 - runner.py: `compare` itself, running the plan's jobs in one `asyncio.TaskGroup` under a
   semaphore, each job returning its verdicts.
 """
