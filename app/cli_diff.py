@@ -60,7 +60,13 @@ async def cmd_diff(args: argparse.Namespace, http_options: Any) -> None:
             reader.open_archive(args.b, http_options=http_options) as b,
         ):
             diff = await reader.compare(
-                a, b, args.model, args.model, args.prefix, args.exact, progress=advanced
+                a,
+                b,
+                model_a=args.model,
+                model_b=args.model,
+                prefix=args.prefix,
+                exact=args.exact,
+                progress=advanced,
             )
     setattr(args, DIFFER, not diff.identical)
     if args.json:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from .pt2.tensorinfo import TensorInfo
 
 if TYPE_CHECKING:
-    from .archive import Archive
+    from .archive_like import ArchiveLike
 
 THREAD_HASH_MIN = 256 << 10  # chunks from this size up are hashed off the event loop
 ChunkSource = Callable[[], AsyncIterator[bytes | memoryview]]
@@ -47,7 +47,7 @@ def repr_digest(digest: bytes) -> str:
 class Digests:
     """The digests of one opened archive, by key; `tensor()` keys a tensor's bytes in one order."""
 
-    def __init__(self, archive: Archive) -> None:
+    def __init__(self, archive: ArchiveLike) -> None:
         self.archive = archive
         self._done: dict[Hashable, bytes] = {}
         self._running: dict[Hashable, asyncio.Task[bytes]] = {}

@@ -365,7 +365,7 @@ def test_ten_thousand_tensors_compare_with_flat_memory(tmp_path):
 
 
 def test_streams_chunked_differently_pair_up_element_by_element():
-    from reader.compare import _aligned
+    from reader.compare.aligned import aligned
 
     data_a = np.arange(1000, dtype=np.float64).tobytes()
     data_b = (np.arange(1000, dtype=np.float64) + 1).tobytes()
@@ -381,7 +381,7 @@ def test_streams_chunked_differently_pair_up_element_by_element():
     async def pieces():
         return [
             (bytes(x), bytes(y))
-            async for x, y in _aligned(chunked(data_a, [3, 13, 1000]), chunked(data_b, [7, 5, 999]), 8)
+            async for x, y in aligned(chunked(data_a, [3, 13, 1000]), chunked(data_b, [7, 5, 999]), 8)
         ]
 
     got = run(pieces())

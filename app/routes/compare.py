@@ -1,5 +1,5 @@
 """GET /archives/{a}/compare/{b}: what changed between two archives or two versions of one
-(reader/compare.py says how each verdict is proven), and the viewer's difference heat maps.
+(reader/compare/ says how each verdict is proven), and the viewer's difference heat maps.
 
 Either side may be `{id}` or `{id}@{version}`. A comparison of two versions is fixed for good:
 it is kept with the first side's version (`Opened.remember`) and answered `immutable` when both
@@ -65,10 +65,10 @@ async def compare_archives(
         diff = await reader.compare(
             served_a.archive,
             served_b.archive,
-            model,
-            model,
-            prefix,
-            exact,
+            model_a=model,
+            model_b=model,
+            prefix=prefix,
+            exact=exact,
             digests_a=served_a.digests,
             digests_b=served_b.digests,
         )
