@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import reader
-from tests.conftest import run
-from tests.fixtures.make_sharded import small_gpt_state_dict, write_sharded
+from testing.checks import run
+from testing.fixtures.make_sharded import small_gpt_state_dict, write_sharded
 
 pytestmark = pytest.mark.unit
 torch = pytest.importorskip("torch")
