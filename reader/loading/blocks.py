@@ -55,24 +55,19 @@ from ..pt2.slicing import SlicePlan, gather_into, plan_slice
 from ..pt2.tensorinfo import TensorInfo
 from ..reading.entries import EntryFetcher
 from ..reading.ranges import coalesce
-from ..sources import ByteSource, multirange
-from ..sources.parallel import PROBE_BYTES, rate
+from ..sources import ByteSource, multirange, speed
 from ..tasks import task_group
 from ..zipfmt import ZipEntry
 from ..zipfmt.structs import METHOD_STORED
+from .blockplan import REQUEST_GAP, Link, gathered, needs_rate, plan_blocks, probe_entry, row_major
 from .plan import LoadPlan, group_ranges
 from .prefault import prefaulting
 from .rowchunks import SCRATCH_AT_ONCE, SCRATCH_BYTES, RowChunks, Scratch, gather_rows, row_chunks
 from .shards import Shard
 from .storages import aligned_empty
 
-# Runs closer than this are one request (the bytes between are read and dropped).
-REQUEST_GAP = 64 << 10
 # torch's ZIP writer starts every entry's data at a multiple of this (its local header's extra field pads)
 DATA_ALIGNMENT = 64
-# Runs of a block read in a multi-range request are parts apart where more than this lies between
-# them: a part's boundary and headers cost about 110 bytes (nginx's), a run's share of the Range header 20.
-PART_GAP = 128
 # Requests in flight at once (each big one in parallel parts of its own): as many as a load's parallel
 # parts, so a rank opens no more connections than a whole load (a new one cost 12 ms on a busy host).
 REQUESTS_AT_ONCE = 8
@@ -131,7 +126,7 @@ def cut_block(info: TensorInfo, index: tuple[slice, ...], entry: ZipEntry, key: 
     plan = plan_slice(info, index)
     itemsize = plan.itemsize
     numel = math.prod(plan.shape)
-    if _gathered(plan):
+    if gathered(plan):
         strides = tuple(math.prod(plan.shape[dim + 1 :]) for dim in range(len(plan.shape)))
         offset, held = 0, plan.nbytes
     else:
@@ -149,34 +144,18 @@ def cut_block(info: TensorInfo, index: tuple[slice, ...], entry: ZipEntry, key: 
         strides=strides,
         storage_offset=offset,
         dim_order=tuple(range(len(plan.shape))),
-        dense=_gathered(plan) or plan.read_bytes == plan.nbytes,
+        dense=gathered(plan) or plan.read_bytes == plan.nbytes,
         numel=numel,
         nbytes=numel * itemsize,
         storage=storage,
     )
-    return Block(view, entry, plan, info, index, _gathered(plan))
-
-
-def _gathered(plan: SlicePlan) -> bool:
-    return not plan.zeros and plan.read_bytes > plan.nbytes
-
-
-def _row_major(plan: SlicePlan) -> bool:
-    """The runs laid end to end are the block row-major."""
-    if plan.zeros or plan.offset or plan.read_bytes != plan.nbytes:
-        return False
-    step = plan.itemsize
-    for size, stride in zip(reversed(plan.shape), reversed(plan.strides), strict=True):
-        if size > 1 and stride != step:
-            return False
-        step *= size
-    return True
+    return Block(view, entry, plan, info, index, gathered(plan))
 
 
 def _finished(block: Block, laid: np.ndarray) -> np.ndarray:
     """The block's buffer once its runs are in `laid`: `laid` itself, or the block gathered out of it."""
     plan = block.plan
-    if not block.gathered or _row_major(plan):
+    if not block.gathered or row_major(plan):
         return laid
     out = np.empty(plan.nbytes, dtype=np.uint8)
     gather_into(laid, plan, out)
@@ -269,13 +248,18 @@ async def read_blocks(
     """Every block's buffer by its key, and each of the whole entries `nearby` by its name (read with
     the local headers, CRC-checked); `landed` hears of each once it is in. `entries` (the archive's,
     by name) lets the data offsets of an archive torch wrote be predicted (`written_as_torch_does`)."""
-    finer: set[int] = set()
     multiple = len(blocks) > 1 and await source.serves_multiple_ranges()
-    if multiple:  # the runs of column blocks, not the rows they lie in
-        finer = {index for index, block in enumerate(blocks) if _scattered(block)}
-        blocks = [_finer(block) if index in finer else block for index, block in enumerate(blocks)]
-    else:  # the rows that column blocks lie in are read anyway: gathered a chunk of rows at a time
-        blocks = [_coarser(block) for block in blocks]
+    link = Link(multiple, speed.measured(source), source.part_cost)
+    if needs_rate(blocks, link):  # a column block's parts or its rows: the link timed once a source
+        probed = probe_entry(blocks)
+        assert probed is not None
+        entry = probed.entry
+        link = dataclasses.replace(
+            link, rate=await speed.timed_read(source, entry.header_offset, entry.region_end)
+        )
+    chosen = plan_blocks(blocks, link)
+    finer = set(chosen.parts)
+    blocks = chosen.blocks(blocks)
     reads = _BlockReads(source, fetcher, blocks, landed, finer)
     wanted, several = reads.wanted(nearby, written_as_torch_does(fetcher.known_offsets, entries))
     requests = reads.requests(wanted)
@@ -292,16 +276,16 @@ async def read_blocks(
             slot = slots.get(start)
             if slot is not None:
                 held: np.ndarray | None = arena[slot : slot + end - start]
-            elif reads.used_up(inside) and not multiple:
-                held = None  # a scratch buffer, taken when the request starts
+            elif reads.used_up(inside) and (not multiple or reads.has_rows(inside)):
+                held = None  # a scratch buffer, taken when the request starts (rows: one range alone)
             else:
                 held = aligned_empty(end - start, start)
             spans.append((start, end, inside, held))
+        alone = [span for span in spans if span[3] is None] if multiple else spans
         if multiple:  # a few multi-range requests, each about as big, instead of one a span
-            group.create_task(reads.spans_requests(spans))
-        else:
-            for start, end, inside, held in spans:
-                group.create_task(reads.request(start, end, inside, held))
+            group.create_task(reads.spans_requests([span for span in spans if span[3] is not None]))
+        for start, end, inside, held in alone:
+            group.create_task(reads.request(start, end, inside, held))
         reads.launch_several(several)
     if reads.missing:  # cannot happen unless the bookkeeping above is broken
         raise AssertionError(f"blocks {sorted(reads.missing)} did not come in")
@@ -325,43 +309,6 @@ def _shares(spans: list, count: int) -> list[list]:
         by_range = {(span[0], span[1]): span for span in group}
         out += [[by_range[rng] for rng in batch] for batch in multirange.batches(list(by_range))]
     return out
-
-
-def _probe(spans: list, longest: int) -> list:
-    """Spans (start, end, ...) to time a connection with: in order, none longer than `longest`, until
-    PROBE_BYTES are in them; or the first span."""
-    probe, size = [], 0
-    for span in spans:
-        if span[1] - span[0] <= longest:
-            probe.append(span)
-            size += span[1] - span[0]
-            if size >= PROBE_BYTES:
-                break
-    return probe or spans[:1]
-
-
-def _scattered(block: Block) -> bool:
-    """A stored block of several runs, or of rows joined across small gaps (a column block): over
-    HTTP, read as a part a run where the server answers multi-range requests."""
-    return block.entry.method == METHOD_STORED and (block.gathered or len(block.plan.runs) > 1)
-
-
-def _finer(block: Block) -> Block:
-    """The block read as its own runs, parts of multi-range requests (apart where more than a part's
-    head lies between them)."""
-    return dataclasses.replace(block, plan=plan_slice(block.whole, block.index, PART_GAP))
-
-
-def _coarser(block: Block) -> Block:
-    """A stored block of several runs laid end to end row-major (a column block of long rows) as the
-    one run they lie in, where that run is close enough to read whole: then gathered a chunk of rows at
-    a time, into a buffer laid out as before."""
-    if block.entry.method != METHOD_STORED or len(block.plan.runs) < 2 or not _row_major(block.plan):
-        return block
-    plan = plan_slice(block.whole, block.index, REQUEST_GAP)
-    if len(plan.runs) != 1:
-        return block
-    return dataclasses.replace(block, plan=plan, gathered=_gathered(plan))
 
 
 def _arena(spans: list[tuple[int, int]]) -> tuple[np.ndarray, dict[int, int]]:
@@ -487,12 +434,16 @@ class _BlockReads:
             for item in inside
         )
 
+    def has_rows(self, inside: list[Wanted]) -> bool:
+        """Whether a request holds a chunk of a block's rows (read alone into a scratch buffer)."""
+        return any(isinstance(item, Piece) and item.rows > 0 for item in inside)
+
     def viewed(self, item: Wanted) -> bool:
         """A run that is its block's buffer as received."""
         if not isinstance(item, Piece):
             return False
         block = self.blocks[item.block]
-        return len(block.plan.runs) == 1 and (not block.gathered or _row_major(block.plan))
+        return len(block.plan.runs) == 1 and (not block.gathered or row_major(block.plan))
 
     def pieces(self, name: str, offset: int) -> tuple[list[Piece], list[tuple[int, int]]]:
         """The runs of entry `name`'s blocks at data offset `offset`; the finer ones as (block, offset)."""
@@ -611,18 +562,23 @@ class _BlockReads:
     async def spans_requests(self, spans: list[tuple[int, int, list[Wanted], np.ndarray]]) -> None:
         """The spans as up to REQUESTS_AT_ONCE multi-range requests of about the same bytes. Where the
         source keeps to one connection when it is fast (`HttpOptions.fast_connection`), a few small
-        spans (`_probe`) are sent first, alone, and timed: at least that fast, the rest go as few
+        spans (`speed.probe_spans`) are sent first, alone, and timed (unless the link was timed already:
+        `speed.measured`): at least that fast, the rest go as few
         requests as their Range headers allow (from loopback nginx a dim-0 rank took about 60 ms so, 84
         ms as eight requests at once); otherwise as the eight."""
         fast = self.source.fast_connection
-        if fast is not None and len(spans) > 1:
-            probe = _probe(spans, self.source.part_size)
+        known = speed.measured(self.source)
+        if fast is not None and known is not None and len(spans) > 1:  # timed already (blockplan's choice)
+            shares = _shares(spans, 1 if known >= fast else REQUESTS_AT_ONCE)
+        elif fast is not None and len(spans) > 1:
+            probe = speed.probe_spans(spans, self.source.part_size)
             began = time.monotonic()
             await self.spans_request(probe)
             probed = {id(span) for span in probe}
             spans = [span for span in spans if id(span) not in probed]
-            one = rate(sum(end - start for start, end, *_ in probe), began) >= fast
-            shares = _shares(spans, 1 if one else REQUESTS_AT_ONCE) if spans else []
+            measured = speed.rate(sum(end - start for start, end, *_ in probe), began)
+            speed.remember(self.source, measured)
+            shares = _shares(spans, 1 if measured >= fast else REQUESTS_AT_ONCE) if spans else []
         else:
             shares = _shares(spans, REQUESTS_AT_ONCE)
         async with task_group() as group:

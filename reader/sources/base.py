@@ -133,6 +133,12 @@ class ByteSource(Protocol):
         """The size of the parts a big read is split into (its preferred request size)."""
         return DEFAULT_CHUNK_SIZE
 
+    @property
+    def part_cost(self) -> float:
+        """Seconds of client CPU one part of a multi-range answer costs (its Range entry, its head
+        parsed, its view): what reading a column block's runs as parts is weighed with."""
+        return 7e-6
+
     async def serves_multiple_ranges(self) -> bool:
         """Whether one request can carry several ranges (`read_ranges_into` then does so)."""
         return False
