@@ -120,6 +120,7 @@ def test_a_column_block_with_no_rate_known_is_timed_first_else_read_as_parts() -
     blocks = _rank(1)
     assert blockplan.needs_rate(blocks, Link(True))
     assert not blockplan.needs_rate(blocks, Link(True, rate=LOOPBACK))
+    assert not blockplan.needs_rate(blocks, Link(True, part_cost=0.0))  # parts then, whatever the rate
     assert blockplan.probe_entry(blocks).info.name == "wte"  # the biggest: its entry's bytes are timed
     assert {choice.way for choice in plan_blocks(blocks, Link(True)).choices} == {Way.PARTS}
 

@@ -151,14 +151,15 @@ def price(parts: SlicePlan, rows: SlicePlan, link: Link, rate: float) -> Priced:
 
 
 def needs_rate(blocks: Sequence[Block], link: Link) -> bool:
-    """Whether a choice turns on the link's rate (and it is not known): a multi-range source, and a
-    column block that could be read either way."""
-    return link.multi_range and link.rate is None and any(_either(block) for block in blocks)
+    """Whether a choice turns on the link's rate (and it is not known): a multi-range source, parts that
+    cost CPU, and a column block that could be read either way."""
+    return link.multi_range and link.part_cost > 0 and link.rate is None and any(map(_either, blocks))
 
 
 def plan_blocks(blocks: Sequence[Block], link: Link) -> BlockPlan:
     """Each block's way. Without several ranges a request: the rows wherever a block has them. With
-    them: a column block's parts, or its rows where they cost less (`price`; no rate: the parts)."""
+    them: a column block's parts, or its rows where they cost less (`price`; no rate, or parts that cost
+    nothing: the parts)."""
     choices = []
     for index, block in enumerate(blocks):
         rows = rows_plan(block)
@@ -169,7 +170,7 @@ def plan_blocks(blocks: Sequence[Block], link: Link) -> BlockPlan:
                 choices.append(Choice(index, Way.ROWS, rows))
             continue
         parts = parts_plan(block)
-        if rows is None or link.rate is None:
+        if rows is None or link.rate is None or link.part_cost == 0:
             choices.append(Choice(index, Way.PARTS, parts))
             continue
         priced = price(parts, rows, link, link.rate)
