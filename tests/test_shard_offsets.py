@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import reader
-from reader.loading.blocks import predicted_offset
+from reader.loading.blockplan import predicted_offset
 from reader.sources import HttpOptions
 from testing.faultserver import FaultServer
 from testing.zipbytes import directory_of

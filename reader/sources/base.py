@@ -134,10 +134,11 @@ class ByteSource(Protocol):
         return DEFAULT_CHUNK_SIZE
 
     @property
-    def part_cost(self) -> float:
+    def part_cost(self) -> float | None:
         """Seconds of client CPU one part of a multi-range answer costs (its Range entry, its head
-        parsed, its view): what reading a column block's runs as parts is weighed with."""
-        return 7e-6
+        parsed, its view), where configured: what reading a column block's runs as parts is weighed
+        with. None: timed where it matters (`speed.time_link`)."""
+        return None
 
     async def serves_multiple_ranges(self) -> bool:
         """Whether one request can carry several ranges (`read_ranges_into` then does so)."""

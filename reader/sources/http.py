@@ -153,7 +153,7 @@ class HttpSource(ByteSource):
         return self.options.part_size
 
     @property
-    def part_cost(self) -> float:
+    def part_cost(self) -> float | None:
         return self.options.part_cost
 
     @property

@@ -47,9 +47,10 @@ class HttpOptions:
     # range a request, the rows always.
     multi_range: bool = True
     # Seconds of client CPU one part of a multi-range answer costs, weighed against the rows' bytes
-    # (about 7 us here: from loopback nginx a dim-1 GPT-2 rank took 1020 ms as 134k parts, 246 ms as
-    # rows; break-even near 330 MB/s for 768-byte runs). 0: a column block's parts always.
-    part_cost: float = 7e-6
+    # (about 7 us on a quiet host here: from loopback nginx a dim-1 GPT-2 rank took 1020 ms as 134k
+    # parts, 246 ms as rows). None: timed once a source, with the link's rate (sources/speed.py);
+    # 0: a column block's parts always.
+    part_cost: float | None = None
     # A long streamed body is received on a thread (receiver.py): the consumer's work on the loop
     # overlaps the socket reads. A consumer that only relays each chunk (the service writing it to
     # its own client) runs faster with the body received on the loop: False.
@@ -62,7 +63,7 @@ class HttpOptions:
     resolve_host: ResolveHost | None = None
 
     def __post_init__(self) -> None:
-        if self.part_cost < 0:
+        if self.part_cost is not None and self.part_cost < 0:
             raise ValueError("part_cost must be >= 0")
         if self.parallel_parts < 1 or self.part_size < 1 or self.parallel_above < 0:
             raise ValueError("parallel_parts and part_size must be >= 1, parallel_above >= 0")

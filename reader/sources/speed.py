@@ -1,11 +1,12 @@
-"""How fast one connection to a source is: one timed read, remembered per source.
+"""How fast one connection to a source is, and what a part of a multi-range answer costs: timed once,
+remembered per source.
 
 Two choices turn on it. `parallel.py` keeps a big read on one connection when its first part, timed
 alone, arrives at `fast_connection` or faster. `loading/blockplan.py` weighs reading a column block's
-rows (more bytes, no parts) against its runs as the parts of multi-range requests (fewer bytes, about
-7 µs of client CPU a part): the faster the link, the sooner the rows win. Both time a read the same way
-(`rate`, over at most `PROBE_BYTES`); what a source's read saw is kept (`remember`, `measured`), so a
-sharded load times its connection once.
+rows (more bytes, no parts) against its runs as the parts of multi-range requests (fewer bytes, client
+CPU a part): the faster the link against the parts, the sooner the rows win. On loopback both are
+bound by the same CPU, so both are timed together (`time_link`), under the load of the moment; what
+was seen is kept (`remember`, `measured`), so a sharded load times its connection once.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import contextlib
 import time
 import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -23,7 +26,17 @@ if TYPE_CHECKING:
 # How much of a first read is timed before deciding (one connection or several; parts or rows).
 PROBE_BYTES = 4 << 20
 
-_measured: weakref.WeakKeyDictionary[object, float] = weakref.WeakKeyDictionary()
+
+@dataclass(frozen=True, slots=True)
+class LinkSpeed:
+    """Bytes a second one connection carries, and the seconds a part of a multi-range answer costs
+    beyond its bytes (None: not timed)."""
+
+    rate: float
+    part_cost: float | None = None
+
+
+_measured: weakref.WeakKeyDictionary[object, LinkSpeed] = weakref.WeakKeyDictionary()
 
 
 def rate(nbytes: int, began: float) -> float:
@@ -31,30 +44,48 @@ def rate(nbytes: int, began: float) -> float:
     return nbytes / max(time.monotonic() - began, 1e-6)
 
 
-def remember(source: object, value: float) -> None:
-    """Keep what a read timed alone saw of `source`'s connection (the latest wins)."""
+def remember(source: object, speed: LinkSpeed) -> None:
+    """Keep what reads timed alone saw of `source`'s connection (the latest wins)."""
     with contextlib.suppress(TypeError):  # a source that cannot be weakly referenced is timed again
-        _measured[source] = value
+        _measured[source] = speed
 
 
-def measured(source: object) -> float | None:
-    """Bytes a second one connection to `source` was seen to carry, or None if never timed."""
+def measured(source: object) -> LinkSpeed | None:
+    """What one connection to `source` was seen to do, or None if never timed."""
     try:
         return _measured.get(source)
     except TypeError:
         return None
 
 
-async def timed_read(source: ByteSource, start: int, end: int) -> float:
-    """Archive bytes [start, min(end, start + PROBE_BYTES)) read alone (and dropped), timed: the rate,
-    remembered for `source`."""
-    end = min(end, start + PROBE_BYTES)
-    buffer = np.empty(end - start, np.uint8)
+async def time_link(source: ByteSource, start: int, end: int, parts: Sequence[tuple[int, int]]) -> LinkSpeed:
+    """Time `source`, one request at a time, the bytes dropped, each twice (the faster counts: a busy
+    host's stalls are not the link's): one byte at `start` (the round trip), half of [start,
+    min(end, start + PROBE_BYTES)) (the rate, the round trip taken off), and, where given, `parts`
+    (sorted, disjoint) as one multi-range request (a part's cost: the round trip and the bytes taken
+    off, over the parts). Remembered for `source`."""
+    half = max(1, (min(end, start + PROBE_BYTES) - start) // 2)
+    trip = min([await _timed(source, [(start, start + 1)]) for _ in range(2)])
+    took = min([await _timed(source, [(start, start + half)]) for _ in range(2)])
+    seen = LinkSpeed(half / max(took - trip, took / 2, 1e-6))  # (at most half the time is the trip)
+    if parts:
+        nbytes = sum(high - low for low, high in parts)
+        took = min([await _timed(source, parts) for _ in range(2)])
+        seen = LinkSpeed(seen.rate, max(took - trip - nbytes / seen.rate, 0.0) / len(parts))
+    remember(source, seen)
+    return seen
+
+
+async def _timed(source: ByteSource, ranges: Sequence[tuple[int, int]]) -> float:
+    """Seconds to read `ranges` into a buffer faulted in first (the pages' cost is not the link's)."""
+    held = np.empty(sum(high - low for low, high in ranges), np.uint8)
+    held[::4096] = 0
     began = time.monotonic()
-    await source.read_into(start, memoryview(buffer))
-    value = rate(end - start, began)
-    remember(source, value)
-    return value
+    if len(ranges) == 1:
+        await source.read_into(ranges[0][0], memoryview(held))
+    else:
+        await source.read_ranges_into(ranges, [memoryview(held)])
+    return time.monotonic() - began
 
 
 def probe_spans(spans: list, longest: int) -> list:
