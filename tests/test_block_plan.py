@@ -135,7 +135,7 @@ def test_a_column_block_with_the_link_not_known_is_timed_first_else_read_as_part
         wte.header_offset,
         wte.region_end,
     )  # the biggest
-    assert 300 < len(where.parts) <= blockplan.PROBE_PARTS  # its first runs, as parts
+    assert len(where.parts) == blockplan.PROBE_PARTS  # its first runs, as parts
     assert where.parts[-1][1] - where.parts[0][0] <= blockplan.PROBE_PART_BYTES
     assert all(high - low == 768 and high <= wte.region_end for low, high in where.parts)
     assert blockplan.probe(_rank(0)) is None

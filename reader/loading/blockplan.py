@@ -51,7 +51,7 @@ PART_GAP = 128
 PART_HEAD = 110
 # How many of a column block's runs are timed as parts, to price a part (a few ms), and how far from
 # the first they may reach (what the probe reads stays small where the runs lie far apart).
-PROBE_PARTS = 512
+PROBE_PARTS = 128
 PROBE_PART_BYTES = 1 << 20
 # Bytes a second at which a block's rows are gathered out of the bytes read (numpy's strided copy).
 GATHER_RATE = 2e9

@@ -59,18 +59,18 @@ def measured(source: object) -> LinkSpeed | None:
 
 
 async def time_link(source: ByteSource, start: int, end: int, parts: Sequence[tuple[int, int]]) -> LinkSpeed:
-    """Time `source`, one request at a time, the bytes dropped, each twice (the faster counts: a busy
-    host's stalls are not the link's): one byte at `start` (the round trip), half of [start,
-    min(end, start + PROBE_BYTES)) (the rate, the round trip taken off), and, where given, `parts`
-    (sorted, disjoint) as one multi-range request (a part's cost: the round trip and the bytes taken
-    off, over the parts). Remembered for `source`."""
-    half = max(1, (min(end, start + PROBE_BYTES) - start) // 2)
+    """Time `source`, one request at a time, the bytes dropped: one byte at `start` twice (the round
+    trip), a quarter of [start, min(end, start + PROBE_BYTES)) twice (the rate, the round trip taken
+    off), the faster of each counting (a busy host's stalls are not the link's), and, where given,
+    `parts` (sorted, disjoint) as one multi-range request (a part's cost: the round trip and the bytes
+    taken off, over the parts). Remembered for `source`."""
+    quarter = max(1, (min(end, start + PROBE_BYTES) - start) // 4)
     trip = min([await _timed(source, [(start, start + 1)]) for _ in range(2)])
-    took = min([await _timed(source, [(start, start + half)]) for _ in range(2)])
-    seen = LinkSpeed(half / max(took - trip, took / 2, 1e-6))  # (at most half the time is the trip)
+    took = min([await _timed(source, [(start, start + quarter)]) for _ in range(2)])
+    seen = LinkSpeed(quarter / max(took - trip, took / 2, 1e-6))  # (at most half the time is the trip)
     if parts:
         nbytes = sum(high - low for low, high in parts)
-        took = min([await _timed(source, parts) for _ in range(2)])
+        took = await _timed(source, parts)
         seen = LinkSpeed(seen.rate, max(took - trip - nbytes / seen.rate, 0.0) / len(parts))
     remember(source, seen)
     return seen
