@@ -179,3 +179,11 @@ def test_runs_requests_cover_each_run_once_in_order_and_a_tied_block_is_a_twin()
     widths = [high - low for low, high in blocks[0].plan.runs]
     assert all(part.at == sum(widths[: part.low]) for part in parts)  # where its runs go in the buffer
     assert all(part.offset == 4096 for part in parts)
+
+
+def test_a_part_cost_below_zero_is_refused_and_none_means_timed() -> None:
+    from reader.sources import HttpOptions
+
+    with pytest.raises(ValueError, match="part_cost"):
+        HttpOptions(part_cost=-1e-6)
+    assert HttpOptions().part_cost is None and HttpOptions(part_cost=0.0).part_cost == 0.0
