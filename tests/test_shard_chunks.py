@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given, settings
 
 import reader
-from reader.loading import blocks, rowchunks
+from reader.loading import blockplan, rowchunks
 from reader.pt2 import slicing, strided
 from reader.sources import S3Settings
 from testing.aligned_pt2 import rank_block as _block
@@ -63,7 +63,7 @@ def test_chunks_of_rows_gathered_make_the_slice(case) -> None:
 
 def test_a_column_block_comes_in_chunks_of_the_limit() -> None:
     info = _info((1000, 1024), (1024, 1), 0, 1000 * 1024)
-    plan = slicing.plan_slice(info, np.s_[:, 256:512], blocks.REQUEST_GAP)
+    plan = slicing.plan_slice(info, np.s_[:, 256:512], blockplan.REQUEST_GAP)
     assert len(plan.runs) == 1
     chunks = rowchunks.row_chunks(plan, 100 * 4096)
     assert chunks is not None

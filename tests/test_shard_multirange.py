@@ -156,6 +156,9 @@ def _block(array: np.ndarray, rank: int, world: int, dim: int) -> np.ndarray:
 
 
 DIMS = {"layer*": 1, "small.weight": 1}
+# Parts that cost no CPU: a column block is always read as its runs (at loopback rates their rows may
+# cost less, and are read instead: see test_over_nginx_a_rank_reads_rows_where_parts_cost_more).
+PARTS = HttpOptions(part_cost=0.0)
 
 
 async def _ranks(location: str, **options) -> list[tuple[dict[str, np.ndarray], dict]]:
@@ -197,7 +200,7 @@ async def test_over_nginx_a_rank_reads_its_runs_as_parts(nginx, tmp_path) -> Non
     path, truth = _matrices(tmp_path)
     (root / "m.pt2").write_bytes(path.read_bytes())
     server.take_log()
-    ranks = await _ranks(server.url("m.pt2"))
+    ranks = await _ranks(server.url("m.pt2"), http_options=PARTS)
     _check_blocks(ranks, truth)
     share = _share(truth)
     for _, stats in ranks:
@@ -207,6 +210,20 @@ async def test_over_nginx_a_rank_reads_its_runs_as_parts(nginx, tmp_path) -> Non
         assert stats["requests"] <= 12, stats  # the probe, the headers, a multi-range request a weight
     multi = [entry for entry in server.take_log() if entry["range"] and entry["range"].count(",") > 10]
     assert multi and all(entry["status"] == 206 for entry in multi)
+
+
+async def test_over_nginx_a_rank_reads_rows_where_parts_cost_more(nginx, tmp_path) -> None:
+    """A part priced dear (1 s of CPU): the rows the column blocks lie in are read, one range a
+    request, though the server answers several (the timed read and the headers still use them)."""
+    root, server = nginx
+    path, truth = _matrices(tmp_path)
+    (root / "dear.pt2").write_bytes(path.read_bytes())
+    server.take_log()
+    ranks = await _ranks(server.url("dear.pt2"), http_options=HttpOptions(part_cost=1.0))
+    _check_blocks(ranks, truth)
+    assert not [entry for entry in server.take_log() if entry["range"] and entry["range"].count(",") > 10]
+    for _, stats in ranks:  # the rows (about 4x the share of the layers) and the timed read (<= 1 MiB)
+        assert 3 * _share(truth) <= stats["bytes"] <= 5 * _share(truth) + (64 << 10), stats
 
 
 async def test_with_multi_range_off_a_rank_reads_the_rows_and_asks_for_one_range(nginx, tmp_path) -> None:
@@ -242,7 +259,7 @@ async def test_a_wrong_or_short_part_is_an_error_not_wrong_bytes(tmp_path, fault
     path, _ = _matrices(tmp_path)
     async with (
         MultipartServer(path.read_bytes(), fault) as server,
-        reader.open_archive(server.url) as archive,
+        reader.open_archive(server.url, http_options=PARTS) as archive,
     ):
         with pytest.raises(SourceError, match=message):
             await archive.load(shard=reader.Shard(1, 4, DIMS))
@@ -252,7 +269,7 @@ async def test_the_small_server_serves_right_answers_right(tmp_path) -> None:
     """The server above without a fault: the same blocks (so the errors above are the faults')."""
     path, truth = _matrices(tmp_path)
     async with MultipartServer(path.read_bytes(), "none") as server:
-        ranks = await _ranks(server.url)
+        ranks = await _ranks(server.url, http_options=PARTS)
     _check_blocks(ranks, truth)
 
 

@@ -1,35 +1,29 @@
-"""A rank's blocks of sharded tensors: only their bytes, as one plan of coalesced, parallel reads.
+"""A rank's blocks of sharded tensors read: the executor of `blockplan.py`'s plan.
 
-A block is a slice (`reader.pt2.slicing.plan_slice`: which byte runs of the storage it needs,
-and the strided view over those runs laid end to end). Each block has a buffer
-holding its runs laid end to end (or, when the runs hold more than the block, because rows were
-joined across small gaps, the block gathered row-major out of them: a rank keeps only its share),
-and a `TensorInfo` that views that buffer (its storage entry is the block's key), so the arrays
-and torch tensors are built as for whole storages.
+`blockplan.py` (pure) cuts the blocks, chooses how each is read and groups what is wanted into
+requests; here the link is timed where the choice needs it (`sources/speed.py`, once a source), the
+requests run up to `REQUESTS_AT_ONCE` at a time, each big one in parallel parts by the source, and
+what lands is put in place.
 
-The reads: the runs of every block, in archive offsets, sorted and grouped into requests where
-less than `REQUEST_GAP` lies between two runs (a gap costs less than a round trip); requests are
-received several at a time, each big one in parallel parts by the source. A dim-0 block of a
-dense row-major tensor is one run: exactly its bytes are read, into one buffer with the other
-dim-0 blocks (huge pages, faulted in on a thread), and the block is a view of them.
+A dim-0 block of a dense row-major tensor is one run: exactly its bytes are read, into one buffer with
+the other dim-0 blocks (huge pages, faulted in on a thread), and the block is a view of them.
 
 Each entry's data offset comes from its local header. torch's ZIP writer pads every local header
-so that data starts at a multiple of 64 (`predicted_offset`); when the open's own entries lie where
-that rule puts them, every block's requests start at once at the predicted offsets, in the same
-requests as the headers where they lie close (the header and block of rank 0, the block of the last
-rank and the next header), and count only once the header confirms the offset (else they are read
+so that data starts at a multiple of 64 (`blockplan.predicted_offset`); when the open's own entries
+lie where that rule puts them, every block's requests start at once at the predicted offsets, in the
+same requests as the headers where they lie close (the header and block of rank 0, the block of the
+last rank and the next header), and count only once the header confirms the offset (else they are read
 again: never wrong bytes). Remotely the small whole tensors (biases, norms: `SMALL_WHOLE`) come in
 the same requests as the headers beside them. GPT-2 at world 4 from S3: 55 requests for the first
 and last ranks, 105 for the others (where the header and the block lie apart), against 62 for a
 whole load.
 
-Over HTTP, where the server answers several ranges a request (`HttpSource.serves_multiple_ranges`,
-nginx), those requests are the ranges of up to `REQUESTS_AT_ONCE` multi-range requests, and a block
-of several runs (a column block: a run a row) is planned again with runs apart past `PART_GAP` and
-read as the parts of multi-range requests, straight into its buffer: a rank reads its share and each
-part's head, where one range a request would read the rows its runs lie in. There, and from local
-files, such a block is read a chunk of rows at a time into reused scratch buffers and gathered into
-its place as each chunk lands (`rowchunks.py`): what a rank holds is its share, not the rows.
+Over HTTP, where the server answers several ranges a request (`serves_multiple_ranges`, nginx), those
+requests are the ranges of up to `REQUESTS_AT_ONCE` multi-range requests, and a column block the plan
+reads as parts comes as the parts of multi-range requests, straight into its buffer. A column block
+read as rows (everywhere else, and over multi-range HTTP where the rows cost less) is read a chunk of
+rows at a time into reused scratch buffers, one range a request, and gathered into its place as each
+chunk lands (`rowchunks.py`): what a rank holds is its share, not the rows.
 
 A block is not its whole entry, so no CRC-32 covers it: its bytes are length-checked and read
 from the version opened (SourceChanged otherwise). A cut that spans its whole dim (world size 1,
@@ -40,222 +34,61 @@ say) is no block: that tensor is loaded whole, CRC-checked. A DEFLATE entry is i
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import itertools
-import math
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 
 import numpy as np
 
 from .. import zipfmt
-from ..errors import IntegrityError, UnsupportedPayload
-from ..pt2.slicing import SlicePlan, gather_into, plan_slice
-from ..pt2.tensorinfo import TensorInfo
+from ..errors import IntegrityError
+from ..pt2.slicing import gather_into
 from ..reading.entries import EntryFetcher
-from ..reading.ranges import coalesce
-from ..sources import ByteSource, multirange
-from ..sources.parallel import PROBE_BYTES, rate
+from ..sources import ByteSource, speed
 from ..tasks import task_group
 from ..zipfmt import ZipEntry
 from ..zipfmt.structs import METHOD_STORED
-from .plan import LoadPlan, group_ranges
+from .blockplan import (
+    DATA_ALIGNMENT,
+    REQUEST_GAP,
+    Block,
+    Link,
+    Piece,
+    Region,
+    RunsPart,
+    Wanted,
+    group_requests,
+    header_region,
+    item_end,
+    needs_timing,
+    pieces_of,
+    plan_blocks,
+    predicted_offset,
+    probe,
+    row_major,
+    runs_requests,
+    spread_over,
+    written_as_torch_does,
+)
 from .prefault import prefaulting
 from .rowchunks import SCRATCH_AT_ONCE, SCRATCH_BYTES, RowChunks, Scratch, gather_rows, row_chunks
-from .shards import Shard
 from .storages import aligned_empty
 
-# Runs closer than this are one request (the bytes between are read and dropped).
-REQUEST_GAP = 64 << 10
-# torch's ZIP writer starts every entry's data at a multiple of this (its local header's extra field pads)
-DATA_ALIGNMENT = 64
-# Runs of a block read in a multi-range request are parts apart where more than this lies between
-# them: a part's boundary and headers cost about 110 bytes (nginx's), a run's share of the Range header 20.
-PART_GAP = 128
 # Requests in flight at once (each big one in parallel parts of its own): as many as a load's parallel
 # parts, so a rank opens no more connections than a whole load (a new one cost 12 ms on a busy host).
 REQUESTS_AT_ONCE = 8
-
-# In a sharded load from a remote source, whole stored entries up to this size (biases, norms) are
-# read with the cut entries' local headers, which lie beside them: one request per cluster between
-# two big weights, where apart they cost two.
-SMALL_WHOLE = 1 << 20
 
 Buffers = dict[str, np.ndarray]
 Landed = Callable[[Buffers], None]
 
 
-@dataclass(frozen=True, slots=True)
-class Block:
-    """`info`: the block as a tensor viewing its own buffer (key `info.storage.entry`), whose bytes
-    are runs `plan.runs` of the payload `entry`: laid end to end, or (`gathered`) the block gathered
-    row-major out of them. `whole[index]` is the block."""
-
-    info: TensorInfo
-    entry: ZipEntry
-    plan: SlicePlan
-    whole: TensorInfo
-    index: tuple[slice, ...]
-    gathered: bool
-
-    @property
-    def key(self) -> str:
-        return self.info.storage.entry
-
-
-def split_by_shard(
-    tensors: Iterable[TensorInfo], shard: Shard | None, entries: Mapping[str, ZipEntry]
-) -> tuple[list[TensorInfo], list[Block]]:
-    """(the tensors in the caller's order, with each cut tensor replaced by its block's info; the
-    blocks). A tensor no pattern matches, or whose block is its whole dim, stays as it is."""
-    ordered: list[TensorInfo] = []
-    blocks: list[Block] = []
-    for info in tensors:
-        cut = shard.cut(info) if shard is not None else None
-        if cut is None or (cut.start, cut.stop) == (0, (info.sizes or ())[cut.dim]):
-            ordered.append(info)
-            continue
-        if info.unsupported:
-            raise UnsupportedPayload(f"{info.model}/{info.name}: {info.unsupported}")
-        block = cut_block(info, cut.index(), entries[info.storage.entry])
-        ordered.append(block.info)
-        blocks.append(block)
-    return ordered, blocks
-
-
-def cut_block(info: TensorInfo, index: tuple[slice, ...], entry: ZipEntry, key: str | None = None) -> Block:
-    """The block as a tensor viewing its buffer: the runs laid end to end, or, when they hold more than
-    the block (rows joined across small gaps), the block gathered row-major into a buffer of its size.
-    `key` names its buffer (default: the entry and the tensor, one block a tensor as a shard cuts it)."""
-    plan = plan_slice(info, index)
-    itemsize = plan.itemsize
-    numel = math.prod(plan.shape)
-    if _gathered(plan):
-        strides = tuple(math.prod(plan.shape[dim + 1 :]) for dim in range(len(plan.shape)))
-        offset, held = 0, plan.nbytes
-    else:
-        strides = tuple(stride // itemsize for stride in plan.strides)
-        offset, held = plan.offset // itemsize, plan.nbytes if plan.zeros else plan.read_bytes
-    storage = dataclasses.replace(
-        info.storage,
-        entry=key or f"{info.storage.entry}#{info.model}/{info.name}",
-        offset=offset * itemsize,
-        nbytes=held,
-    )
-    view = dataclasses.replace(
-        info,
-        sizes=plan.shape,
-        strides=strides,
-        storage_offset=offset,
-        dim_order=tuple(range(len(plan.shape))),
-        dense=_gathered(plan) or plan.read_bytes == plan.nbytes,
-        numel=numel,
-        nbytes=numel * itemsize,
-        storage=storage,
-    )
-    return Block(view, entry, plan, info, index, _gathered(plan))
-
-
-def _gathered(plan: SlicePlan) -> bool:
-    return not plan.zeros and plan.read_bytes > plan.nbytes
-
-
-def _row_major(plan: SlicePlan) -> bool:
-    """The runs laid end to end are the block row-major."""
-    if plan.zeros or plan.offset or plan.read_bytes != plan.nbytes:
-        return False
-    step = plan.itemsize
-    for size, stride in zip(reversed(plan.shape), reversed(plan.strides), strict=True):
-        if size > 1 and stride != step:
-            return False
-        step *= size
-    return True
-
-
 def _finished(block: Block, laid: np.ndarray) -> np.ndarray:
     """The block's buffer once its runs are in `laid`: `laid` itself, or the block gathered out of it."""
     plan = block.plan
-    if not block.gathered or _row_major(plan):
+    if not block.gathered or row_major(plan):
         return laid
     out = np.empty(plan.nbytes, dtype=np.uint8)
     gather_into(laid, plan, out)
     return out
-
-
-@dataclass(frozen=True, slots=True)
-class Piece:
-    """A run of block `block`: archive bytes [start, start + length), read on the assumption that its
-    entry's data starts at `offset`, go to `at` in the block's buffer; or, for a block read in row
-    chunks (`rows` > 0), they hold `rows` rows of the block, gathered to `at` in its buffer."""
-
-    block: int
-    at: int
-    start: int
-    length: int
-    offset: int
-    rows: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Region:
-    """Archive bytes [start, end) from `entry`'s local header: to find where its data starts
-    (`whole=False`), or its whole stored entry (`whole=True`, CRC-checked)."""
-
-    entry: ZipEntry
-    start: int
-    end: int
-    whole: bool
-
-
-Wanted = Piece | Region
-
-
-def group_requests(wanted: Iterable[Wanted], gap: int = REQUEST_GAP) -> list[tuple[int, int, list[Wanted]]]:
-    """(start, end, what lies in it) of each request: what lies less than `gap` apart (or overlaps: a
-    tied name's block) shares one."""
-    ordered = sorted(wanted, key=lambda item: item.start)
-    spans = coalesce([(item.start, _end(item)) for item in ordered], gap)
-    requests: list[tuple[int, int, list[Wanted]]] = [(low, high, []) for low, high in spans]
-    index = 0
-    for item in ordered:
-        while item.start >= requests[index][1]:
-            index += 1
-        requests[index][2].append(item)
-    return requests
-
-
-def _end(item: Wanted) -> int:
-    return item.start + item.length if isinstance(item, Piece) else item.end
-
-
-def predicted_offset(entry: ZipEntry) -> int:
-    """Where torch's ZIP writer puts an entry's data: after the local header (30 bytes, the name, and
-    an extra field of at least its own 4-byte header) padded to the next multiple of 64."""
-    least = entry.header_offset + zipfmt.structs.LOCAL_HEADER.size + len(entry.raw_name) + 4
-    return least + (-least) % DATA_ALIGNMENT
-
-
-def written_as_torch_does(known: Mapping[str, int], entries: Mapping[str, ZipEntry] | None) -> bool:
-    """True when every data offset found so far (the open's metadata entries) lies where
-    `predicted_offset` puts it: the archive's other entries are predicted (an archive another tool
-    wrote is read header first, as a prediction that misses costs its bytes twice)."""
-    if not entries:
-        return False
-    checked = [name for name in known if name in entries]
-    return bool(checked) and all(known[name] == predicted_offset(entries[name]) for name in checked)
-
-
-def set_small_apart(plan: LoadPlan, limit: int) -> tuple[LoadPlan, list[ZipEntry]]:
-    """`plan` without its stored entries of at most `limit` bytes, and those entries."""
-    small = {
-        name: storage.entry
-        for name, storage in plan.storages.items()
-        if not storage.zeros and storage.entry.method == METHOD_STORED and storage.entry.size <= limit
-    }
-    storages = {name: storage for name, storage in plan.storages.items() if name not in small}
-    backed = [storage.entry for storage in storages.values() if not storage.zeros]
-    return LoadPlan(plan.tensors, storages, tuple(group_ranges(backed))), list(small.values())
 
 
 async def read_blocks(
@@ -269,13 +102,17 @@ async def read_blocks(
     """Every block's buffer by its key, and each of the whole entries `nearby` by its name (read with
     the local headers, CRC-checked); `landed` hears of each once it is in. `entries` (the archive's,
     by name) lets the data offsets of an archive torch wrote be predicted (`written_as_torch_does`)."""
-    finer: set[int] = set()
     multiple = len(blocks) > 1 and await source.serves_multiple_ranges()
-    if multiple:  # the runs of column blocks, not the rows they lie in
-        finer = {index for index, block in enumerate(blocks) if _scattered(block)}
-        blocks = [_finer(block) if index in finer else block for index, block in enumerate(blocks)]
-    else:  # the rows that column blocks lie in are read anyway: gathered a chunk of rows at a time
-        blocks = [_coarser(block) for block in blocks]
+    link = _link(source, multiple)
+    if needs_timing(blocks, link):  # a column block's parts or its rows: the link timed once a source
+        where = probe(blocks)
+        assert where is not None
+        parts = where.parts if link.part_cost is None else ()  # (a part's cost configured: the rate alone)
+        timed = await speed.time_link(source, where.start, where.end, parts)
+        link = _link(source, multiple, timed)
+    chosen = plan_blocks(blocks, link)
+    finer = set(chosen.parts)
+    blocks = chosen.blocks(blocks)
     reads = _BlockReads(source, fetcher, blocks, landed, finer)
     wanted, several = reads.wanted(nearby, written_as_torch_does(fetcher.known_offsets, entries))
     requests = reads.requests(wanted)
@@ -292,76 +129,29 @@ async def read_blocks(
             slot = slots.get(start)
             if slot is not None:
                 held: np.ndarray | None = arena[slot : slot + end - start]
-            elif reads.used_up(inside) and not multiple:
-                held = None  # a scratch buffer, taken when the request starts
+            elif reads.used_up(inside) and (not multiple or reads.has_rows(inside)):
+                held = None  # a scratch buffer, taken when the request starts (rows: one range alone)
             else:
                 held = aligned_empty(end - start, start)
             spans.append((start, end, inside, held))
+        alone = [span for span in spans if span[3] is None] if multiple else spans
         if multiple:  # a few multi-range requests, each about as big, instead of one a span
-            group.create_task(reads.spans_requests(spans))
-        else:
-            for start, end, inside, held in spans:
-                group.create_task(reads.request(start, end, inside, held))
+            group.create_task(reads.spans_requests([span for span in spans if span[3] is not None]))
+        for start, end, inside, held in alone:
+            group.create_task(reads.request(start, end, inside, held))
         reads.launch_several(several)
     if reads.missing:  # cannot happen unless the bookkeeping above is broken
         raise AssertionError(f"blocks {sorted(reads.missing)} did not come in")
     return reads.buffers
 
 
-def _shares(spans: list, count: int) -> list[list]:
-    """`spans` (start, end, ...) in order, as up to `count` groups of about the same bytes, each
-    split further where its Range header would grow past multirange.batches' bound."""
-    total = sum(span[1] - span[0] for span in spans)
-    groups: list[list] = [[]]
-    size = 0
-    for span in spans:
-        if groups[-1] and size >= total / count:
-            groups.append([])
-            size = 0
-        groups[-1].append(span)
-        size += span[1] - span[0]
-    out = []
-    for group in groups:
-        by_range = {(span[0], span[1]): span for span in group}
-        out += [[by_range[rng] for rng in batch] for batch in multirange.batches(list(by_range))]
-    return out
-
-
-def _probe(spans: list, longest: int) -> list:
-    """Spans (start, end, ...) to time a connection with: in order, none longer than `longest`, until
-    PROBE_BYTES are in them; or the first span."""
-    probe, size = [], 0
-    for span in spans:
-        if span[1] - span[0] <= longest:
-            probe.append(span)
-            size += span[1] - span[0]
-            if size >= PROBE_BYTES:
-                break
-    return probe or spans[:1]
-
-
-def _scattered(block: Block) -> bool:
-    """A stored block of several runs, or of rows joined across small gaps (a column block): over
-    HTTP, read as a part a run where the server answers multi-range requests."""
-    return block.entry.method == METHOD_STORED and (block.gathered or len(block.plan.runs) > 1)
-
-
-def _finer(block: Block) -> Block:
-    """The block read as its own runs, parts of multi-range requests (apart where more than a part's
-    head lies between them)."""
-    return dataclasses.replace(block, plan=plan_slice(block.whole, block.index, PART_GAP))
-
-
-def _coarser(block: Block) -> Block:
-    """A stored block of several runs laid end to end row-major (a column block of long rows) as the
-    one run they lie in, where that run is close enough to read whole: then gathered a chunk of rows at
-    a time, into a buffer laid out as before."""
-    if block.entry.method != METHOD_STORED or len(block.plan.runs) < 2 or not _row_major(block.plan):
-        return block
-    plan = plan_slice(block.whole, block.index, REQUEST_GAP)
-    if len(plan.runs) != 1:
-        return block
-    return dataclasses.replace(block, plan=plan, gathered=_gathered(plan))
+def _link(source: ByteSource, multiple: bool, timed: speed.LinkSpeed | None = None) -> Link:
+    """What the planner knows of `source`: a part's cost as configured, else as timed."""
+    timed = timed or speed.measured(source)
+    configured = source.part_cost
+    if timed is None:
+        return Link(multiple, None, configured)
+    return Link(multiple, timed.rate, timed.part_cost if configured is None else configured)
 
 
 def _arena(spans: list[tuple[int, int]]) -> tuple[np.ndarray, dict[int, int]]:
@@ -446,7 +236,7 @@ class _BlockReads:
             offset = self.offsets.get(name)
             entry = self.blocks[indexes[0]].entry
             if offset is None:
-                wanted.append(_header_region(entry))
+                wanted.append(header_region(entry))
                 if not predict:
                     continue
                 offset = self.assumed[name] = predicted_offset(entry)
@@ -470,13 +260,13 @@ class _BlockReads:
             if end - start <= self.scratch.size or not self.used_up(inside):
                 cut.append((start, end, inside))
                 continue
-            low, high, group = inside[0].start, _end(inside[0]), [inside[0]]
+            low, high, group = inside[0].start, item_end(inside[0]), [inside[0]]
             for item in inside[1:]:  # in order of their starts
-                if max(high, _end(item)) - low > self.scratch.size:
+                if max(high, item_end(item)) - low > self.scratch.size:
                     cut.append((low, high, group))
-                    low, high, group = item.start, _end(item), []
+                    low, high, group = item.start, item_end(item), []
                 group.append(item)
-                high = max(high, _end(item))
+                high = max(high, item_end(item))
             cut.append((low, high, group))
         return cut
 
@@ -487,12 +277,16 @@ class _BlockReads:
             for item in inside
         )
 
+    def has_rows(self, inside: list[Wanted]) -> bool:
+        """Whether a request holds a chunk of a block's rows (read alone into a scratch buffer)."""
+        return any(isinstance(item, Piece) and item.rows > 0 for item in inside)
+
     def viewed(self, item: Wanted) -> bool:
         """A run that is its block's buffer as received."""
         if not isinstance(item, Piece):
             return False
         block = self.blocks[item.block]
-        return len(block.plan.runs) == 1 and (not block.gathered or _row_major(block.plan))
+        return len(block.plan.runs) == 1 and (not block.gathered or row_major(block.plan))
 
     def pieces(self, name: str, offset: int) -> tuple[list[Piece], list[tuple[int, int]]]:
         """The runs of entry `name`'s blocks at data offset `offset`; the finer ones as (block, offset)."""
@@ -514,80 +308,41 @@ class _BlockReads:
         self.launch_several(several)
 
     def launch_several(self, several: list[tuple[int, int]]) -> None:
-        """Multi-range requests for the runs of finer blocks (block, data offset), in archive order, each
-        request's Range header kept short (multirange.batches); a block with the same runs as one before
-        it (a tied name) is a copy of it, one whose runs overlap another's is read apart."""
+        """Multi-range requests for the runs of blocks read as parts (block, data offset)
+        (`blockplan.runs_requests`): a tied name's block is a copy of the one read, one whose runs
+        overlap another's is read apart."""
         assert self.group is not None
-        runs: list[tuple[int, int]] = []
-        owners: list[tuple[int, int, int, list[int]]] = []  # (block, its first run in `runs`, offset, ats)
-        firsts: dict[tuple[str, int, tuple[tuple[int, int], ...]], int] = {}
-        apart: list[Piece] = []
-        for index, offset in sorted(several, key=lambda item: item[1] + self.blocks[item[0]].plan.runs[0][0]):
-            block = self.blocks[index]
-            same = firsts.setdefault((block.entry.name, offset, block.plan.runs), index)
-            if same != index:
-                if index not in self.twins.setdefault(same, []):
-                    self.twins[same].append(index)
-                continue
-            first = block.plan.runs[0][0] + offset
-            if runs and first < runs[-1][1]:
-                apart += self._pieces_of(index, offset)
-                continue
-            ats = list(itertools.accumulate((high - low for low, high in block.plan.runs), initial=0))
-            owners.append((index, len(runs), offset, ats))
-            runs += [(offset + low, offset + high) for low, high in block.plan.runs]
-        batches = multirange.batches(runs)
-        owner, done = 0, 0
-        for batch in batches:  # each batch: (block, its runs [low, high), offset, where run low goes)
-            parts: list[tuple[int, int, int, int, int]] = []
-            end = done + len(batch)
-            while done < end:
-                index, base, offset, ats = owners[owner]
-                stop = min(base + len(self.blocks[index].plan.runs), end)
-                parts.append((index, done - base, stop - base, offset, ats[done - base]))
-                done = stop
-                if stop == base + len(self.blocks[index].plan.runs):
-                    owner += 1
-            self.group.create_task(self.ranges_request(parts))
+        planned = runs_requests(self.blocks, several)
+        for index, twins in planned.twins.items():
+            known = self.twins.setdefault(index, [])
+            known += [twin for twin in twins if twin not in known]
+        for batch in planned.batches:
+            self.group.create_task(self.ranges_request(batch))
+        apart = [piece for index, offset in planned.apart for piece in self._pieces_of(index, offset)]
         for start, end, inside in self.requests(apart):
             held = None if self.used_up(inside) else aligned_empty(end - start, start)
             self.group.create_task(self.request(start, end, inside, held))
 
     def _pieces_of(self, index: int, offset: int) -> list[Piece]:
-        """Block `index`'s runs (or row chunks) at data offset `offset`, each with where it goes in the
-        block's buffer."""
-        chunks = self.chunks.get(index)
-        if chunks is not None:
-            start = offset + self.blocks[index].plan.runs[0][0] + chunks.first
-            pieces = []
-            for low, high in chunks.rows:
-                at, first = low * chunks.row_bytes, start + low * chunks.step
-                length = (high - low - 1) * chunks.step + chunks.span
-                pieces.append(Piece(index, at, first, length, offset, high - low))
-            return pieces
-        pieces, at = [], 0
-        for low, high in self.blocks[index].plan.runs:
-            pieces.append(Piece(index, at, offset + low, high - low, offset))
-            at += high - low
-        return pieces
+        return pieces_of(index, self.blocks[index].plan, self.chunks.get(index), offset)
 
-    async def ranges_request(self, parts: list[tuple[int, int, int, int, int]]) -> None:
-        """One multi-range request for runs [low, high) of blocks (block, low, high, offset, where run low
-        goes in the block's buffer), each run straight into its place in its block's buffer."""
+    async def ranges_request(self, parts: tuple[RunsPart, ...]) -> None:
+        """One multi-range request for the runs of blocks (`RunsPart`s), each run straight into its place
+        in its block's buffer."""
         async with self.gate:
-            parts = [part for part in parts if not self._refuted(part[0], part[3])]
+            parts = tuple(part for part in parts if not self._refuted(part.block, part.offset))
             if not parts:  # runs at a prediction refuted while they waited: read again elsewhere
                 return
             ranges: list[tuple[int, int]] = []
             into: list[memoryview] = []  # each block's runs of this request lie end to end in its buffer
-            for index, low, high, offset, at in parts:
-                runs = self.blocks[index].plan.runs[low:high]
-                ranges += [(offset + start, offset + end) for start, end in runs]
+            for part in parts:
+                runs = self.blocks[part.block].plan.runs[part.low : part.high]
+                ranges += [(part.offset + start, part.offset + end) for start, end in runs]
                 length = sum(end - start for start, end in runs)
-                into.append(memoryview(self.own(index))[at : at + length])
+                into.append(memoryview(self.own(part.block))[part.at : part.at + length])
             await self.source.read_ranges_into(ranges, into, fallback_gap=REQUEST_GAP)
-        for index, low, high, offset, _ in parts:
-            self.arrived_runs(index, high - low, offset)
+        for part in parts:
+            self.arrived_runs(part.block, part.high - part.low, part.offset)
 
     def target(self, piece: Piece) -> np.ndarray:
         """Where a run goes in its block's own buffer."""
@@ -611,20 +366,25 @@ class _BlockReads:
     async def spans_requests(self, spans: list[tuple[int, int, list[Wanted], np.ndarray]]) -> None:
         """The spans as up to REQUESTS_AT_ONCE multi-range requests of about the same bytes. Where the
         source keeps to one connection when it is fast (`HttpOptions.fast_connection`), a few small
-        spans (`_probe`) are sent first, alone, and timed: at least that fast, the rest go as few
+        spans (`speed.probe_spans`) are sent first, alone, and timed (unless the link was timed already:
+        `speed.measured`): at least that fast, the rest go as few
         requests as their Range headers allow (from loopback nginx a dim-0 rank took about 60 ms so, 84
         ms as eight requests at once); otherwise as the eight."""
         fast = self.source.fast_connection
-        if fast is not None and len(spans) > 1:
-            probe = _probe(spans, self.source.part_size)
+        known = speed.measured(self.source)
+        if fast is not None and known is not None and len(spans) > 1:  # timed already (blockplan's choice)
+            shares = spread_over(spans, 1 if known.rate >= fast else REQUESTS_AT_ONCE)
+        elif fast is not None and len(spans) > 1:
+            probe = speed.probe_spans(spans, self.source.part_size)
             began = time.monotonic()
             await self.spans_request(probe)
             probed = {id(span) for span in probe}
             spans = [span for span in spans if id(span) not in probed]
-            one = rate(sum(end - start for start, end, *_ in probe), began) >= fast
-            shares = _shares(spans, 1 if one else REQUESTS_AT_ONCE) if spans else []
+            measured = speed.rate(sum(end - start for start, end, *_ in probe), began)
+            speed.remember(self.source, speed.LinkSpeed(measured))
+            shares = spread_over(spans, 1 if measured >= fast else REQUESTS_AT_ONCE) if spans else []
         else:
-            shares = _shares(spans, REQUESTS_AT_ONCE)
+            shares = spread_over(spans, REQUESTS_AT_ONCE)
         async with task_group() as group:
             for share in shares:
                 group.create_task(self.spans_request(share))
@@ -667,7 +427,7 @@ class _BlockReads:
             self.landed(wholes)
         for item in inside:
             if isinstance(item, Piece):
-                self.arrived(item, held[item.start - start : _end(item) - start])
+                self.arrived(item, held[item.start - start : item_end(item) - start])
 
     def _refuted(self, index: int, offset: int) -> bool:
         """Runs of block `index` read at `offset`, which its entry's header has refuted."""
@@ -759,11 +519,6 @@ class _BlockReads:
             buffer[at : at + high - low] = whole[low:high]
             at += high - low
         self.finished(index)
-
-
-def _header_region(entry: ZipEntry) -> Region:
-    guess = entry.header_offset + zipfmt.local_header_guess(entry)
-    return Region(entry, entry.header_offset, min(guess, entry.region_end), False)
 
 
 def _whole(entry: ZipEntry, window: np.ndarray, known: dict[str, int]) -> np.ndarray:

@@ -14,7 +14,8 @@ from ..sources import ByteSource
 from ..tasks import task_group
 from ..zipfmt import ZipEntry
 from .arrays import view_array
-from .blocks import SMALL_WHOLE, Block, read_blocks, set_small_apart, split_by_shard
+from .blockplan import SMALL_WHOLE, Block, set_small_apart, split_by_shard
+from .blocks import read_blocks
 from .plan import LoadPlan, plan_load
 from .selection import Loadable, Payloads, Selection
 from .storages import Buffers, Landed, read_storages

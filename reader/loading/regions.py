@@ -19,7 +19,7 @@ import numpy as np
 from ..errors import ReaderError
 from ..pt2.tensorinfo import TensorInfo
 from ..tasks import task_group
-from .blocks import Block, cut_block
+from .blockplan import Block, cut_block
 from .load import read_planned
 from .plan import plan_load
 from .selection import Selection

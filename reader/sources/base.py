@@ -133,6 +133,13 @@ class ByteSource(Protocol):
         """The size of the parts a big read is split into (its preferred request size)."""
         return DEFAULT_CHUNK_SIZE
 
+    @property
+    def part_cost(self) -> float | None:
+        """Seconds of client CPU one part of a multi-range answer costs (its Range entry, its head
+        parsed, its view), where configured: what reading a column block's runs as parts is weighed
+        with. None: timed where it matters (`speed.time_link`)."""
+        return None
+
     async def serves_multiple_ranges(self) -> bool:
         """Whether one request can carry several ranges (`read_ranges_into` then does so)."""
         return False

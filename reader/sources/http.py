@@ -153,6 +153,10 @@ class HttpSource(ByteSource):
         return self.options.part_size
 
     @property
+    def part_cost(self) -> float | None:
+        return self.options.part_cost
+
+    @property
     def held(self) -> HeldBytes | None:
         """Bytes the open read and keeps (the tail, or a small whole object)."""
         return self._held

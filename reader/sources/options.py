@@ -41,11 +41,16 @@ class HttpOptions:
     # one connection (more cost CPU for nothing). None: always parallel above parallel_above.
     fast_connection: float | None = 250e6
     # Ask a server for several ranges a request (multipart/byteranges) where a sharded load needs
-    # scattered runs (column blocks): each rank reads its share. False: one range a request, so a column
-    # block's rows are read whole and its block gathered out (up to world_size x the bytes), which is
-    # faster where the link outruns the CPU a part costs (about 7 us here: from loopback nginx a dim-1
-    # GPT-2 rank took 234 ms so against 873 ms as parts; break-even near 330 MB/s for 768-byte runs).
+    # scattered runs (column blocks). Then each column block is read as its runs (the parts of
+    # multi-range requests: its share) or as the rows they lie in (up to world_size x the bytes, no
+    # parts), whichever costs less at the link's rate, timed once (loading/blockplan.py). False: one
+    # range a request, the rows always.
     multi_range: bool = True
+    # Seconds of client CPU one part of a multi-range answer costs, weighed against the rows' bytes
+    # (about 7 us on a quiet host here: from loopback nginx a dim-1 GPT-2 rank took 1020 ms as 134k
+    # parts, 246 ms as rows). None: timed once a source, with the link's rate (sources/speed.py);
+    # 0: a column block's parts always.
+    part_cost: float | None = None
     # A long streamed body is received on a thread (receiver.py): the consumer's work on the loop
     # overlaps the socket reads. A consumer that only relays each chunk (the service writing it to
     # its own client) runs faster with the body received on the loop: False.
@@ -58,6 +63,8 @@ class HttpOptions:
     resolve_host: ResolveHost | None = None
 
     def __post_init__(self) -> None:
+        if self.part_cost is not None and self.part_cost < 0:
+            raise ValueError("part_cost must be >= 0")
         if self.parallel_parts < 1 or self.part_size < 1 or self.parallel_above < 0:
             raise ValueError("parallel_parts and part_size must be >= 1, parallel_above >= 0")
         if self.http2 and self.resolve_host is not None:

@@ -22,9 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 
 from ..tasks import task_group
-
-# How much of the first part is timed before deciding whether to open more connections.
-PROBE_BYTES = 4 << 20
+from .speed import PROBE_BYTES, rate
 
 
 class _Part:
@@ -58,12 +56,6 @@ async def _fill(part: _Part, fetch: Callable[[int, int], AsyncIterator[bytes]], 
 def split(start: int, end: int, part_size: int) -> list[tuple[int, int]]:
     """[start, end) as consecutive parts of part_size bytes (the last one shorter)."""
     return [(at, min(at + part_size, end)) for at in range(start, end, part_size)]
-
-
-def rate(nbytes: int, began: float) -> float:
-    """Bytes per second of `nbytes` received since `began` (time.monotonic()): what a first part, timed
-    alone, says of one connection against a source's `fast_connection`."""
-    return nbytes / max(time.monotonic() - began, 1e-6)
 
 
 async def ordered_parts(
