@@ -66,25 +66,38 @@ async def reader_bytes(location, name: str, order: str = "default", model: str |
 @contextlib.contextmanager
 def serve(specs: list[str], token: str | None = None):
     """`pt2serve serve SPECS` in a subprocess on a free loopback port; yields its URL once /healthz
-    answers, and stops it on exit."""
-    port = free_port()
+    answers, and stops it on exit. A port taken between its choice and the bind (another test's
+    server) is chosen again, a few times at most."""
     env = {**os.environ, "PT2SERVE_REVALIDATE_SECONDS": "0"}
     env.pop("PT2SERVE_API_TOKEN", None)
     if token:
         env["PT2SERVE_API_TOKEN"] = token
-    cmd = [sys.executable, "-m", "app", "serve", "--port", str(port), "--log-level", "warning", *specs]
-    proc = subprocess.Popen(cmd, env=env)
-    base = f"http://127.0.0.1:{port}"
+    for _ in range(5):
+        port = free_port()
+        cmd = [sys.executable, "-m", "app", "serve", "--port", str(port), "--log-level", "warning", *specs]
+        proc = subprocess.Popen(cmd, env=env)
+        if _started(proc, f"http://127.0.0.1:{port}"):
+            break
+        proc.wait(10)
+    else:
+        raise RuntimeError("the service exited before it answered, five times (see its stderr)")
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                    break
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError("the service did not start")
-            time.sleep(0.1)
-        yield base
+        yield f"http://127.0.0.1:{port}"
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def _started(proc: subprocess.Popen, base: str) -> bool:
+    """True once /healthz answers; False if the process ended first (its port was taken)."""
+    deadline = time.monotonic() + 60
+    while True:
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
+                return True
+        if proc.poll() is not None:
+            return False
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError("the service did not start")
+        time.sleep(0.1)
