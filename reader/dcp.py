@@ -47,6 +47,7 @@ from .cache import CacheStore
 from .errors import UnsupportedPayload
 from .loading.background import BackgroundLoop
 from .loading.regions import Region, RegionOutOfRange, read_regions
+from .loading.sync import open_options
 from .opener import open_archive
 from .pt2.tensorinfo import TensorInfo
 from .sharded import ShardedArchive
@@ -104,15 +105,9 @@ class StorageReader(_DcpStorageReader):
         super().__init__()
         self.location = location
         self.model = model
-        self._options: dict[str, Any] = {
-            "tail_size": tail_size,
-            "chunk_size": chunk_size,
-            "http_options": http_options,
-            "s3_settings": s3_settings,
-            "cache_dir": cache_dir,
-            "offline": offline,
-            "stale_if_error": stale_if_error,
-        }
+        self._options = open_options(
+            tail_size, chunk_size, http_options, s3_settings, cache_dir, offline, stale_if_error
+        )
         self.load_id = uuid.uuid4().hex
         self.storage_data: dict[MetadataIndex, str] = {}
         self._handle = _Handle()

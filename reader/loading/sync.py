@@ -20,6 +20,7 @@ from .shards import Shard
 
 if TYPE_CHECKING:
     from ..archive_like import ArchiveLike
+    from ..cache import CacheStore
 
 T = TypeVar("T")
 
@@ -148,7 +149,7 @@ def open_options(
     chunk_size: int,
     http_options: HttpOptions | None,
     s3_settings: S3Settings | None,
-    cache_dir: str | os.PathLike[str] | None,
+    cache_dir: str | os.PathLike[str] | CacheStore | None,
     offline: bool | None,
     stale_if_error: bool | None,
 ) -> dict[str, Any]:
