@@ -130,3 +130,25 @@ def ensure_venv_tool(package: str, binary: str) -> str:
         if not target.exists():
             raise ProvisionError(f"{binary} is still missing after `pip install {package}` into {venv}")
         return str(target)
+
+
+def ensure_venv(name: str, requirements: tuple[str, ...], uninstall: tuple[str, ...] = ()) -> pathlib.Path:
+    """The python of a venv of its own under NPM_PREFIX, pip installing `requirements` on first use and
+    then uninstalling `uninstall` (packages a requirement pulls in that break it here): for tools too big
+    or too pinned to meet the project's venv (vLLM). A marker written last says the venv is complete,
+    so an interrupted install starts over."""
+    venv = NPM_PREFIX / "venvs" / name
+    python = venv / "bin" / "python"
+    marker = venv / ".provisioned"
+    wanted = "\n".join((*requirements, "uninstall:", *uninstall))
+    with _lock:
+        if marker.exists() and marker.read_text() == wanted:
+            return python
+        print(f"venv {name} not ready: pip install {' '.join(requirements)} into {venv} ...", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
+        pip = [str(python), "-m", "pip", "--quiet", "--disable-pip-version-check"]
+        subprocess.run([*pip, "install", *requirements], check=True, stdout=subprocess.DEVNULL)
+        if uninstall:
+            subprocess.run([*pip, "uninstall", "-y", *uninstall], check=True, stdout=subprocess.DEVNULL)
+        marker.write_text(wanted)
+        return python
