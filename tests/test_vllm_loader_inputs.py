@@ -183,3 +183,16 @@ def test_missing_parameters_are_listed_by_name() -> None:
     error = WeightsNotLoaded(["0.weight", "1.bias"], ["s3://bucket/model.pt2"])
     assert isinstance(error, reader.ReaderError) and isinstance(error, ValueError)
     assert str(error) == "2 parameters of the model are not in s3://bucket/model.pt2: 0.weight, 1.bias"
+
+
+def test_the_entry_point_names_register_and_importing_it_imports_no_vllm() -> None:
+    import importlib
+    import sys
+    import tomllib
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    target = project["entry-points"]["vllm.general_plugins"]["pt2serve"]
+    module, _, function = target.partition(":")
+    assert callable(getattr(importlib.import_module(module), function))
+    assert not [name for name in sys.modules if name.split(".")[0] == "vllm"]
