@@ -114,12 +114,17 @@ def generate(
     prompt: Sequence[int] = (1, 2, 3, 4),
     max_tokens: int = 8,
     logprobs: int = 5,
+    in_process: bool = False,
 ) -> dict[str, Any]:
     """vLLM's greedy tokens and top logprobs for `prompt` with the weights `load_format` loads
-    (vllm_child.py generate), and the seconds from LLM(...) to the first token."""
+    (vllm_child.py generate), and the seconds from LLM(...) to the first token; `in_process`: the
+    engine and its worker in the child's one process, and the seconds of the model's load alone."""
     args = ["generate", str(model_dir), str(out), "--load-format", load_format]
     args += ["--extra", json.dumps(dict(extra or {})), "--prompt", ",".join(map(str, prompt))]
     args += ["--max-tokens", str(max_tokens), "--logprobs", str(logprobs)]
+    if in_process:
+        args.append("--in-process")
+        env = {**(env or {}), "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     run_child(python, args, env=env)
     return json.loads(out.read_text())
 

@@ -9,6 +9,8 @@ testing/vllm.py cannot shadow the vllm package): make a tiny GPT-2-style model, 
   generate MODEL_DIR OUT.json --load-format F [--extra JSON] --prompt 1,2,3 --max-tokens N --logprobs K
       vLLM's LLM(...) without a tokenizer, greedy: OUT.json holds the tokens, each step's top
       logprobs, and the seconds from LLM(...) to the first token (a one-token request first).
+      --in-process (with VLLM_ENABLE_V1_MULTIPROCESSING=0): the engine and its worker in this
+      process, and the seconds of the model's load alone (vLLM's get_model) as well.
 """
 
 from __future__ import annotations
@@ -81,8 +83,10 @@ def generate(args: argparse.Namespace) -> None:
     from vllm.inputs import TokensPrompt
 
     prompt = TokensPrompt(prompt_token_ids=[int(token) for token in args.prompt.split(",")])
+    load_seconds = _time_model_loads() if args.in_process else []
     started = time.perf_counter()
     llm = LLM(
+        distributed_executor_backend="uni" if args.in_process else None,
         model=args.model,
         load_format=args.load_format,
         model_loader_extra_config=json.loads(args.extra),
@@ -102,8 +106,38 @@ def generate(args: argparse.Namespace) -> None:
         {str(token): logprob.logprob for token, logprob in step.items()} for step in output.logprobs or []
     ]
     pathlib.Path(args.out).write_text(
-        json.dumps({"tokens": list(output.token_ids), "logprobs": steps, "first_token_seconds": first_token})
+        json.dumps(
+            {
+                "tokens": list(output.token_ids),
+                "logprobs": steps,
+                "first_token_seconds": first_token,
+                "load_model_seconds": load_seconds[0] if load_seconds else None,
+            }
+        )
     )
+
+
+def _time_model_loads() -> list[float]:
+    """The seconds of each `get_model` (the model built, its weights loaded and post-processed) the
+    CPU model runner calls in this process: with the engine and its worker in this process
+    (VLLM_ENABLE_V1_MULTIPROCESSING=0 and the "uni" executor), the load alone, whatever the format."""
+    import os
+
+    from vllm.v1.worker import cpu_model_runner
+
+    assert os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING") == "0", "--in-process needs it in the environment"
+    seconds: list[float] = []
+    get_model = cpu_model_runner.get_model
+
+    def timed(*args, **kwargs):
+        started = time.perf_counter()
+        try:
+            return get_model(*args, **kwargs)
+        finally:
+            seconds.append(time.perf_counter() - started)
+
+    cpu_model_runner.get_model = timed
+    return seconds
 
 
 def main() -> None:
@@ -129,6 +163,7 @@ def main() -> None:
     run.add_argument("--max-tokens", type=int, default=8)
     run.add_argument("--logprobs", type=int, default=5)
     run.add_argument("--max-model-len", type=int, default=64)
+    run.add_argument("--in-process", action="store_true", help="engine and worker here; times get_model")
     args = parser.parse_args()
     (make_model if args.command == "make-model" else generate)(args)
 
