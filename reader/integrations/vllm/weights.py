@@ -31,7 +31,8 @@ class WeightsNotLoaded(ReaderError, ValueError):
     def __init__(self, missing: Sequence[str], locations: Sequence[str]) -> None:
         self.missing = list(missing)
         super().__init__(
-            f"{len(self.missing)} parameters of the model are not in {', '.join(locations)}: "
+            f"{len(self.missing)} parameter{'' if len(self.missing) == 1 else 's'} of the model "
+            f"{'is' if len(self.missing) == 1 else 'are'} not in {', '.join(locations)}: "
             + ", ".join(self.missing)
         )
 
