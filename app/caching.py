@@ -4,7 +4,10 @@
 - unversioned JSON and HTML, the viewer's files: `no-cache` with a strong ETag, 304 on a match;
 - health, metrics, signing, the auth check and the API docs: `no-store`;
 - a response to a request that carried credentials (an Authorization header or a signed URL) is
-  never `public`: shared caches must not hand it to others (RFC 9111 §3.5); `private` instead.
+  never `public`: shared caches must not hand it to others (RFC 9111 §3.5); `private` instead;
+- an unversioned answer from a version opened stale (its origin could not be reached: docs/cache.md,
+  stale-if-error) says so in `X-Pt2serve-Stale: <version>; age=<seconds>` and is `no-cache` as every
+  unversioned answer is, never `immutable`.
 
 Routes that know more (versioned or not) say so through app/versioning.py's `caching_headers`;
 `CachePolicy`, the middleware just outside the routes, gives every other response the default of
@@ -31,6 +34,7 @@ IMMUTABLE_PRIVATE = "private, max-age=31536000, immutable"
 REVALIDATE = "no-cache"
 NO_STORE = "no-store"
 REVALIDATE_HEADERS = Fields({"cache-control": REVALIDATE})
+STALE_HEADER = "x-pt2serve-stale"
 
 # paths whose answers no cache may keep: they describe this moment or this request
 NO_STORE_PATHS = frozenset(
@@ -51,6 +55,12 @@ def pair_policy(both_pinned: bool, scope: Scope) -> Fields:
     if both_pinned:
         return Fields({"cache-control": IMMUTABLE_PRIVATE if credentialed(scope) else IMMUTABLE})
     return REVALIDATE_HEADERS
+
+
+def stale_value(version: str, age: float) -> str:
+    """`X-Pt2serve-Stale`: the version served though its origin could not be asked, and how long
+    ago the origin last said it was current."""
+    return f"{version}; age={int(age)}"
 
 
 def default_policy(path: str) -> str:

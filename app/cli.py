@@ -1,6 +1,7 @@
 """`pt2serve` command line: serve archives, or list, inspect, download and export their tensors.
 
-    pt2serve serve [ARCHIVE | id=LOCATION ...]
+    pt2serve serve [ARCHIVE | id=LOCATION ...] [--allow-open PATTERN ...]
+    pt2serve view LOCATION [LOCATION_B] [--no-browser]      (the browser viewer; two: compare)
     pt2serve ls LOCATION [--model M] [--json]
     pt2serve layout LOCATION NAME [--model M]
     pt2serve get LOCATION NAME -o FILE [--format raw|npy] [--order default|contiguous] [--model M]
@@ -21,16 +22,17 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from . import cli_diff
+from . import cli_diff, cli_view
 from .cli_cache import add_cache_command, cmd_cache
+from .cli_errors import CliError, UsageError
 from .cli_output import (
     PROGRESS_THRESHOLD,
-    CliError,
     ResumeRecord,
     atomic_output,
     check_resumed,
@@ -60,6 +62,9 @@ SSL_CERT_FILE / SSL_CERT_DIR and --ca-bundle.
 examples:
   pt2serve serve                                   serve the bundled demo archive on :8000
   pt2serve serve gpt2=s3://models/gpt2.pt2         serve an archive from S3 under the id gpt2
+  pt2serve serve --allow-open 'hf://org/*'         ... and let the viewer open hf://org/ archives
+  pt2serve view model.pt2                          the browser viewer on an archive
+  pt2serve view v1/model.pt2 v2/model.pt2          ... on what changed between two
   pt2serve ls model.pt2                            table of every tensor
   pt2serve ls https://host/model.pt2 --json        the same as JSON
   pt2serve ls hf://org/model/pytorch_model.bin.index.json   every shard's tensors, as one
@@ -77,10 +82,6 @@ HTTP_PROXY, HTTPS_PROXY, ALL_PROXY and NO_PROXY are honoured (docs/remote-reads.
 
 exit status: 0 ok, 1 archive/source/output error, 2 usage error, 130 interrupted.
 """
-
-
-class UsageError(Exception):
-    """Bad command-line input found after parsing (exit status 2)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -127,6 +128,22 @@ def build_parser() -> argparse.ArgumentParser:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="one log line per request (default: off, or PT2SERVE_ACCESS_LOG)",
+    )
+    serve.add_argument(
+        "--allow-open",
+        action="append",
+        default=None,
+        metavar="PATTERN",
+        help="let clients open locations matching PATTERN (fnmatch: 'hf://org/*', 's3://team/*', "
+        "'/srv/models/*'; repeatable; default PT2SERVE_ALLOW_OPEN), read with this server's "
+        "credentials; http(s) hosts on private addresses only when a pattern names the host",
+    )
+    serve.add_argument(
+        "--open-max",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="opened archives kept; past N the least recently used closes (default PT2SERVE_OPEN_MAX, 16)",
     )
     _add_parallel_options(serve, default_parts=None)
     _add_trust_option(serve)
@@ -258,6 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_trust_option(pull)
     _add_trust_option(cli_diff.add_parser(commands))
+    _add_trust_option(cli_view.add_parser(commands))
     for command in commands.choices.values():
         command.add_argument(
             "--no-sign-request",
@@ -344,28 +362,60 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if getattr(args, "no_sign_request", False):  # the environment, so `serve` workers see it too
         os.environ["AWS_NO_SIGN_REQUEST"] = "1"
-    if args.command == "cache":
-        return run_command(lambda args: cmd_cache(args, _write_stdout), args)
-    if args.cache_dir or args.offline:  # the library's own defaults, so `serve` workers see them too
+    if args.command != "cache":  # (the cache command's --cache-dir names the cache it lists)
+        _library_defaults(args)
+    if args.command != "serve":  # (the service logs it as it logs everything)
+        say_when_stale()
+    return _commands()[args.command](args)
+
+
+def _library_defaults(args: argparse.Namespace) -> None:
+    """--cache-dir and --offline as the library's own defaults, so `serve` workers see them too."""
+    if args.cache_dir or args.offline:
         from reader.cache import CACHE_DIR_ENV, OFFLINE_ENV
 
         if args.cache_dir:
             os.environ[CACHE_DIR_ENV] = args.cache_dir
         if args.offline:
             os.environ[OFFLINE_ENV] = "1"
-    if args.command == "serve":
-        return serve(args)
-    if args.command == "diff":
-        status = run_command(lambda a: cli_diff.cmd_diff(a, _http_options(a)), args)
-        return cli_diff.exit_status(status, args)
-    commands: dict[str, Callable[[argparse.Namespace], Any]] = {
-        "ls": cmd_ls,
-        "layout": cmd_layout,
-        "get": cmd_get,
-        "export": cmd_export,
-        "pull": cmd_pull,
+
+
+def _commands() -> dict[str, Callable[[argparse.Namespace], int]]:
+    """Every command by its name: what runs it and gives its exit status (the one dispatch)."""
+
+    def run(command: Callable[[argparse.Namespace], Any]) -> Callable[[argparse.Namespace], int]:
+        return lambda args: run_command(command, args)
+
+    def diff(args: argparse.Namespace) -> int:
+        return cli_diff.exit_status(run_command(lambda a: cli_diff.cmd_diff(a, _http_options(a)), args), args)
+
+    return {
+        "serve": serve,
+        "ls": run(cmd_ls),
+        "layout": run(cmd_layout),
+        "get": run(cmd_get),
+        "export": run(cmd_export),
+        "pull": run(cmd_pull),
+        "cache": run(lambda args: cmd_cache(args, _write_stdout)),
+        "diff": diff,
+        "view": cli_view.cmd_view,
     }
-    return run_command(commands[args.command], args)
+
+
+class _StaleLine(logging.Handler):
+    """The reader's word that a cached version is read because its origin could not be reached
+    (stale-if-error, docs/cache.md), as one line on stderr."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        print(" ".join(f"pt2serve: warning: {record.getMessage()}".split()), file=sys.stderr)
+
+
+def say_when_stale() -> None:
+    """Every verb working from a stale cached version says so (`serve` logs it as the service logs)."""
+    cache_log = logging.getLogger("reader.cache")
+    if not any(isinstance(handler, _StaleLine) for handler in cache_log.handlers):
+        cache_log.addHandler(_StaleLine(logging.WARNING))
+        cache_log.propagate = False
 
 
 def run_command(command: Callable[[argparse.Namespace], Any], args: argparse.Namespace) -> int:
@@ -631,6 +681,11 @@ def serve(args: argparse.Namespace) -> int:
 
     from .protocol import HTTP_PROTOCOL
 
+    # workers are separate processes: they read these settings from the environment
+    if args.allow_open:
+        os.environ["PT2SERVE_ALLOW_OPEN"] = "\n".join(args.allow_open)
+    if args.open_max is not None:
+        os.environ["PT2SERVE_OPEN_MAX"] = str(args.open_max)
     try:
         settings = Settings.from_environment(args.archives)
     except ValueError as exc:

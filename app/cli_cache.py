@@ -7,6 +7,8 @@ import json
 import time
 from collections.abc import Callable
 
+from .cli_errors import UsageError
+
 
 def add_cache_command(commands: argparse._SubParsersAction) -> None:
     cache = commands.add_parser(
@@ -31,8 +33,6 @@ def add_cache_command(commands: argparse._SubParsersAction) -> None:
 
 async def cmd_cache(args: argparse.Namespace, write: Callable[[str], None]) -> None:
     from reader.cache import cache_store, parse_size
-
-    from .cli import UsageError
 
     store = cache_store(args.cache_dir)
     if store is None:

@@ -17,15 +17,9 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import IO, Any
 
+from .cli_errors import CliError
+
 PROGRESS_THRESHOLD = 1 << 20  # a progress bar (on a terminal) from this size up
-
-
-class CliError(Exception):
-    """A failure of the command itself, reported as `pt2serve: <name>: message` (exit status 1)."""
-
-    def __init__(self, name: str, message: str) -> None:
-        super().__init__(message)
-        self.name = name
 
 
 class ResumeRecord:

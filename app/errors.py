@@ -31,19 +31,25 @@ class ErrorCode(NamedTuple):
 # holds every error body to.
 ERROR_CODES: dict[str, ErrorCode] = {
     "cors_refused": ErrorCode(400, "a CORS preflight from an origin, method or header not allowed"),
-    "bad_slice": ErrorCode(400, "`slice` is not NumPy basic indexing (ints, start:stop:step, ...)"),
-    "slice_out_of_range": ErrorCode(
-        400, "`slice` indexes past the tensor's sizes or has more indices than dims"
+    "bad_slice": ErrorCode(
+        400, "`slice` is not NumPy basic indexing (ints, start:stop:step, one ..., step not 0)"
     ),
     "unauthorized": ErrorCode(401, "the bearer token is missing or wrong"),
     "bad_signature": ErrorCode(403, "the signed URL does not match its signature, or is not a GET/HEAD"),
     "signature_expired": ErrorCode(403, "the signed URL has expired"),
+    "open_refused": ErrorCode(403, "--allow-open does not allow the location (the message names the rule)"),
+    "opening_disabled": ErrorCode(404, "the service runs without --allow-open: nothing can be opened"),
     "not_found": ErrorCode(404, "no route, or no such file of the viewer"),
     "archive_not_found": ErrorCode(404, "no archive with this id is configured"),
     "version_not_found": ErrorCode(
         404, "the archive never had this version (`current_version`: the one served)"
     ),
     "tensor_not_found": ErrorCode(404, "no tensor of this name in the model"),
+    # 404, not 400: the text is valid (the documented pattern accepts it) and names a part of the
+    # tensor that is not there, as a tensor name that is not there is 404 (and a version may have it)
+    "slice_out_of_range": ErrorCode(
+        404, "`slice` indexes past the tensor's sizes or has more indices than dims"
+    ),
     "model_not_found": ErrorCode(404, "no model of this name in the archive"),
     "file_not_found": ErrorCode(404, "no such file in the archive"),
     "signing_disabled": ErrorCode(404, "the service has no API token or signing key: URLs need no signature"),
@@ -52,6 +58,8 @@ ERROR_CODES: dict[str, ErrorCode] = {
     "version_gone": ErrorCode(410, "the archive version was replaced (`current_version`, `current_url`)"),
     "range_not_satisfiable": ErrorCode(416, "no requested range overlaps the body"),
     "invalid_request": ErrorCode(422, "a parameter is missing, repeated, malformed or out of range"),
+    "bad_location": ErrorCode(422, "the location to open is malformed (an unknown scheme, a bad hf:// ...)"),
+    "too_many_opens": ErrorCode(429, "this client opened too many locations lately (`Retry-After`)"),
     "bad_url": ErrorCode(422, "the path to sign is not a path of this service"),
     "unsupported_payload": ErrorCode(422, "the tensor cannot be served in this form (the message says why)"),
     "reader_error": ErrorCode(500, "the archive reader failed in a way not classified"),
@@ -62,6 +70,7 @@ ERROR_CODES: dict[str, ErrorCode] = {
     "archive_changed": ErrorCode(503, "the archive changed under the request; retry"),
     "archive_unavailable": ErrorCode(503, "the archive has not opened (or failed to, and is retried)"),
     "too_many_streams": ErrorCode(503, "too many concurrent streams; retry"),
+    "opens_busy": ErrorCode(503, "too many opens in progress; retry"),
     "not_ready": ErrorCode(503, "not every archive has opened yet"),
     "http_error": ErrorCode(None, "another HTTP-level refusal"),
 }

@@ -1,7 +1,11 @@
 """Sans-IO HTTP semantics for byte bodies: Range, If-Range, If-None-Match (RFC 9110 §13, §14).
 
 Pure functions over header strings and a body length; the response layer turns
-the decision into status, headers and bytes.
+the decision into status, headers and bytes. Every route that answers `Range` (tensors,
+slices, bundles, .ptd files, ExecuTorch programs) does so through `decide` (app/responses.py's
+BodyResponse), so its rules hold on every one: ranges that overlap or touch are coalesced into
+one before anything is planned, so no answer carries a byte of the body twice (one request can
+never ask for 16 copies of a tensor: RFC 9110 §14.2's "Apache Killer" note).
 """
 
 from __future__ import annotations
@@ -9,8 +13,8 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-# More ranges than this in one request are ignored (answered with the whole body,
-# as RFC 9110 §14.2 allows) rather than served as a huge multipart response.
+# More ranges than this in one request (as asked, before any are joined) are ignored: answered
+# with the whole body, as RFC 9110 §14.2 allows, rather than sorted and served as many parts.
 MAX_RANGES = 16
 
 
@@ -44,7 +48,26 @@ def decide(
         return Decision(416)
     if len(ranges) > MAX_RANGES:
         return Decision(200)
-    return Decision(206, tuple(ranges))
+    return Decision(206, coalesce(ranges))
+
+
+def coalesce(ranges: list[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
+    """Non-empty [start, end) ranges with those that overlap or touch joined into one (RFC 9110
+    §15.3.7.2 lets a server coalesce them): the result is disjoint, so the parts of an answer
+    carry at most the body's length between them. Ranges left apart keep the order in which they
+    were asked for (a joined range takes the place of its first), as that section asks."""
+    if len(ranges) < 2:
+        return tuple(ranges)
+    groups: list[list[int]] = []  # [start, end, index of the first range asked for in it]
+    for index in sorted(range(len(ranges)), key=ranges.__getitem__):
+        start, end = ranges[index]
+        if groups and start <= groups[-1][1]:
+            last = groups[-1]
+            last[1], last[2] = max(last[1], end), min(last[2], index)
+        else:
+            groups.append([start, end, index])
+    groups.sort(key=lambda group: group[2])
+    return tuple((start, end) for start, end, _ in groups)
 
 
 _ONE_RANGE = re.compile(r"bytes=([0-9]{1,19})-([0-9]{1,19})")  # the form clients send most

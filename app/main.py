@@ -14,8 +14,21 @@ from .caching import CachePolicy
 from .errors import install_error_handlers
 from .limits import StreamLimiter
 from .metrics import Metrics, MetricsMiddleware
+from .opened import OpenedArchives
 from .registry import Registry
-from .routes import bundles, executorch, graph, hot, manifest, service, signing, tensors, values, viewer
+from .routes import (
+    bundles,
+    executorch,
+    graph,
+    hot,
+    manifest,
+    opening,
+    service,
+    signing,
+    tensors,
+    values,
+    viewer,
+)
 from .routes import compare as compare_routes
 from .routes.params import default_archive, named_archive, one_value_each
 from .security import AccessGate, BearerTokenMiddleware, JsonCORSMiddleware, quiet_url_logging
@@ -93,11 +106,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state[key] = value
     app.state.settings = settings
     app.state.registry = registry
+    app.state.opened = OpenedArchives(registry, settings)
     app.state.signer = _signer(settings)
     app.state.gate = AccessGate(settings.api_token, app.state.signer) if settings.api_token else None
     app.state.limiter = StreamLimiter(settings.max_streams)
     app.state.metrics = Metrics(registry, app.state.limiter)
     app.include_router(service.router)
+    app.include_router(opening.router)
     mounted = []
     for build in (tensors.build, values.build, manifest.build, graph.build):
         for resolve, where, prefix in (

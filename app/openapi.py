@@ -90,11 +90,17 @@ TENSOR_HEADERS = {
     ),
     "Repr-Digest": REPR_DIGEST,
 }
+STALE = header(
+    "only from a cached version opened because its origin could not be reached: the version, and "
+    "seconds since the origin last confirmed it (docs/cache.md, stale-if-error)",
+    pattern=r"^[^;]+; age=[0-9]+$",
+)
 SKIPPED = {"X-Pt2serve-Skipped": header("tensors left out (percent-encoded names, comma-separated)")}
 # headers every answer with a given status carries, whatever the route
 STATUS_HEADERS = {
     401: {"WWW-Authenticate": WWW_AUTHENTICATE},
     416: {"Content-Range": UNSATISFIED_RANGE},
+    429: {"Retry-After": RETRY_AFTER},
     503: {"Retry-After": RETRY_AFTER},
 }
 
@@ -140,6 +146,7 @@ def json_resource(description: str, listing: Listing | None = None) -> Kind:
         "Cache-Control": CACHE_CONTROL,
         "Content-Location": CONTENT_LOCATION,
         "Vary": VARY,
+        "X-Pt2serve-Stale": STALE,
     }
     ok: dict[str, Any] = {
         "description": description,
@@ -165,6 +172,7 @@ def byte_body(description: str, media_types: Iterable[str], headers: Mapping[str
         "ETag": ETAG,
         "Accept-Ranges": ACCEPT_RANGES,
         "Cache-Control": CACHE_CONTROL,
+        "X-Pt2serve-Stale": STALE,
     }
     return kind(
         "range_not_satisfiable",

@@ -1,7 +1,8 @@
 """The archives this service serves, by id: opened at start-up (or lazily), each with a status.
 
-Clients name archives only by id; locations come from the operator, so a client
-can never make the service fetch a URL of its choosing. A remote archive that
+Clients name archives by id; locations come from the operator. The one exception is
+opening (app/opened.py): only with --allow-open, only locations its patterns and the
+address rule allow, kept as archives of their own (least recently used closed first). A remote archive that
 changes (SourceChanged on a read, or a failed periodic revalidation) is reopened.
 
 Each open archive is one version (reader.versions): the version it replaces is kept
@@ -15,14 +16,14 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
 import reader
 from reader.digests import Digests
-from reader.sources import HttpOptions, LocalFileSource, redact_location
+from reader.sources import HttpOptions, redact_location
 from reader.verified import verify_ahead
 from reader.versions import source_version
 
@@ -107,8 +108,7 @@ class Served(NamedTuple):
 
 def is_local(archive: reader.Archive | reader.ShardedArchive) -> bool:
     """Read from local files: a local archive, or a sharded checkpoint all of whose files are local."""
-    source = archive.source
-    return isinstance(source, LocalFileSource) or getattr(source, "local", False)
+    return archive.source.local
 
 
 GONE_REMEMBERED = 64  # retired versions per archive answered with 410 rather than 404
@@ -126,6 +126,9 @@ class Slot:
     retired: list[Opened] = field(default_factory=list)  # replaced versions still in their grace period
     gone: deque[str] = field(default_factory=lambda: deque(maxlen=GONE_REMEMBERED))
     rechecked_at: float = 0.0
+    http_options: HttpOptions | None = None  # None: the registry's (opened http(s): with the address rule)
+    opened: bool = False  # opened by a client's request (app/opened.py), not configured
+    failure: reader.ReaderError | None = None  # why the last open failed
 
     @property
     def archive(self) -> reader.Archive | None:
@@ -154,9 +157,22 @@ class Slot:
                 container=self.archive.container,
                 unreadable=self.archive.unreadable,
             )
+        if self.opened:
+            info["opened"] = True
         if self.retired:
             info["retiring"] = [opened.version for opened in self.retired]
+        info.update(self.staleness() or {})
         return info
+
+    def staleness(self) -> dict[str, object] | None:
+        """Set while the version served was opened from the cache because its origin could not be
+        reached (stale-if-error): which version, how old (seconds since the origin last confirmed it)."""
+        archive = self.archive
+        stale = None if archive is None else archive.stale
+        if stale is None:
+            return None
+        age = int(stale.age)
+        return {"stale": True, "revalidated": archive.revalidated, "version": self.version, "age": age}
 
 
 class Registry:
@@ -165,6 +181,7 @@ class Registry:
         self.slots = {spec.id: Slot(spec) for spec in settings.archives}
         self.default_id = settings.archives[0].id if settings.archives else None
         self._revalidator: asyncio.Task[None] | None = None
+        self.recent: OrderedDict[str, None] = OrderedDict()  # opened archives, least recently used first
         self._http_options = HttpOptions(
             connect_timeout=min(10.0, settings.upstream_timeout),
             read_timeout=settings.upstream_timeout,
@@ -176,6 +193,10 @@ class Registry:
             ca_bundle=settings.ca_bundle,
             receive_thread=False,  # the service relays each chunk: faster received on the loop
         )
+
+    @property
+    def http_options(self) -> HttpOptions:
+        return self._http_options
 
     async def start(self) -> None:
         if not self.settings.lazy:
@@ -197,7 +218,26 @@ class Registry:
         archive_id = archive_id or self.default_id
         if archive_id not in self.slots:
             raise ArchiveNotFound(f"no archive {archive_id!r} (archives: {', '.join(self.slots) or 'none'})")
+        if archive_id in self.recent:
+            self.recent.move_to_end(archive_id)
         return self.slots[archive_id]
+
+    def add_opened(self, slot: Slot) -> None:
+        self.slots[slot.spec.id] = slot
+        self.recent[slot.spec.id] = None
+
+    async def remove(self, archive_id: str) -> None:
+        """Forget an opened archive and close its versions (requests reading it fail)."""
+        slot = self.slots.pop(archive_id, None)
+        self.recent.pop(archive_id, None)
+        if slot is not None:
+            for opened in [*slot.retired, *([slot.current] if slot.current else [])]:
+                await opened.close()
+            slot.current, slot.retired = None, []
+
+    async def open_now(self, slot: Slot) -> None:
+        """Open `slot` (if it is not); its failure is in slot.failure."""
+        await self._open(slot)
 
     async def get(self, archive_id: str | None) -> reader.Archive:
         slot = self.slot(archive_id)
@@ -277,21 +317,27 @@ class Registry:
             slot.status = "opening"
             try:
                 archive = await reader.open_archive(
-                    slot.spec.location, chunk_size=self.settings.chunk_size, http_options=self._http_options
+                    slot.spec.location,
+                    chunk_size=self.settings.chunk_size,
+                    http_options=slot.http_options or self._http_options,
                 )
             except reader.ReaderError as exc:
-                slot.status, slot.error = "error", f"{type(exc).__name__}: {exc}"
+                slot.status, slot.error, slot.failure = "error", f"{type(exc).__name__}: {exc}", exc
                 slot.failed_at = time.monotonic()
                 log.warning("archive %s failed to open: %s", slot.spec.id, slot.error)
             else:
                 opened = Opened(archive, source_version(archive.source), Digests(archive))
                 digests = self._digests_ahead(archive)
                 # "off": nothing read in the background (an entry is verified by its first whole read)
-                verify = self.settings.digests_ahead != "off" and isinstance(archive.source, LocalFileSource)
+                verify = (  # one local file (a sharded checkpoint's shards are not checked ahead)
+                    self.settings.digests_ahead != "off"
+                    and isinstance(archive, reader.Archive)
+                    and archive.source.local
+                )
                 if digests or verify:
                     ahead = self._compute_ahead(slot.spec.id, opened, digests, verify)
                     opened.ahead = asyncio.create_task(ahead)
-                slot.current, slot.status, slot.error = opened, "open", None
+                slot.current, slot.status, slot.error, slot.failure = opened, "open", None, None
                 if opened.version in slot.gone:
                     slot.gone.remove(opened.version)
 

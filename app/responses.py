@@ -28,7 +28,7 @@ from starlette.types import Receive, Scope, Send
 
 from reader.formats.body import Body, Chunk, read_body
 from reader.formats.runs import FileRun, Piece, Streamed, body_pieces, has_file_runs
-from reader.sources.base import fresh_buffer
+from reader.sources import fresh_buffer
 from reader.tensor import TensorBytes
 
 from .errors import error_response

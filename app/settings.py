@@ -42,6 +42,13 @@ class Settings:
     digests_ahead: str = "local"  # compute every digest after opening: local | all | off
     digest_inline_max: int = 1 << 20  # remote tensors up to this size get their digest before the headers
     ca_bundle: str | None = None  # CA certificates trusted besides the system's (PEM file or hashed dir)
+    # locations a client may open (POST /archives/open, the viewer's Open box): fnmatch patterns;
+    # none: nothing can be opened from a request (app/open_policy.py, app/addresses.py)
+    allow_open: tuple[str, ...] = ()
+    open_max: int = 16  # opened archives kept; past it the least recently used is closed
+    open_rate: float = 0.5  # opens per second per client (token bucket) ...
+    open_burst: int = 10  # ... with this many at once
+    open_concurrency: int = 4  # opens in progress at once; more get 503 + Retry-After
 
     @classmethod
     def from_environment(
@@ -75,12 +82,22 @@ class Settings:
             parallel_above=int(env.get("PT2SERVE_PARALLEL_ABOVE", str(16 << 20))),
             access_log=env.get("PT2SERVE_ACCESS_LOG", "").lower() in ("1", "true", "yes"),
             ca_bundle=ca_bundle_from(env),
+            allow_open=allow_open_from(env),
+            open_max=int(env.get("PT2SERVE_OPEN_MAX", "16")),
+            open_rate=float(env.get("PT2SERVE_OPEN_RATE", "0.5")),
+            open_burst=int(env.get("PT2SERVE_OPEN_BURST", "10")),
+            open_concurrency=int(env.get("PT2SERVE_OPEN_CONCURRENCY", "4")),
         )
 
 
 def ca_bundle_from(env: Mapping[str, str]) -> str | None:
     """PT2SERVE_CA_BUNDLE: the extra CA bundle for remote reads (the service's and the CLI's)."""
     return env.get("PT2SERVE_CA_BUNDLE") or None
+
+
+def allow_open_from(env: Mapping[str, str]) -> tuple[str, ...]:
+    """PT2SERVE_ALLOW_OPEN: patterns separated by newlines or spaces (a pattern holds neither)."""
+    return tuple(env.get("PT2SERVE_ALLOW_OPEN", "").split())
 
 
 def parse_archive_specs(specs: Sequence[str]) -> tuple[ArchiveSpec, ...]:
@@ -92,7 +109,7 @@ def parse_archive_specs(specs: Sequence[str]) -> tuple[ArchiveSpec, ...]:
         if eq and "://" not in head and "/" not in head and head:
             archive_id, location = head, tail
         else:
-            archive_id, location = _stem(spec), spec
+            archive_id, location = stem_of(spec), spec
         if not location:
             raise ValueError(f"archive spec {spec!r} has no location")
         if "@" in archive_id:
@@ -109,7 +126,7 @@ def _choice(value: str, allowed: tuple[str, ...]) -> str:
     return value
 
 
-def _stem(location: str) -> str:
+def stem_of(location: str) -> str:
     """An archive's default id: its file name without the suffix that says what it is
     (`gpt2.pt2` -> gpt2, `pytorch_model.bin.index.json` -> pytorch_model)."""
     name = location.rstrip("/").split("?", 1)[0].rsplit("/", 1)[-1]

@@ -25,7 +25,15 @@ from starlette.responses import Response
 import reader
 from reader.tensor import TensorBytes
 
-from .caching import IMMUTABLE, IMMUTABLE_PRIVATE, REVALIDATE, credentialed, text_response
+from .caching import (
+    IMMUTABLE,
+    IMMUTABLE_PRIVATE,
+    REVALIDATE,
+    STALE_HEADER,
+    credentialed,
+    stale_value,
+    text_response,
+)
 from .fields import Fields
 from .registry import Served
 
@@ -75,6 +83,11 @@ def caching_headers(request: Request, served: Served) -> Fields:
     scope = request.scope
     if served.pinned:
         return PINNED_PRIVATE_HEADERS if credentialed(scope) else PINNED_HEADERS
+    stale = served.archive.stale
+    if stale is not None:  # rare, and its age moves: made per answer, not memoized
+        fields = dict(_unpinned(pinned_url(request, served.id, served.version)))
+        fields[STALE_HEADER] = stale_value(served.version, stale.age)
+        return Fields(fields)
     if not scope["query_string"]:
         key = ("caching", scope["path"])
         known = served.opened.prepared.get(key)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import difflib
-from collections.abc import AsyncIterator, Iterable
-from typing import Any, Unpack
+from collections.abc import AsyncIterator, Iterable, Sequence
 
 import numpy as np
 
@@ -19,18 +18,18 @@ from .errors import (
     UnsupportedPayload,
 )
 from .loading.load import iter_arrays, load_arrays
-from .loading.selection import LoadKeywords, Payloads, Selection
+from .loading.selection import Payloads, Selection
+from .loading.shards import Shard
 from .pt2.dtypes import BY_NAME, to_numpy
 from .pt2.executorch import EmbeddedFile, executorch_files
 from .pt2.graph import MAX_PROGRAM_BYTES, Graph, TensorConsumers, consumers_of, parse_graph
+from .pt2.slicing import Index
 from .pt2.tensorinfo import TensorInfo
 from .reading.entries import EntryFetcher
 from .reading.opening import OpenedIndex
 from .sliced import SliceBytes
-from .sources import (
-    ByteSource,
-)
-from .tensor import TensorBytes, WritableBuffer, read_all
+from .sources import ByteSource
+from .tensor import Order, TensorBytes, WritableBuffer, read_all
 from .zipfmt import ZipEntry
 
 DEFAULT_MODEL = "model"
@@ -88,14 +87,14 @@ class Archive(SourceBacked):
             raise TensorNotFound(f"no tensor {name!r} in model {self.resolve_model(model)!r}{hint}")
         return info
 
-    def tensor(self, name: str, model: str | None = None, order: str = "default") -> TensorBytes:
+    def tensor(self, name: str, model: str | None = None, order: Order = "default") -> TensorBytes:
         """One tensor in one order ("default": memory order, "contiguous": row-major), checked
         readable once: its `length`, `read()` and `chunks(start, end)`."""
         info = self.layout(name, model)
         return TensorBytes(info, self._entries[info.storage.entry], self._fetcher, order)
 
     async def read(
-        self, name: str, model: str | None = None, order: str = "default", *, index: Any = None
+        self, name: str, model: str | None = None, order: Order = "default", *, index: Index | None = None
     ) -> bytes:
         """The tensor's bytes: memory order ("default") or row-major ("contiguous"). With `index`
         (NumPy basic indexing, e.g. `np.s_[0:128, :, 4:8]`), the row-major bytes of that slice,
@@ -105,7 +104,7 @@ class Archive(SourceBacked):
         return await self.tensor(name, model, order).read()
 
     async def read_into(
-        self, name: str, buffer: WritableBuffer, model: str | None = None, order: str = "default"
+        self, name: str, buffer: WritableBuffer, model: str | None = None, order: Order = "default"
     ) -> None:
         """The tensor's bytes, as `read` gives them, into `buffer`: a writable contiguous buffer of
         exactly its size (a NumPy array, a bytearray). From a local archive a tensor stored in
@@ -118,7 +117,7 @@ class Archive(SourceBacked):
         await tensor.read_into(buffer)
 
     async def read_many(
-        self, names: Iterable[str], model: str | None = None, order: str = "default"
+        self, names: Iterable[str], model: str | None = None, order: Order = "default"
     ) -> dict[str, bytes]:
         """Several tensors' bytes, as `read` gives them; payloads that lie close together in the
         archive are fetched in one request (remotely: one round trip for a whole block)."""
@@ -129,7 +128,7 @@ class Archive(SourceBacked):
         self,
         name: str,
         model: str | None = None,
-        order: str = "default",
+        order: Order = "default",
         start: int = 0,
         end: int | None = None,
         chunk_size: int | None = None,
@@ -138,7 +137,9 @@ class Archive(SourceBacked):
         when it is stored in the requested order."""
         return self.tensor(name, model, order).chunks(start, end, chunk_size)
 
-    async def read_numpy(self, name: str, model: str | None = None, *, index: Any = None) -> np.ndarray:
+    async def read_numpy(
+        self, name: str, model: str | None = None, *, index: Index | None = None
+    ) -> np.ndarray:
         """An ndarray with the logical shape (bfloat16/float8 via ml_dtypes; complex32 widened).
         With `index` (NumPy basic indexing: ints, slices with steps, `...`, np.newaxis as `(None,)`),
         `full[index]`, reading only the byte runs the slice covers."""
@@ -149,7 +150,17 @@ class Archive(SourceBacked):
         info = tensor.info
         return to_numpy(await tensor.read(), BY_NAME[info.dtype], info.sizes)  # type: ignore[index,arg-type]
 
-    async def load(self, model: str | None = None, **keywords: Unpack[LoadKeywords]) -> dict[str, np.ndarray]:
+    async def load(
+        self,
+        model: str | None = None,
+        *,
+        prefix: str | None = None,
+        names: Sequence[str] | None = None,
+        order: Order = "default",
+        copy: bool = False,
+        verify: bool | None = None,
+        shard: Shard | None = None,
+    ) -> dict[str, np.ndarray]:
         """Every readable tensor of one model (the named one, else the default), those whose names
         start with `prefix`, or exactly `names`, as arrays: read as a plan of a few large ranges
         (remotely: parallel parts), each storage once. Tied names and views share memory as
@@ -158,19 +169,27 @@ class Archive(SourceBacked):
         and the arrays are read-only views read when touched (`copy=True`: owned arrays).
         Whatever is read is checked against its CRC-32 (`verify=True` also checks mapped views).
         `shard=reader.Shard(rank, world_size, dims)`: the rank's blocks of the tensors it names.
-        Raises and returns nothing if any part fails (SourceChanged if the object changed).
-        The keywords: `reader.loading.selection.LoadKeywords`."""
-        return await load_arrays(self, Selection(model, **keywords))
+        Raises and returns nothing if any part fails (SourceChanged if the object changed)."""
+        selection = Selection(model, prefix, names, order, copy, verify, shard)
+        return await load_arrays(self, selection)
 
     def iter_load(
-        self, model: str | None = None, **keywords: Unpack[LoadKeywords]
+        self,
+        model: str | None = None,
+        *,
+        prefix: str | None = None,
+        names: Sequence[str] | None = None,
+        order: Order = "default",
+        copy: bool = False,
+        verify: bool | None = None,
+        shard: Shard | None = None,
     ) -> AsyncIterator[tuple[str, np.ndarray]]:
         """What `load` returns, as (name, array) pairs in the order the storages land: the same
         plan, reads, memory and checks. An array is handed over once its storage is in and checked
         (tied names and views with it) and is never written again; a failure is raised from the
         loop. Leaving the loop early: `async with contextlib.aclosing(ar.iter_load()) as it`
         cancels the reads at once."""
-        return iter_arrays(self, Selection(model, **keywords))
+        return iter_arrays(self, Selection(model, prefix, names, order, copy, verify, shard))
 
     def payloads(self) -> Payloads:
         """What a load reads through (reader.loading): the source, the entries and the fetcher."""

@@ -3,13 +3,29 @@ index and shards together): ask whether it is still the one opened, close it, `a
 
 from __future__ import annotations
 
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 from .sources import ByteSource
+
+if TYPE_CHECKING:
+    from .cache import Stale
 
 
 class SourceBacked:
     source: ByteSource
+
+    @property
+    def revalidated(self) -> bool:
+        """Whether the origin has said these bytes are current: True for local files, remote opens
+        without a cache and cached opens the origin confirmed; False for offline opens and for
+        stale-if-error ones (the origin could not be reached; see `stale`)."""
+        return getattr(self.source, "revalidated", True)
+
+    @property
+    def stale(self) -> Stale | None:
+        """Set when a cached version was opened because the origin could not be reached: its
+        location, version, age and why (docs/cache.md, stale-if-error); None otherwise."""
+        return getattr(self.source, "stale", None)
 
     async def revalidate(self) -> bool:
         """True if what was opened is still there unchanged (a cheap conditional request remotely)."""

@@ -182,6 +182,16 @@ def _inner_complex(x: np.ndarray, y: np.ndarray) -> float:
     return float(np.vdot(y, x).real)
 
 
+def _pooled_absolute_l2(figures: list[Figures]) -> float | None:
+    """sqrt(sum ||a_i - b_i||^2) over several tensors (None without figures), on a common scale."""
+    if not figures:
+        return None
+    top = max(f.scale for f in figures)
+    if top == 0:
+        return 0.0
+    return _finite(top * math.sqrt(sum(f.sum_sq_diff * (f.scale / top) ** 2 for f in figures)))
+
+
 def _pooled_relative_l2(figures: list[Figures]) -> float | None:
     """sqrt(sum ||a_i - b_i||^2 / sum ||a_i||^2) over several tensors, on a common scale."""
     top = max((f.scale for f in figures), default=0.0)
@@ -259,7 +269,10 @@ class Comparison:
     def modules(self) -> list[dict[str, Any]]:
         """Modules (names up to their last dot) with any difference, most changed first: ranked by
         the relative L2 of their changed tensors pooled (sqrt(sum ||a-b||^2 / sum ||a||^2)); a
-        module with an added, removed or retyped tensor ("structural") ranks above any figure."""
+        module with an added, removed or retyped tensor ("structural") ranks above any figure.
+        `absolute_l2` is the same pooled change not divided (sqrt(sum ||a-b||^2)): where every old
+        value was zero the relative change has no value (None) however much changed, so such a
+        module ("from_zero") ranks next after the structural ones, by its absolute change."""
         groups: dict[str, list[TensorDiff]] = defaultdict(list)
         for t in self.tensors:
             groups[t.module].append(t)
@@ -271,12 +284,22 @@ class Comparison:
                 continue
             figures = [t.figures for t in changed if t.figures is not None]
             relatives = [r for r in (f.relative_l2 for f in figures) if r is not None]
+            relative, absolute = _pooled_relative_l2(figures), _pooled_absolute_l2(figures)
             ranked.append({
                 "module": module, "tensors": len(members), "changed": len(changed), "structural": structural,
                 "bytes_differ": sum(t.bytes_differ for t in members),
-                "relative_l2": _pooled_relative_l2(figures), "max_relative_l2": max(relatives, default=None),
+                "relative_l2": relative, "max_relative_l2": max(relatives, default=None),
+                "absolute_l2": absolute, "from_zero": relative is None and bool(absolute),
             })  # fmt: skip
-        ranked.sort(key=lambda m: (m["structural"] == 0, -(m["relative_l2"] or 0.0), m["module"]))
+        ranked.sort(
+            key=lambda m: (
+                m["structural"] == 0,
+                not m["from_zero"],
+                -(m["relative_l2"] or 0.0),
+                -(m["absolute_l2"] or 0.0),
+                m["module"],
+            )
+        )
         return ranked
 
     def summary(self) -> dict[str, Any]:

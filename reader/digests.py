@@ -125,3 +125,11 @@ class _Counted:
         aclose = getattr(self.chunks, "aclose", None)
         if aclose is not None:
             await aclose()
+
+
+__all__ = [
+    "Digests",
+    "repr_digest",
+    "sha256_of",
+    "tensor_key",
+]

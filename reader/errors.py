@@ -15,8 +15,14 @@ class ArchiveFormatError(ReaderError):
     """The bytes are not a well-formed ZIP or PT2 archive."""
 
 
-class TensorNotFound(ReaderError, LookupError):
-    """No tensor of that name in the selected model."""
+class TensorNotFound(ReaderError, KeyError):
+    """No tensor of that name in the selected model.
+
+    A KeyError, as a missing key of a mapping is, so code written against mappings of tensors
+    (safetensors' `safe_open`, state dicts) catches it with `except KeyError`; its message prints
+    as written, not quoted as KeyError's would be."""
+
+    __str__ = Exception.__str__
 
 
 class FileNotFound(ReaderError, LookupError):
@@ -51,6 +57,17 @@ class LocationError(SourceError, ValueError):
 
 class NotCached(SourceError):
     """Offline, and the bytes asked for (or any version of the object) are not in the cache."""
+
+
+class OriginUnreachable(SourceError):
+    """No answer from the origin at all: the connection was refused, the name did not resolve, or
+    every attempt timed out. Not an HTTP status (a 403, 404, 412 or 503 is an answer). A cached open
+    meeting it may serve the version it has (stale-if-error, docs/cache.md)."""
+
+
+class HostRefused(SourceError):
+    """The caller's `HttpOptions.resolve_host` refused a host before any connection to it: never
+    retried (another attempt meets the same rule). The message names the host and the rule."""
 
 
 class SourceChanged(SourceError):

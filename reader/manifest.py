@@ -60,3 +60,9 @@ async def build_manifest(
 
     entries = await asyncio.gather(*(entry(info) for info in tensors))
     return {"format": MANIFEST_FORMAT, "version": version, "models": models, "tensors": entries}
+
+
+__all__ = [
+    "build_manifest",
+    "select_tensors",
+]

@@ -1,5 +1,6 @@
 """open_archive: a location (a path, a URL, a sharded checkpoint's index, an open source) to an
-opened `Archive` or `ShardedArchive`, through the local cache when one is set (reader.cache)."""
+opened archive (`ArchiveLike`: an `Archive` or a `ShardedArchive`), through the local cache when one
+is set (reader.cache)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ from collections.abc import Awaitable, Generator, Mapping
 from typing import Any
 
 from .archive import Archive
-from .cache import CachedSource, CacheStore, cache_store, offline_for, open_cached
+from .archive_like import ArchiveLike
+from .cache import CacheStore, cache_store, offline_for, open_cached, stale_if_error_for
 from .errors import NotCached, SourceChanged
 from .reading.entries import EntryFetcher
 from .reading.opening import OpenedIndex, read_index
-from .sharded import ShardedArchive, is_shard_index, open_sharded
+from .sharded import is_shard_index, open_sharded
 from .sources import (
     DEFAULT_CHUNK_SIZE,
     ByteSource,
@@ -39,7 +41,10 @@ class open_archive:  # noqa: N801 - used like a function: `async with open_archi
     replace the AWS credential chain with explicit settings. `cache_dir` (default: PT2SERVE_CACHE_DIR)
     keeps the bytes a remote archive's reads fetch on disk by location and version, and `offline`
     opens the version cached last with no request (default: PT2SERVE_OFFLINE, or HF_HUB_OFFLINE for
-    hf://); see docs/cache.md.
+    hf://). `stale_if_error` (default: PT2SERVE_CACHE_STALE_IF_ERROR, on) lets a cached open whose
+    origin cannot be reached at all (refused, no such host, timed out; not an HTTP status) open the
+    last complete version cached, with `ar.revalidated` False and `ar.stale` saying which; False: such
+    an open raises OriginUnreachable (a SourceError). See docs/cache.md.
     """
 
     def __init__(
@@ -52,17 +57,19 @@ class open_archive:  # noqa: N801 - used like a function: `async with open_archi
         s3_settings: S3Settings | None = None,
         cache_dir: str | os.PathLike[str] | CacheStore | None = None,
         offline: bool | None = None,
+        stale_if_error: bool | None = None,
     ) -> None:
         self._location = location
         self._cache_dir = cache_dir
         self._offline = offline
+        self._stale_if_error = stale_if_error
         self._tail_size = tail_size
         self._chunk_size = chunk_size
         self._http_options = http_options
         self._s3_settings = s3_settings
-        self._archive: Archive | ShardedArchive | None = None
+        self._archive: ArchiveLike | None = None
 
-    async def _open(self) -> Archive | ShardedArchive:
+    async def _open(self) -> ArchiveLike:
         location = self._location
         tail_size = tail_size_for(location) if self._tail_size is None else self._tail_size
         if isinstance(location, (str, os.PathLike)):
@@ -70,16 +77,19 @@ class open_archive:  # noqa: N801 - used like a function: `async with open_archi
         else:
             source = location
         if is_shard_index(location):  # a sharded checkpoint: its shards, each opened as this one is
-            if isinstance(source, CachedSource):
-                source = await _confirmed(source)
-            return await open_sharded(os.fspath(location), source, lambda shard: self._at(shard)._open())
+            source = await _confirmed(source)
+            sharded = await open_sharded(os.fspath(location), source, lambda shard: self._at(shard)._open())
+            if source.cached:  # the index was read whole: it opens with no request
+                source.version.mark_complete()
+            return sharded
         try:
             opened = await _read_index(source, tail_size)
-            if isinstance(source, CachedSource):  # read from disk while the origin was asked
+            if source.cached:  # read from disk while the origin was asked
                 current = await source.current()
                 if current is not source or opened is None:  # the object is another version now
                     source = current
                     opened = await read_index(source, tail_size)
+                source.version.mark_complete()  # every byte an open reads is in
         except BaseException:
             await source.close()
             raise
@@ -111,12 +121,15 @@ class open_archive:  # noqa: N801 - used like a function: `async with open_archi
                     f"{redact_location(location)}: offline needs a cache (cache_dir= or PT2SERVE_CACHE_DIR)"
                 )
             return await open_remote()
-        return await open_cached(location, store, offline=offline, open_remote=open_remote)
+        stale_if_error = stale_if_error_for(self._stale_if_error)
+        return await open_cached(
+            location, store, offline=offline, open_remote=open_remote, stale_if_error=stale_if_error
+        )
 
-    def __await__(self) -> Generator[Any, None, Archive | ShardedArchive]:
+    def __await__(self) -> Generator[Any, None, ArchiveLike]:
         return self._open().__await__()
 
-    async def __aenter__(self) -> Archive | ShardedArchive:
+    async def __aenter__(self) -> ArchiveLike:
         self._archive = await self._open()
         return self._archive
 
@@ -130,12 +143,13 @@ async def _read_index(source: ByteSource, tail_size: int) -> OpenedIndex | None:
     try:
         return await read_index(source, tail_size)
     except SourceChanged:
-        if isinstance(source, CachedSource):
+        if source.cached:
             return None
         raise
 
 
-async def _confirmed(source: CachedSource) -> CachedSource:
+async def _confirmed(source: ByteSource) -> ByteSource:
+    """The source of the version the object is now (a cached copy's, once the origin confirmed it)."""
     try:
         return await source.current()
     except BaseException:

@@ -11,6 +11,7 @@ range by range ("direct"); any other view reads its span and gathers it.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Generator
+from typing import Literal, get_args
 
 import numpy as np
 
@@ -22,7 +23,9 @@ from .reading.entries import EntryFetcher
 from .verified import entry_chunks, entry_read, entry_read_into
 from .zipfmt import ZipEntry
 
-ORDERS = ("default", "contiguous")
+# A tensor's bytes in memory order ("default": as stored, views keep their strides) or row-major
+Order = Literal["default", "contiguous"]
+ORDERS: tuple[Order, ...] = get_args(Order)
 # read() and gathered streams build the whole output in memory. When that output is
 # larger than the payload bytes behind it (a zero-byte payload, a stride-0 view), its
 # size is only a claim, so it is capped; zero payloads can still be streamed.
@@ -172,4 +175,4 @@ async def read_all(tensors: list[TensorBytes], fetcher: EntryFetcher) -> list[by
     return [tensor.finish(found.get(id(tensor), b"")) for tensor in tensors]
 
 
-__all__ = ["ORDERS", "TensorBytes", "WritableBuffer", "read_all"]
+__all__ = ["ORDERS", "Order", "TensorBytes", "WritableBuffer", "read_all"]

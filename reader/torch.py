@@ -9,43 +9,63 @@ for a checkpoint), so `model.load_state_dict(reader.torch.load(location))` works
 Locally the storages map the file copy-on-write: pages are read when touched, and writing to a
 tensor changes the process's copy only. `reader.torch.read(location, name, index=...)` (and
 `read_tensor` on an open archive) reads one tensor, or a slice of it, as a row-major torch tensor.
+`reader.torch.StorageReader` (reader/dcp.py) is a torch.distributed.checkpoint reader of an archive.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any, Unpack
-
-import numpy as np
+from collections.abc import AsyncIterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 from .loading.load import iter_storages, load_storages
-from .loading.selection import LoadKeywords, Selection
-from .loading.sync import LocationLoadKeywords, load_location, with_archive
+from .loading.selection import Selection
+from .loading.shards import Shard
+from .loading.sync import open_options, with_archive
+from .pt2.slicing import Index
 from .pt2.tensorinfo import TensorInfo
 from .sliced import SliceBytes
-from .sources import ByteSource
+from .sources import DEFAULT_CHUNK_SIZE, ByteSource, HttpOptions, S3Settings
+from .tensor import Order
+from .torchviews import storage_of, tensor_on
 
 if TYPE_CHECKING:
     import torch as _torch
 
     from .archive import Archive
+    from .archive_like import ArchiveLike
     from .sharded import ShardedArchive
 
 
 async def load_archive(
-    archive: Archive | ShardedArchive, model: str | None = None, **keywords: Unpack[LoadKeywords]
+    archive: ArchiveLike,
+    model: str | None = None,
+    *,
+    prefix: str | None = None,
+    names: Sequence[str] | None = None,
+    order: Order = "default",
+    copy: bool = False,
+    verify: bool | None = None,
+    shard: Shard | None = None,
 ) -> dict[str, _torch.Tensor]:
     """The selection of an open archive (as `Archive.load` selects it) as torch tensors."""
-    return await _tensors(archive, Selection(model, **keywords))
+    return await _tensors(archive, Selection(model, prefix, names, order, copy, verify, shard))
 
 
 def iter_load(
-    archive: Archive | ShardedArchive, model: str | None = None, **keywords: Unpack[LoadKeywords]
+    archive: ArchiveLike,
+    model: str | None = None,
+    *,
+    prefix: str | None = None,
+    names: Sequence[str] | None = None,
+    order: Order = "default",
+    copy: bool = False,
+    verify: bool | None = None,
+    shard: Shard | None = None,
 ) -> AsyncIterator[tuple[str, _torch.Tensor]]:
     """`Archive.iter_load` as torch tensors: `async for name, tensor in reader.torch.iter_load(ar)`."""
-    return _iter_tensors(archive, Selection(model, **keywords))
+    return _iter_tensors(archive, Selection(model, prefix, names, order, copy, verify, shard))
 
 
 async def _tensors(archive: Archive | ShardedArchive, selection: Selection) -> dict[str, _torch.Tensor]:
@@ -56,7 +76,7 @@ async def _tensors(archive: Archive | ShardedArchive, selection: Selection) -> d
     if isinstance(archive, ShardedArchive):  # each shard's part as from its own file, merged
         return await archive.load_with(selection, _tensors)
     plan, buffers = await load_storages(archive, selection)
-    storages = {name: _storage(torch, buffer) for name, buffer in buffers.items()}
+    storages = {name: storage_of(torch, buffer) for name, buffer in buffers.items()}
     return {info.name: _tensor(torch, info, storages[info.storage.entry], selection) for info in plan.tensors}
 
 
@@ -76,7 +96,7 @@ async def _iter_tensors(
 
     async with contextlib.aclosing(iter_storages(archive, selection)) as storages:  # closed with this one
         async for infos, buffer in storages:
-            storage = _storage(torch, buffer)
+            storage = storage_of(torch, buffer)
             for info in infos:
                 yield info.name, _tensor(torch, info, storage, selection)
 
@@ -84,31 +104,39 @@ async def _iter_tensors(
 def _tensor(
     torch: Any, info: TensorInfo, storage: _torch.UntypedStorage, selection: Selection
 ) -> _torch.Tensor:
-    tensor = torch.empty(0, dtype=getattr(torch, info.dtype or "")).set_(
-        storage, info.storage_offset or 0, info.sizes or (), info.strides or ()
-    )
+    tensor = tensor_on(torch, info, storage)
     return tensor.contiguous() if selection.order == "contiguous" else tensor
-
-
-def _storage(torch: Any, buffer: np.ndarray) -> _torch.UntypedStorage:
-    if not buffer.nbytes:
-        return torch.UntypedStorage(0)
-    return torch.frombuffer(buffer, dtype=torch.uint8).untyped_storage()
 
 
 def load(
     location: str | os.PathLike[str] | ByteSource,
     *,
     model: str | None = None,
-    **keywords: Unpack[LocationLoadKeywords],
+    prefix: str | None = None,
+    names: Sequence[str] | None = None,
+    order: Order = "default",
+    copy: bool = False,
+    verify: bool | None = None,
+    shard: Shard | None = None,
+    tail_size: int | None = None,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    http_options: HttpOptions | None = None,
+    s3_settings: S3Settings | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    offline: bool | None = None,
+    stale_if_error: bool | None = None,
 ) -> dict[str, _torch.Tensor]:
     """Open `location`, load the selection as torch tensors, close. The keywords are those of
     `reader.load`."""
-    return load_location(location, model, keywords, _tensors)
+    selection = Selection(model, prefix, names, order, copy, verify, shard)
+    options = open_options(
+        tail_size, chunk_size, http_options, s3_settings, cache_dir, offline, stale_if_error
+    )
+    return with_archive(location, options, lambda archive: _tensors(archive, selection))
 
 
 async def read_tensor(
-    archive: Archive | ShardedArchive, name: str, *, model: str | None = None, index: Any = None
+    archive: ArchiveLike, name: str, *, model: str | None = None, index: Index | None = None
 ) -> _torch.Tensor:
     """One tensor of an open archive as a row-major torch tensor of its dtype, or with `index`
     (NumPy basic indexing) `full[index]`, reading only the byte runs the slice covers."""
@@ -128,10 +156,30 @@ def read(
     name: str,
     *,
     model: str | None = None,
-    index: Any = None,
-    **options: Any,
+    index: Index | None = None,
+    tail_size: int | None = None,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    http_options: HttpOptions | None = None,
+    s3_settings: S3Settings | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    offline: bool | None = None,
+    stale_if_error: bool | None = None,
 ) -> _torch.Tensor:
-    """Open `location`, read one tensor (or `full[index]` of it) as `read_tensor` does, close."""
+    """Open `location`, read one tensor (or `full[index]` of it) as `read_tensor` does, close. The
+    other keywords are `open_archive`'s."""
+    options = open_options(
+        tail_size, chunk_size, http_options, s3_settings, cache_dir, offline, stale_if_error
+    )
     return with_archive(
         location, options, lambda archive: read_tensor(archive, name, model=model, index=index)
     )
+
+
+def __getattr__(name: str) -> Any:
+    """`StorageReader` (and its `RegionOutOfRange`) from reader/dcp.py, imported on first use: it
+    subclasses torch's DCP reader, so importing this module still needs no torch."""
+    if name in ("StorageReader", "RegionOutOfRange"):
+        from . import dcp
+
+        return getattr(dcp, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

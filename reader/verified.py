@@ -62,7 +62,7 @@ _by_fetcher: weakref.WeakKeyDictionary[EntryFetcher, Verified] = weakref.WeakKey
 def verified_for(fetcher: EntryFetcher) -> Verified | None:
     """The verified entries behind `fetcher`; None for a source that is not a local file."""
     found = _by_fetcher.get(fetcher)
-    if found is None and isinstance(fetcher.source, LocalFileSource):
+    if found is None and fetcher.source.local:
         found = _by_fetcher[fetcher] = Verified(fetcher.source)
     return found
 
@@ -185,3 +185,8 @@ async def _unchanged_chunks(
     source.check_unchanged()
     if held is not None:
         yield held
+
+
+__all__ = [
+    "verify_ahead",
+]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-from .sources import ByteSource, LocalFileSource
+from .sources import ByteSource
 
 VERSION_LENGTH = 16  # hex digits: 64 bits, ample for the versions of one location
 VERSION_PATTERN = re.compile(f"[0-9a-f]{{{VERSION_LENGTH}}}")
@@ -20,9 +20,9 @@ VERSION_PATTERN = re.compile(f"[0-9a-f]{{{VERSION_LENGTH}}}")
 
 def version_basis(source: ByteSource) -> str:
     """What names the source's bytes; equal for every reader of the same object."""
-    if isinstance(source, LocalFileSource):
-        size, mtime, _inode = source.identity.split("-")
-        return f"file:{size}:{mtime}"
+    modified_ns = getattr(source, "modified_ns", None)  # a local file's
+    if modified_ns is not None:
+        return f"file:{source.size:x}:{modified_ns:x}"
     etag = getattr(source, "etag", None)
     if etag and not etag.startswith("W/"):
         return f"etag:{etag}:{source.size}"
@@ -40,3 +40,10 @@ def source_version(source: ByteSource) -> str:
 
 def is_version(text: str) -> bool:
     return VERSION_PATTERN.fullmatch(text) is not None
+
+
+__all__ = [
+    "is_version",
+    "source_version",
+    "version_basis",
+]

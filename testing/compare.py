@@ -5,6 +5,7 @@ from __future__ import annotations
 import pathlib
 
 import reader
+from testing.paths import ARCHIVES
 
 
 async def assert_same_as_local(
@@ -24,3 +25,8 @@ async def assert_same_as_local(
                 assert await remote.read(info.name, model=info.model, order=order) == want
                 streamed = [bytes(c) async for c in remote.stream(info.name, model=info.model, order=order)]
                 assert b"".join(streamed) == want
+
+
+async def same_as_fixture(remote: reader.Archive, name: str) -> None:
+    """`assert_same_as_local` against the committed fixture archive `name`."""
+    await assert_same_as_local(remote, ARCHIVES / name)

@@ -810,3 +810,14 @@ class FaultServer:
     async def _wait_for_eof(reader: asyncio.StreamReader) -> None:
         while await reader.read(65536):
             pass
+
+
+def data_ranges(server: FaultServer) -> list[tuple[int, int]]:
+    """The byte ranges of `server`'s object /blob asked by data requests (the open's suffix range left
+    out), in arrival order."""
+    found = []
+    for record in server.requests("/blob", "GET"):
+        match = re.fullmatch(r"bytes=(\d+)-(\d+)", record.range or "")
+        if match:
+            found.append((int(match.group(1)), int(match.group(2)) + 1))
+    return found

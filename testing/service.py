@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import socket
 import threading
 import time
@@ -16,6 +17,7 @@ from fastapi import FastAPI
 from app.main import create_app
 from app.protocol import HTTP_PROTOCOL
 from app.settings import Settings, parse_archive_specs
+from testing import checks
 from testing.paths import ARCHIVES
 
 DEFAULT_SPECS = [
@@ -101,4 +103,21 @@ def threaded_server(app: FastAPI) -> Iterator[str]:
 
 
 def run(coro, timeout: float = 60.0):
-    return asyncio.run(asyncio.wait_for(coro, timeout))
+    """testing.checks.run with the longer bound a service round trip may need."""
+    return checks.run(coro, timeout)
+
+
+TRACEBACK = re.compile(r"Traceback \(most recent call last\)|File \"[^\"]+\", line \d+")
+
+
+def assert_json_error(response: httpx.Response, status: int | None = None) -> dict:
+    """The error contract: a 4xx/5xx, JSON `{"error": {"code", "message"}}`, no traceback."""
+    assert 400 <= response.status_code < 600, (response.status_code, response.text[:200])
+    if status is not None:
+        assert response.status_code == status, (response.status_code, response.text[:300])
+    assert response.headers["content-type"].startswith("application/json"), response.headers
+    body = response.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"code", "message"}, body
+    assert isinstance(body["error"]["code"], str) and isinstance(body["error"]["message"], str)
+    assert not TRACEBACK.search(response.text), response.text[:500]
+    return body["error"]

@@ -7,6 +7,9 @@ changes CHANGED (two weights) and leaves every other tensor's bytes as they were
 from __future__ import annotations
 
 import pathlib
+import shutil
+
+import pytest
 
 CHANGED = ("blocks.1.weight", "head.bias")
 
@@ -39,3 +42,18 @@ def write_version(path: pathlib.Path, version: int, *, width: int = 64, depth: i
     torch.export.save(program, str(staging))
     staging.replace(path)
     return path
+
+
+@pytest.fixture(scope="module")
+def two_versions(tmp_path_factory):
+    """Two torch-written versions of one archive (version 2 changes CHANGED), written once."""
+    pytest.importorskip("torch", reason="torch writes the two archive versions")
+    out = tmp_path_factory.mktemp("versions")
+    return write_version(out / "v1" / "net.pt2", 1), write_version(out / "v2" / "net.pt2", 2)
+
+
+def deploy(source, target) -> None:
+    """Replace `target` by a rename, as a deploy does (readers of the old file keep its bytes)."""
+    staging = target.with_name(target.name + ".new")
+    shutil.copy2(source, staging)
+    staging.replace(target)

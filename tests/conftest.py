@@ -1,34 +1,49 @@
-"""Shared fixtures: committed archives, their torch-computed expectations, the shared ExecuTorch file."""
+"""Shared fixtures (the shared ExecuTorch file, freshly generated archives, Chromium) and the layers'
+rules: every test names its layer, and a unit test starts no subprocess and opens no socket
+(testing/layers.py). Helpers the test modules share live in testing/, never here."""
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
-import importlib.util
-import json
+import contextlib
 import pathlib
 
 import pytest
 
-from testing.paths import ARCHIVES  # noqa: F401 - re-exported: the tests import it from here
+from testing.layers import layer_problems, unit_guard
+from testing.paths import SHARED_LINEAR
 from testing.provision import ensure_chromium
 from testing.seaweed import seaweed_s3  # noqa: F401 - session fixture: a real S3 server on loopback
-
-HERE = pathlib.Path(__file__).resolve().parent
-EXPECTED = json.loads((HERE / "fixtures" / "expected.json").read_text())
-SHARED_LINEAR = HERE.parent.parent / "shared" / "fixtures" / "linear.pt2"
-
-HAVE_TORCH = importlib.util.find_spec("torch") is not None
-needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed (CI installs torch==2.13.0)")
+from testing.torch_oracle import HAVE_TORCH
 
 
-def sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    problems = layer_problems((item.nodeid, {m.name for m in item.iter_markers()}) for item in items)
+    if problems:
+        shown = "\n  ".join(problems[:20])
+        more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
+        raise pytest.UsageError(f"tests without a single layer (pyproject's markers):\n  {shown}{more}")
 
 
-def run(coro, timeout: float = 30.0):
-    """Run a coroutine with a hard time bound, so a hang fails instead of blocking the suite."""
-    return asyncio.run(asyncio.wait_for(coro, timeout))
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item):
+    with _guarded(item):
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    with _guarded(item):
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item):
+    with _guarded(item):
+        yield
+
+
+def _guarded(item: pytest.Item) -> contextlib.AbstractContextManager:
+    return unit_guard() if item.get_closest_marker("unit") else contextlib.nullcontext()
 
 
 @pytest.fixture(scope="session")
@@ -43,7 +58,7 @@ def fresh_archives(tmp_path_factory) -> tuple[pathlib.Path, dict]:
     """Archives generated now by the installed torch, with torch's own expectations."""
     if not HAVE_TORCH:
         pytest.skip("torch is not installed (CI installs torch==2.13.0)")
-    from tests.fixtures import make_fixtures
+    from testing.fixtures import make_fixtures
 
     out = tmp_path_factory.mktemp("fresh")
     return out, make_fixtures.build_all(out)

@@ -39,9 +39,11 @@ from testing.aws_endpoints import (
 )
 from testing.faultserver import FaultServer, Status
 from testing.moto import LIST_ONLY, MotoServer, moto_s3  # noqa: F401 - module fixture
+from testing.paths import ARCHIVES
 from testing.seaweed import SeaweedS3
 from testing.service import make_app, real_server
-from tests.conftest import ARCHIVES
+
+pytestmark = pytest.mark.emulator
 
 NAME = "layouts.pt2"
 KEY = f"archives/{NAME}"

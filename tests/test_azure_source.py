@@ -22,8 +22,10 @@ from reader.sources.blob import is_blob_url
 from testing.azurite import ACCOUNT, ACCOUNT_KEY, Azurite
 from testing.compare import assert_same_as_local
 from testing.faultserver import DropAfter, FaultServer, Status
+from testing.paths import ARCHIVES, SHARED_LINEAR
 from testing.zipbytes import write_pt2
-from tests.conftest import ARCHIVES, SHARED_LINEAR
+
+pytestmark = pytest.mark.emulator
 
 NAMES = ["layouts.pt2", "dtypes.pt2", "many.pt2", "many_deflate.pt2", "two_models.pt2"]
 CONTAINER = "models"

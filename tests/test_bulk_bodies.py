@@ -14,6 +14,8 @@ from reader.sources.bulk import BODY_INTO, BULK_MIN
 from reader.sources.http import make_client
 from testing.faultserver import Drip, DropAfter, FaultServer, ResetConnection, StallAfter
 
+pytestmark = pytest.mark.emulator
+
 SIZE = 3 * BULK_MIN + 12345
 DATA = bytes(range(256)) * (SIZE // 256) + bytes(SIZE % 256)
 

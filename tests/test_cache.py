@@ -16,7 +16,9 @@ import reader
 from reader.cache import CacheStore
 from reader.sources import HttpOptions
 from testing.faultserver import DropAfter, FaultServer
-from tests.conftest import ARCHIVES
+from testing.paths import ARCHIVES
+
+pytestmark = pytest.mark.emulator
 
 FAST = HttpOptions(backoff_base=0.01, backoff_cap=0.05, read_timeout=2.0, time_budget=10.0)
 LAYOUTS = (ARCHIVES / "layouts.pt2").read_bytes()
@@ -96,13 +98,13 @@ async def test_a_replaced_object_whose_index_is_not_cached_opens_as_the_new_vers
     assert_same(got, local_arrays(ARCHIVES / "dtypes.pt2"))
 
 
-async def test_a_cached_version_is_not_opened_when_the_origin_cannot_confirm_it(tmp_path):
+async def test_without_stale_if_error_a_cached_version_is_not_opened_unconfirmed(tmp_path):
     async with FaultServer() as gone:
         gone.put("/m.pt2", LAYOUTS)
         url = gone.url("/m.pt2")
         await load(url, tmp_path)
     with pytest.raises(reader.SourceError):  # online and unreachable: an error, not unconfirmed bytes
-        await load(url, tmp_path)
+        await load(url, tmp_path, stale_if_error=False)
 
 
 async def test_offline_opens_the_cached_version_with_no_request(server, tmp_path):
@@ -252,7 +254,7 @@ async def test_hub_cache_keyed_by_commit_reopens_with_one_request_and_follows_a_
     tmp_path, monkeypatch
 ):
     from testing.fakehub import FakeHub
-    from tests.test_hf_source import C2, repos, weights
+    from testing.hub_repos import C2, repos, weights
 
     for name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN_PATH", "HF_HUB_OFFLINE"):
         monkeypatch.delenv(name, raising=False)

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from testing.cli import acli
 from testing.faultserver import FaultServer
+from testing.paths import ARCHIVES
 from testing.service import in_process, make_app
-from tests.conftest import ARCHIVES
-from tests.test_cli import acli
+
+pytestmark = pytest.mark.emulator
 
 MANY = (ARCHIVES / "many.pt2").read_bytes()
 

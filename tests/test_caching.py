@@ -9,15 +9,18 @@ import urllib.parse
 import zlib
 
 import httpx
+import pytest
 import zstandard
 
 from app.caching import IMMUTABLE, IMMUTABLE_PRIVATE, NO_STORE, NO_STORE_PATHS, REVALIDATE
+from testing import versioned_archives
 from testing.service import in_process, make_app
-from tests import test_versions
-from tests.conftest import needs_torch
-from tests.test_versions import deploy
+from testing.torch_oracle import needs_torch
+from testing.versioned_archives import deploy
 
-two_versions = test_versions.two_versions  # the fixture: two torch-written versions of one archive
+pytestmark = pytest.mark.unit
+
+two_versions = versioned_archives.two_versions  # the fixture: two torch-written versions of one archive
 TOKEN = "edge-token-7"
 BEARER = {"authorization": f"Bearer {TOKEN}"}
 OUTSIDE_THE_SCHEMA = [

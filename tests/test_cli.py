@@ -18,54 +18,16 @@ import numpy as np
 import pytest
 
 import reader
+from testing.checks import run
+from testing.cli import TIMEOUT, acli, cli, console_script, one_line_error
+from testing.cli import reader_bytes as _reader_bytes
 from testing.faultserver import Drip, FaultServer
+from testing.paths import ARCHIVES
 from testing.zipbytes import write_pt2
-from tests.conftest import ARCHIVES, run
+
+pytestmark = pytest.mark.emulator
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-TIMEOUT = 120
-
-
-def console_script() -> list[str]:
-    """The installed `pt2serve` entry point next to this interpreter, else `python -m app`."""
-    script = pathlib.Path(sys.executable).parent / "pt2serve"
-    return [str(script)] if script.exists() else [sys.executable, "-m", "app"]
-
-
-def cli(*args: object, env: dict[str, str] | None = None, cwd: pathlib.Path | None = None):
-    return subprocess.run(
-        [*console_script(), *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        env={**os.environ, **(env or {})},
-        cwd=cwd,
-    )
-
-
-async def acli(*args: object, env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    """The same, from async tests (so a server on this loop keeps answering)."""
-    proc = await asyncio.create_subprocess_exec(
-        *console_script(),
-        *map(str, args),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, **(env or {})},
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), TIMEOUT)
-    return proc.returncode, out.decode(), err.decode()
-
-
-def one_line_error(stderr: str, starts: str) -> None:
-    lines = stderr.strip().splitlines()
-    assert len(lines) == 1, stderr
-    assert lines[0].startswith(starts), stderr
-    assert "Traceback" not in stderr
-
-
-async def _reader_bytes(location, name: str, order: str = "default", model: str | None = None) -> bytes:
-    async with reader.open_archive(location) as ar:
-        return await ar.read(name, model, order=order)
 
 
 async def _reader_tensors(location, model: str | None = None):

@@ -11,9 +11,13 @@ import pytest
 
 import reader
 from reader.pt2.dtypes import BY_NAME
+from testing.checks import run
+from testing.fixtures.rezip import read_entries, write_entries
+from testing.paths import ARCHIVES
+from testing.torch_oracle import needs_torch
 from testing.zipbytes import write_pt2
-from tests.conftest import ARCHIVES, needs_torch, run
-from tests.fixtures.rezip import read_entries, write_entries
+
+pytestmark = pytest.mark.unit
 
 CONTAINERS = ARCHIVES.parent / "containers" / "torch-2.13"
 SELF_COMPARABLE = sorted(
@@ -383,3 +387,21 @@ def test_streams_chunked_differently_pair_up_element_by_element():
     got = run(pieces())
     assert all(len(x) == len(y) and len(x) % 8 == 0 and x for x, y in got)
     assert b"".join(x for x, _ in got) == data_a and b"".join(y for _, y in got) == data_b
+
+
+def test_a_module_whose_old_values_are_all_zero_has_its_absolute_change(tmp_path):
+    """Its relative change has no value (||a|| = 0): `absolute_l2` gives ||a - b|| pooled, and it
+    ranks above the modules with a relative change; every module carries both figures."""
+    write_pt2(
+        tmp_path / "a.pt2", {"z.b": (FLOAT32, [2], _floats([0, 0])), "w.w": (FLOAT32, [2], _floats([1, 2]))}
+    )
+    write_pt2(
+        tmp_path / "b.pt2", {"z.b": (FLOAT32, [2], _floats([3, 4])), "w.w": (FLOAT32, [2], _floats([1, 4]))}
+    )
+    diff, _, _ = run(_compare(tmp_path / "a.pt2", tmp_path / "b.pt2"))
+    modules = diff.to_dict()["summary"]["modules"]
+    assert [m["module"] for m in modules] == ["z", "w"]
+    z, w = modules
+    assert z["relative_l2"] is None and z["absolute_l2"] == pytest.approx(5.0) and z["from_zero"] is True
+    assert w["relative_l2"] == pytest.approx(2 / 5**0.5) and w["absolute_l2"] == pytest.approx(2.0)
+    assert w["from_zero"] is False

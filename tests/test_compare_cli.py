@@ -7,10 +7,13 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from app.cli import main
+from testing.paths import ARCHIVES
 from testing.zipbytes import write_pt2
-from tests.conftest import ARCHIVES
+
+pytestmark = pytest.mark.emulator
 
 FLOAT32 = 7
 

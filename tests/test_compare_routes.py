@@ -8,10 +8,13 @@ import shutil
 import numpy as np
 import pytest
 
+from testing.paths import ARCHIVES
 from testing.service import in_process, make_app
+from testing.torch_oracle import needs_torch
 from testing.versioned_archives import CHANGED, write_version
 from testing.zipbytes import write_pt2
-from tests.conftest import ARCHIVES, needs_torch
+
+pytestmark = pytest.mark.unit
 
 FLOAT32 = 7
 

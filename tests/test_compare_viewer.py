@@ -6,8 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from testing.cli import serve
 from testing.zipbytes import write_pt2
-from tests.test_viewer_graph import serve
+
+pytestmark = pytest.mark.browser
 
 TOKEN = "compare-token-7"
 FLOAT32 = 7
@@ -137,6 +139,52 @@ def test_graph_coloured_by_relative_change_and_by_a_statistic(browser, versions)
                 "[data-module]", "els => els.filter(e => e.dataset.colourValue).length"
             )
             assert coloured > 0
+            assert not errors, errors
+        finally:
+            context.close()
+
+
+@pytest.fixture(scope="module")
+def from_zero(tmp_path_factory):
+    """Two modules whose old values are all zero (no relative change) beside one that scales by 1.1."""
+    out = tmp_path_factory.mktemp("compare-from-zero")
+    w = np.linspace(1, 2, 64, dtype=np.float32).reshape(8, 8)
+    zeros = np.zeros(8, dtype=np.float32)
+    bias, gate = np.full(8, 0.5, dtype=np.float32), np.array([0, 0, 0, 3, 0, 0, 0, 0], dtype=np.float32)
+    sides = {
+        "a": {"w.w": w, "bias.b": zeros, "gate.b": zeros},
+        "b": {"w.w": w * 1.1, "bias.b": bias, "gate.b": gate},
+    }
+    for name, tensors in sides.items():
+        write_pt2(out / f"{name}.pt2", {k: (FLOAT32, list(v.shape), v.tobytes()) for k, v in tensors.items()})
+    return [f"old={out / 'a.pt2'}", f"new={out / 'b.pt2'}"]
+
+
+def test_a_module_from_all_zeros_shows_its_absolute_change(browser, from_zero):
+    with serve(from_zero, token=TOKEN) as base:
+        context, page, errors = _page(browser)
+        try:
+            page.goto(f"{base}/#/compare/old/new")
+            page.wait_for_selector("[data-testid=module-bar]")
+            bars = page.eval_on_selector_all(
+                "[data-testid=module-bar]",
+                """rows => rows.map(r => ({
+                    module: r.firstChild.textContent, measure: r.dataset.measure, title: r.title,
+                    value: r.lastChild.textContent,
+                    width: r.querySelector('.bar').getBoundingClientRect().width,
+                }))""",
+            )
+            # the modules from zero first (their relative change has no value), the larger change first
+            assert [b["module"] for b in bars] == ["gate", "bias", "w"], bars
+            gate, bias, w = bars
+            assert gate["measure"] == bias["measure"] == "absolute" and w["measure"] == "relative"
+            assert gate["value"] == "abs 3" and bias["value"] == "abs 1.414", (
+                bars
+            )  # ||a-b||: 3, sqrt(8 * 0.25)
+            assert "all zero" in bias["title"] and "absolute change" in bias["title"]
+            # drawn, not 0-length: the larger absolute change full width, the other in proportion
+            assert bias["width"] == pytest.approx(gate["width"] * 2**0.5 / 3, rel=0.02) and bias["width"] > 20
+            assert w["value"] == "0.1" and w["width"] > 20
             assert not errors, errors
         finally:
             context.close()

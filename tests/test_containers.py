@@ -10,7 +10,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import pathlib
 import pickle
 import zipfile
 
@@ -19,11 +18,14 @@ import pytest
 import reader
 from reader.pickle import ForbiddenGlobal
 from reader.sources import BytesSource
+from testing.checks import sha256
 from testing.faultserver import FaultServer
-from tests.conftest import HAVE_TORCH, sha256
+from testing.paths import CONTAINER_VERSIONS as VERSIONS
+from testing.paths import CONTAINERS
+from testing.torch_oracle import HAVE_TORCH
 
-CONTAINERS = pathlib.Path(__file__).resolve().parent / "fixtures" / "containers"
-VERSIONS = sorted(path.parent.name for path in CONTAINERS.glob("torch-*/expected.json"))
+pytestmark = pytest.mark.emulator
+
 TRUTH = {version: json.loads((CONTAINERS / version / "expected.json").read_text()) for version in VERSIONS}
 
 
@@ -223,7 +225,7 @@ async def test_fresh_checkpoint_from_installed_torch(tmp_path, protocol: int) ->
     (torch's default pickle protocol 2, and 4/5: STACK_GLOBAL, MEMOIZE, FRAME)."""
     import torch
 
-    from tests.fixtures import make_containers
+    from testing.fixtures import make_containers
 
     obj = make_containers.checkpoint_object()
     torch.save(obj, tmp_path / "fresh.pt", pickle_protocol=protocol)

@@ -8,10 +8,13 @@ import json
 import pytest
 
 import reader
+from testing.cli import cli
+from testing.paths import CONTAINER_VERSIONS as VERSIONS
+from testing.paths import CONTAINERS
 from testing.service import in_process, make_app
-from tests.conftest import needs_torch
-from tests.test_cli import cli
-from tests.test_containers import CONTAINERS, VERSIONS
+from testing.torch_oracle import needs_torch
+
+pytestmark = pytest.mark.emulator
 
 VERSION = VERSIONS[-1]
 CHECKPOINT = CONTAINERS / VERSION / "checkpoint.pt"

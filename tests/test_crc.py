@@ -17,7 +17,9 @@ import pytest
 
 from reader import zipfmt
 from reader.zipfmt import decode
-from tests.conftest import ARCHIVES
+from testing.paths import ARCHIVES
+
+pytestmark = pytest.mark.emulator
 
 isal_zlib = pytest.importorskip("isal.isal_zlib")
 

@@ -13,14 +13,17 @@ import sys
 
 import pytest
 
+from testing.dockerfile import DOCKERFILE, dockerfile_volumes
+
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
 import topology  # noqa: E402 - scripts/ is not a package
 
+pytestmark = pytest.mark.emulator
+
 yaml = pytest.importorskip("yaml", reason="PyYAML is not installed (pip install pyyaml)")
 
 COMPOSE = REPO / "docker-compose.yml"
-DOCKERFILE = REPO / "Dockerfile"
 
 
 @pytest.fixture(scope="module")
@@ -94,14 +97,6 @@ def test_dockerfile():
     ignored = (REPO / ".dockerignore").read_text().split()
     for source in re.findall(r"^COPY\s+(?!--from)(\S+)", text, re.M):
         assert f"!{source.rstrip('/')}" in ignored or f"!{source.rstrip('/')}/" in ignored, source
-
-
-def dockerfile_volumes(text: str) -> list[str]:
-    """The paths the Dockerfile's VOLUME lines declare: the writable paths of its read-only image."""
-    paths: list[str] = []
-    for spec in re.findall(r"^VOLUME\s+(.+)$", text, re.M):
-        paths += json.loads(spec) if spec.startswith("[") else spec.split()
-    return paths
 
 
 def test_the_image_runs_with_a_read_only_root_filesystem(compose):

@@ -12,7 +12,9 @@ import reader
 from reader.digests import Digests, repr_digest, sha256_of
 from reader.sources import open_source
 from reader.versions import is_version, source_version
-from tests.conftest import ARCHIVES
+from testing.paths import ARCHIVES
+
+pytestmark = pytest.mark.emulator
 
 
 async def test_tensor_digests_are_the_sha256_of_what_read_returns() -> None:

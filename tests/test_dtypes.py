@@ -10,7 +10,9 @@ import pytest
 
 from reader import ArchiveFormatError
 from reader.pt2.dtypes import BY_SERIALIZED, dtype_from_serialized, to_numpy
-from tests.conftest import needs_torch
+from testing.torch_oracle import needs_torch
+
+pytestmark = pytest.mark.unit
 
 
 @needs_torch

@@ -40,6 +40,8 @@ from testing.faultserver import (
 from testing.service import make_app, real_server
 from testing.zipbytes import write_pt2
 
+pytestmark = pytest.mark.emulator
+
 BIG = 24 << 20  # > HttpOptions.full_body_cap (16 MiB)
 MID = 2 << 20
 

@@ -27,6 +27,8 @@ from testing.faultserver import (
     WrongContentRange,
 )
 
+pytestmark = pytest.mark.emulator
+
 N = 10_000
 DATA = os.urandom(N)
 PATH = "/obj.pt2"

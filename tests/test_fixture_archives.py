@@ -9,7 +9,11 @@ import pytest
 
 import reader
 from reader.pt2.dtypes import BY_NAME
-from tests.conftest import ARCHIVES, EXPECTED, needs_torch, sha256
+from testing.checks import sha256
+from testing.paths import ARCHIVES
+from testing.torch_oracle import EXPECTED, needs_torch
+
+pytestmark = pytest.mark.unit
 
 READABLE = [name for name, spec in EXPECTED.items() if "legacy_weights" not in spec]
 

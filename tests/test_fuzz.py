@@ -19,6 +19,8 @@ from hypothesis import strategies as st
 
 from fuzz import bases, bounds, choices, mutators, oracles
 
+pytestmark = pytest.mark.unit
+
 BASES = sorted(bases.all_bases())
 BOUNDED = settings(
     derandomize=True,

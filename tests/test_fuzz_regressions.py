@@ -15,6 +15,8 @@ import pytest
 
 from fuzz import bounds, mutators, oracles
 
+pytestmark = pytest.mark.unit
+
 REGRESSIONS = pathlib.Path(__file__).resolve().parent.parent / "fuzz" / "regressions"
 INPUTS = sorted(REGRESSIONS.glob("*.pt2"))
 CPU_BOUND = 5.0  # a hang guard (minutes of CPU without the fix), not a timing assertion

@@ -17,6 +17,10 @@ import reader
 from app.pull import pull
 from reader.sources import HttpOptions
 from reader.sources.gcs import GcsSource
+from testing.checks import run
+from testing.cli import cli, console_script, one_line_error
+from testing.cli import reader_bytes as _reader_bytes
+from testing.compare import same_as_fixture as _same_as_local
 from testing.gcs import (
     METADATA_ACCOUNT,
     SERVICE_ACCOUNT,
@@ -26,11 +30,11 @@ from testing.gcs import (
     gcloud_user_file,
     service_account_file,
 )
+from testing.paths import ARCHIVES
 from testing.service import in_process, make_app
 from testing.zipbytes import write_pt2
-from tests.conftest import ARCHIVES, run
-from tests.test_cli import _reader_bytes, cli, console_script, one_line_error
-from tests.test_s3_source import _same_as_local
+
+pytestmark = pytest.mark.emulator
 
 BUCKET = "pt2serve-archives"
 VERSIONED = "pt2serve-versioned"

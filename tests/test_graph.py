@@ -12,7 +12,11 @@ import pytest
 
 import reader
 from reader.pt2.graph import parse_graph
-from tests.conftest import ARCHIVES, needs_torch, run
+from testing.checks import run
+from testing.paths import ARCHIVES
+from testing.torch_oracle import needs_torch
+
+pytestmark = pytest.mark.unit
 
 # pickled.pt2 holds a forged custom object torch itself cannot load: parsed below, not compared
 FIXTURES = ["layouts", "dtypes", "two_models", "no_weights", "many"]

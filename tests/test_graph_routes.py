@@ -5,8 +5,12 @@ from __future__ import annotations
 import json
 import zipfile
 
+import pytest
+
+from testing.paths import ARCHIVES
 from testing.service import in_process, make_app, run
-from tests.conftest import ARCHIVES
+
+pytestmark = pytest.mark.unit
 
 
 def test_graph_route_lists_every_node_in_order():

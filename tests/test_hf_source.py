@@ -6,55 +6,15 @@ The nginx logs say who got the token (the Hub, never the CDN) and which revision
 
 from __future__ import annotations
 
-import pathlib
-
-import numpy as np
 import pytest
 
 import reader
 from reader.sources.hf import hub_token, parse_hf_location
-from testing.fakehub import FakeHub, HubRepo, commit_of
-from testing.zipbytes import write_pt2
-from tests.test_cli import acli
+from testing.cli import acli
+from testing.fakehub import FakeHub
+from testing.hub_repos import C1, C2, CHECKPOINT, TOKEN, repos, weights
 
-FLOAT32 = 7
-CHECKPOINT = pathlib.Path(__file__).parent / "fixtures" / "containers" / "torch-2.13" / "checkpoint.pt"
-C1, C2, C3, C4 = (commit_of(name) for name in ("c1", "c2", "c3", "c4"))
-TOKEN = "hf_test_token"
-
-
-def weights(seed: int) -> dict[str, bytes]:
-    rng = np.random.default_rng(seed)
-    return {"small": rng.standard_normal(64, dtype=np.float32).tobytes(),
-            "big": rng.standard_normal(400_000, dtype=np.float32).tobytes()}  # fmt: skip
-
-
-def archive_bytes(tmp: pathlib.Path, seed: int) -> bytes:
-    path = tmp / f"v{seed}.pt2"
-    write_pt2(path, {name: (FLOAT32, [len(data) // 4], data) for name, data in weights(seed).items()})
-    return path.read_bytes()
-
-
-def repos(tmp: pathlib.Path) -> list[HubRepo]:
-    v1, v2 = archive_bytes(tmp, 1), archive_bytes(tmp, 2)
-    return [
-        HubRepo(
-            "org/model",
-            {
-                C1: {"model.pt2": v1, "direct.pt2": v1, "config.json": b"{}"},
-                C2: {"model.pt2": v2, "direct.pt2": v2},
-            },
-            {"main": C1, "refs/pr/1": C2},
-            small=(".json", "direct.pt2"),
-        ),
-        HubRepo("datasets/org/data", {C3: {"sub/dir/model.pt2": v2}}, {"main": C3}),
-        HubRepo(
-            "org/gated",
-            {C4: {"model.pt2": v1, "pytorch_model.bin": CHECKPOINT.read_bytes()}},
-            {"main": C4},
-            gated_token=TOKEN,
-        ),
-    ]
+pytestmark = pytest.mark.emulator
 
 
 @pytest.fixture(scope="module")

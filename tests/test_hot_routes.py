@@ -13,6 +13,8 @@ from app.routes.hot import HotLane, HotRoute
 from app.settings import Settings
 from testing.service import in_process, make_app
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.fixture
 async def client():

@@ -31,7 +31,9 @@ from testing.faultserver import (
     Status,
     WrongContentRange,
 )
-from tests.conftest import ARCHIVES
+from testing.paths import ARCHIVES
+
+pytestmark = pytest.mark.emulator
 
 FAST = HttpOptions(backoff_base=0.01, backoff_cap=0.05, read_timeout=2.0, time_budget=10.0)
 BIG = "many.pt2"  # 880 KB, 1100 tensors, an 80 KiB central directory

@@ -17,19 +17,21 @@ from urllib.parse import quote
 import pytest
 
 import reader
-from testing import podman
+from testing import podman, topology_checks
+from testing.checks import run
+from testing.paths import ARCHIVES
 from testing.provision import ProvisionError
 from testing.seaweed import weed_binary
-from tests import test_topology
-from tests.conftest import ARCHIVES, run
-from tests.test_topology import (
+from testing.topology_checks import (
     check_every_tensor_through_nginx,
     check_multi_slice_tensor_and_range_requests_hit_the_cache,
     check_requests_survive_a_killed_replica,
 )
 
+pytestmark = pytest.mark.image
+
 httpx = pytest.importorskip("httpx")
-big_archive = test_topology.big_archive  # the fixture: the topology test's 3 MiB tensor
+big_archive = topology_checks.big_archive  # the fixture: the topology test's 3 MiB tensor
 yaml = pytest.importorskip("yaml", reason="PyYAML is not installed (pip install pyyaml)")
 
 REPO = pathlib.Path(__file__).resolve().parent.parent

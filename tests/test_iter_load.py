@@ -17,8 +17,10 @@ import pytest
 import reader
 from reader.sources import HttpOptions
 from testing.faultserver import FaultServer, StallAfter
-from tests.conftest import needs_torch
-from tests.test_load import CASE_IDS, CASES, PARALLEL, big_archive  # noqa: F401 - the fixture
+from testing.load_cases import CASE_IDS, CASES, PARALLEL, big_archive  # noqa: F401 - the fixture
+from testing.torch_oracle import needs_torch
+
+pytestmark = pytest.mark.emulator
 
 ONE_STREAM = HttpOptions(parallel_parts=1, read_timeout=120, max_attempts=1)
 

@@ -14,12 +14,14 @@ import pytest
 
 from app.cli import build_parser
 from app.settings import Settings
+from testing.dockerfile import DOCKERFILE, dockerfile_volumes
 from testing.provision import ensure_apt, ensure_venv_tool
-from tests.test_deploy import DOCKERFILE, dockerfile_volumes
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
 import topology  # noqa: E402 - scripts/ is not a package
+
+pytestmark = pytest.mark.emulator
 
 yaml = pytest.importorskip("yaml", reason="PyYAML is not installed (pip install pyyaml)")
 
@@ -311,6 +313,7 @@ def test_every_container_is_locked_down(rendered):
                 assert c["resources"]["requests"] and c["resources"]["limits"], where
 
 
+@pytest.mark.heavy  # checkov and its dozens of pinned dependencies, into a venv of its own
 def test_checkov_finds_no_failed_check(kubectl):
     """checkov (its own venv: it pins dozens of packages) over the manifests, raw and rendered by
     kustomize, and the Dockerfile. Checks that do not apply are skipped inline, each with its reason."""
@@ -360,8 +363,8 @@ def test_checkov_finds_no_failed_check(kubectl):
 async def test_healthz_is_not_ready_until_every_archive_has_opened(tmp_path):
     """The readiness probe: 503 (a JSON error) while an archive has not opened, 200 once all have, and
     200 from then on, even when a later reopen fails (every replica sees the same source)."""
+    from testing.paths import ARCHIVES
     from testing.service import in_process, make_app
-    from tests.conftest import ARCHIVES
 
     late = tmp_path / "late.pt2"
     late.write_bytes(b"not yet an archive")
@@ -392,8 +395,8 @@ async def test_healthz_is_not_ready_until_every_archive_has_opened(tmp_path):
 
 
 async def test_healthz_with_lazy_archives_is_ready_before_they_open():
+    from testing.paths import ARCHIVES
     from testing.service import in_process, make_app
-    from tests.conftest import ARCHIVES
 
     async with in_process(make_app([f"ok={ARCHIVES / 'layouts.pt2'}"], lazy=True)) as client:
         response = await client.get("/healthz")

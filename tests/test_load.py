@@ -24,37 +24,18 @@ import pytest
 import reader
 from reader.pt2.dtypes import BY_NAME
 from reader.sources import HttpOptions, S3Settings
+from testing import load_cases
 from testing.faultserver import ChangeObject, DropAfter, FaultServer, StallAfter, Status
+from testing.load_cases import CASE_IDS, CASES, PARALLEL
+from testing.paths import ARCHIVES, CONTAINERS
+from testing.torch_oracle import needs_torch
 from testing.zipbytes import write_pt2
-from tests.conftest import ARCHIVES, needs_torch
 
-CONTAINERS = pathlib.Path(__file__).resolve().parent / "fixtures" / "containers"
-VERSIONS = sorted(path.parent.name for path in CONTAINERS.glob("torch-*/expected.json"))
+pytestmark = pytest.mark.emulator
 
-
-def _cases() -> list[tuple[pathlib.Path, str]]:
-    """(archive, model) for every fixture archive and container with readable weights."""
-    cases = []
-    paths = sorted(ARCHIVES.glob("*.pt2")) + [
-        CONTAINERS / version / name
-        for version in VERSIONS
-        for name in ("checkpoint.pt", "aoti_pickle.pt2", "mixed.pt2")
-    ]
-
-    async def models(path: pathlib.Path) -> list[str]:
-        try:
-            async with reader.open_archive(path) as archive:
-                return archive.models
-        except reader.ReaderError:
-            return []  # legacy layouts, AOTI without pickled weights: nothing to load
-
-    for path in paths:
-        cases += [(path, model) for model in asyncio.run(models(path))]
-    return cases
+big_archive = load_cases.big_archive  # the fixture: six tensors, several parallel parts
 
 
-CASES = _cases()
-CASE_IDS = [f"{path.parent.name}/{path.name}:{model}" for path, model in CASES]
 FAST_RETRIES = HttpOptions(backoff_base=0.01, backoff_cap=0.05, max_attempts=4)
 
 
@@ -199,7 +180,7 @@ def _torch_truth(path: pathlib.Path, model: str) -> dict | None:
     state_dict plus constants for export archives; None where torch cannot load it."""
     import torch
 
-    from tests.fixtures import make_containers
+    from testing.fixtures import make_containers
 
     if path.suffix == ".pt":
         flat: dict = {}
@@ -284,24 +265,6 @@ def test_torch_state_dict_loads_into_the_module(tmp_path) -> None:
 
 
 # -- faults during a load ----------------------------------------------------------------------
-
-PART = 1 << 20
-PARALLEL = HttpOptions(
-    parallel_parts=4, part_size=PART, parallel_above=PART, fast_connection=None,
-    backoff_base=0.01, backoff_cap=0.05, max_attempts=4,
-)  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def big_archive(tmp_path_factory) -> tuple[pathlib.Path, dict[str, bytes]]:
-    """Six tensors of 1.5 MiB (float32), one range of 9 MiB: several parallel parts."""
-    rng = np.random.default_rng(7)
-    tensors = {
-        f"layer{i}.weight": rng.standard_normal(3 * 2**17, dtype=np.float32).tobytes() for i in range(6)
-    }
-    path = tmp_path_factory.mktemp("big") / "big.pt2"
-    write_pt2(path, {name: (7, [len(data) // 4], data) for name, data in tensors.items()})
-    return path, tensors
 
 
 async def _served_load(server: FaultServer, options: HttpOptions = PARALLEL) -> dict[str, np.ndarray]:

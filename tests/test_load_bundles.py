@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 
 from testing.faultserver import DropAfter, FaultServer
+from testing.paths import ARCHIVES
 from testing.service import in_process, make_app
 from testing.zipbytes import write_pt2
-from tests.conftest import ARCHIVES
+
+pytestmark = pytest.mark.emulator
 
 ROUTES = ("safetensors", "ptd")
 NAMES = ["layouts.pt2", "dtypes.pt2", "many.pt2", "many_deflate.pt2", "zero_payload.pt2"]
@@ -211,7 +213,7 @@ async def test_export_of_a_remote_archive_shows_throughput(
 ) -> None:
     """`pt2serve export URL -o FILE --progress`: the bar, then what moved how fast; the file equals
     the service's bundle of the local archive."""
-    from tests.test_cli import acli
+    from testing.cli import acli
 
     async with FaultServer() as server:
         server.put("/big.pt2", big_archive.read_bytes())

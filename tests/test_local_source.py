@@ -13,7 +13,9 @@ import pytest
 import reader
 from reader.sources import BytesSource, LocalFileSource
 from reader.sources.local import INLINE_READ_LIMIT
-from tests.conftest import ARCHIVES, HERE
+from testing.paths import ARCHIVES, REPO
+
+pytestmark = pytest.mark.emulator
 
 
 async def test_reads_and_streams_exact_ranges(tmp_path) -> None:
@@ -98,7 +100,7 @@ def test_a_fifo_is_refused_at_once_not_waited_on(tmp_path) -> None:
         "except reader.SourceError as exc:\n"
         "    print(exc)\n"
     )
-    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "fifo.pt2")], cwd=HERE.parent,
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "fifo.pt2")], cwd=REPO,
                           capture_output=True, text=True, timeout=60)  # fmt: skip
     assert "is not a regular file" in done.stdout, done.stderr
 

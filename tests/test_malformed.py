@@ -12,8 +12,10 @@ import reader
 import reader.reading.opening
 from reader import zipfmt
 from reader.sources import BytesSource
+from testing.paths import ARCHIVES
 from testing.zipbytes import build_zip, directory_of
-from tests.conftest import ARCHIVES
+
+pytestmark = pytest.mark.unit
 
 ORIGINAL = (ARCHIVES / "two_models.pt2").read_bytes()
 TIME_BOUND = 5.0

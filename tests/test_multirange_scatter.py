@@ -21,7 +21,9 @@ from reader.errors import SourceError
 from reader.sources import bulk, http, multirange
 from reader.sources.http import HttpSource
 from reader.sources.scatter import Scatter, gather
-from tests.test_shard_multirange import MultipartServer
+from testing.multipart_server import MultipartServer
+
+pytestmark = pytest.mark.emulator
 
 SIZE = 4 << 20
 DATA = np.random.default_rng(34).integers(0, 256, SIZE, dtype=np.uint8).tobytes()
@@ -107,10 +109,9 @@ def _views(ranges) -> list[memoryview]:
 
 @pytest.fixture(scope="module")
 def nginx(tmp_path_factory):
-    from testing.servers import NginxProcess, nginx_binary
+    from testing.servers import NginxProcess, ensure_nginx
 
-    if nginx_binary() is None:
-        pytest.skip("nginx is not installed (apt-get install nginx-light)")
+    ensure_nginx()  # installed when missing, not skipped
     root = tmp_path_factory.mktemp("scatter")
     (root / "blob").write_bytes(DATA)
     with NginxProcess(root) as server:

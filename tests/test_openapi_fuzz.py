@@ -1,14 +1,14 @@
 """Fuzz the service through its own OpenAPI schema (schemathesis) against a real uvicorn on loopback.
 
-The API tester's own run (`schemathesis run`, every check: statuses, media types, headers and
-bodies as documented, invalid input refused, valid input accepted, Allow on OPTIONS and unknown
-methods, and the stateful phase following the document's links from /archives and the listings)
-must find nothing. Every operation in /openapi.json also gets up to 30 generated requests (valid and
-invalid parameters, odd tensor names) checked here: never a 5xx, every 4xx JSON
-`{"error": {"code", "message"}}`, Content-Length the body's. Two deterministic sweeps go alongside:
-every tensor of the two archives through /data (each order, format and method) and /layout, and
-hypothesis-generated Range, If-Range and If-None-Match headers, which the schema names in its
-responses but not as parameters.
+The API tester's own run (`schemathesis run`, with no configuration of ours and every check:
+statuses, media types, headers and bodies as documented, invalid input refused, valid input
+accepted, Allow on OPTIONS and unknown methods, and the stateful phase following the document's
+links from /archives and the listings) must find nothing. Every operation in /openapi.json also
+gets up to 30 generated requests (valid and invalid parameters, odd tensor names) checked here:
+never a 5xx, every 4xx JSON `{"error": {"code", "message"}}`, Content-Length the body's. Two
+deterministic sweeps go alongside: every tensor of the two archives through /data (each order,
+format and method) and /layout, and hypothesis-generated Range, If-Range and If-None-Match
+headers, which the schema names in its responses but not as parameters.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ schemathesis = pytest.importorskip(
 )
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+
+pytestmark = pytest.mark.emulator
 
 ARCHIVES = pathlib.Path(__file__).resolve().parent / "fixtures" / "archives"
 SPECS = [f"layouts={ARCHIVES / 'layouts.pt2'}", f"pickled={ARCHIVES / 'pickled.pt2'}"]
@@ -88,14 +90,17 @@ def api_schema(server):
 schema = schemathesis.pytest.from_fixture("api_schema")
 
 
-def test_schemathesis_every_check_finds_nothing(server, tmp_path):
-    """`schemathesis run --checks all` over every phase (coverage, fuzzing, stateful), deterministic
-    and kept to 10 cases an operation (tens of seconds)."""
+def test_schemathesis_with_no_configuration_finds_nothing(server, tmp_path):
+    """`schemathesis run --checks all` over every phase (examples, coverage, fuzzing, stateful) with
+    schemathesis' own defaults: no configuration of ours, so every expectation (which statuses a
+    valid request may get, and the rest) is the tool's. Deterministic and kept to 10 cases an
+    operation (tens of seconds)."""
+    # an empty schemathesis.toml in the run's working directory: the tool looks there first, so no
+    # file in a parent directory can configure it either
+    (tmp_path / "schemathesis.toml").write_text("")
     command = [
         *(sys.executable, "-m", "schemathesis.cli"),
-        *("--config-file", str(pathlib.Path(__file__).with_name("schemathesis.toml"))),
-        *("run", f"{server.url}/openapi.json"),
-        *("--checks", "all", "--phases", "coverage,fuzzing,stateful", "--max-examples", "10"),
+        *("run", f"{server.url}/openapi.json", "--checks", "all", "--max-examples", "10"),
         *("--generation-deterministic", "--workers", "2", "--no-color", "--request-timeout", "30"),
     ]
     # in tmp_path: the run keeps a cache (.schemathesis/) in its working directory

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 
 import pytest
 
@@ -13,8 +12,11 @@ import reader
 from reader.sources import HttpOptions, HttpSource, S3Settings
 from reader.sources.parallel import split
 from testing.faultserver import ChangeObject, Drip, DropAfter, FaultServer, Status
+from testing.faultserver import data_ranges as _ranges
 from testing.seaweed import SeaweedS3
 from testing.zipbytes import write_pt2
+
+pytestmark = pytest.mark.emulator
 
 PART = 64 << 10
 SIZE = 20 * PART + 1234  # 21 parts, the last one short
@@ -28,16 +30,6 @@ DATA = os.urandom(SIZE)
 async def server():
     async with FaultServer(objects={"/blob": DATA}) as server:
         yield server
-
-
-def _ranges(server: FaultServer) -> list[tuple[int, int]]:
-    """The byte ranges asked by data requests (the open's suffix range left out), in arrival order."""
-    found = []
-    for record in server.requests("/blob", "GET"):
-        match = re.fullmatch(r"bytes=(\d+)-(\d+)", record.range or "")
-        if match:
-            found.append((int(match.group(1)), int(match.group(2)) + 1))
-    return found
 
 
 async def _collect(source: HttpSource, start: int, end: int) -> list[bytes]:

@@ -15,6 +15,7 @@ import struct
 import zipfile
 from datetime import timedelta
 
+import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -23,7 +24,10 @@ from fuzz import bases, bounds
 from reader.pickle import Limits, load_torch_pickle
 from reader.pt2.checkpoint import build_checkpoint_index, plan_checkpoint
 from reader.zipfmt import ZipEntry
-from tests.test_containers import CONTAINERS, VERSIONS
+from testing.paths import CONTAINER_VERSIONS as VERSIONS
+from testing.paths import CONTAINERS
+
+pytestmark = pytest.mark.unit
 
 BOUNDED = settings(
     derandomize=True,

@@ -30,6 +30,8 @@ from reader.pickle import (
     load_torch_pickle,
 )
 
+pytestmark = pytest.mark.unit
+
 # -- plain data ----------------------------------------------------------------------
 
 scalars = st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.text(max_size=20)

@@ -6,10 +6,14 @@ from __future__ import annotations
 import asyncio
 import socket
 
+import pytest
+
 import reader
 from app.protocol import HELD_MAX, JoiningTransport
+from testing.paths import ARCHIVES
 from testing.service import make_app, real_server
-from tests.conftest import ARCHIVES
+
+pytestmark = pytest.mark.emulator
 
 
 class Counted(asyncio.Protocol):

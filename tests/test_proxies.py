@@ -19,6 +19,8 @@ from testing.forward_proxy import ForwardProxy
 from testing.private_ca import https_origin
 from testing.servers import free_port
 
+pytestmark = pytest.mark.emulator
+
 DATA = random.Random(26).randbytes(3 << 20)
 SMALL = (10, 5000)  # aiohttp (transport.py)
 BULK = (1 << 20, 3 << 20)  # an explicit range of 2 MiB: bulk.py

@@ -14,8 +14,11 @@ from reader.formats.body import BytesBody, read_body
 from reader.formats.ptd import DEFAULT_ALIGNMENT, HEADER, plan_ptd, ptd_body, ptd_refusal, writable
 from reader.pt2.dtypes import BY_NAME
 from reader.pt2.tensorinfo import StorageRef, TensorInfo
+from testing.checks import run
 from testing.executorch_oracle import executorch_ptd, needs_executorch, read_ptd, torch_bytes
-from tests.conftest import ARCHIVES, SHARED_LINEAR, run
+from testing.paths import ARCHIVES, SHARED_LINEAR
+
+pytestmark = pytest.mark.emulator
 
 ARCHIVE_PATHS = sorted(ARCHIVES.glob("*.pt2"))
 NO_EXECUTORCH_TYPE = {"complex32", "complex64", "complex128", "float8_e8m0fnu"}
@@ -54,7 +57,7 @@ def test_ptd_matches_executorch_and_torch(path: pathlib.Path) -> None:
         with pytest.raises(reader.UnsupportedPayload, match="legacy"):
             models_of(path)  # a legacy archive is refused as a whole, never half-written
         return
-    from tests.fixtures.oracle import load_with_torch
+    from testing.fixtures.oracle import load_with_torch
 
     models = models_of(path)
     torch_values, _ = load_with_torch(path, sorted(models))

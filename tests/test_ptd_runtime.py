@@ -14,7 +14,7 @@ from testing.executorch_models import ExportedModel, export_models, package_with
 from testing.executorch_oracle import needs_executorch, read_ptd
 from testing.service import make_app, real_server, run
 
-pytestmark = needs_executorch
+pytestmark = [pytest.mark.emulator, needs_executorch]
 
 ATOL, RTOL = 1e-5, 1e-4  # what ExecuTorch's portable kernels give against torch with its own .ptd
 

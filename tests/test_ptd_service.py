@@ -15,9 +15,12 @@ import pytest
 import reader
 from reader.formats import ptd
 from reader.formats.body import read_body
+from testing.paths import ARCHIVES
 from testing.seaweed import SeaweedS3
 from testing.service import in_process, make_app, run
-from tests.conftest import ARCHIVES, needs_torch
+from testing.torch_oracle import needs_torch
+
+pytestmark = pytest.mark.emulator
 
 PROGRAM = bytes(range(256)) * 1200  # stands in for a .pte: the service serves it as stored
 

@@ -17,9 +17,11 @@ import pytest
 import reader
 from app.pull import pull
 from app.pull.mirror import Mirror
+from testing.paths import ARCHIVES
 from testing.service import make_app, real_server
 from testing.versioned_archives import CHANGED, write_version
-from tests.conftest import ARCHIVES
+
+pytestmark = pytest.mark.emulator
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,9 @@ import pytest
 import reader
 from reader.sources import BytesSource, HttpOptions
 from testing.faultserver import FaultServer
-from tests.conftest import ARCHIVES
+from testing.paths import ARCHIVES
+
+pytestmark = pytest.mark.emulator
 
 FIXTURES = ["layouts.pt2", "dtypes.pt2", "many_deflate.pt2", "two_models.pt2", "zero_payload.pt2"]
 FAST = HttpOptions(backoff_base=0.01, backoff_cap=0.05, read_timeout=2.0, time_budget=10.0)

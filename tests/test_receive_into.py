@@ -19,7 +19,9 @@ from reader.sources import HttpOptions, HttpSource
 from reader.sources.bulk import BULK_MIN
 from reader.sources.parallel import split
 from testing.faultserver import ChangeObject, Drip, DropAfter, FaultServer, Status
-from tests.test_parallel_reads import _ranges
+from testing.faultserver import data_ranges as _ranges
+
+pytestmark = pytest.mark.emulator
 
 SIZES = {"bulk": BULK_MIN, "short": 64 << 10}
 DATA = os.urandom(5 * BULK_MIN + 4321)

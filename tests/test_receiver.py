@@ -27,6 +27,8 @@ from testing.private_ca import https_origin
 from testing.service import in_process, make_app
 from testing.zipbytes import write_pt2
 
+pytestmark = pytest.mark.emulator
+
 SIZE = 2 * THREAD_MIN + 12345
 DATA = np.random.default_rng(7).integers(0, 256, SIZE, dtype=np.uint8).tobytes()
 

@@ -16,10 +16,12 @@ import reader
 from reader.sources import HttpOptions, HttpSource
 from reader.sources.bulk import BULK_MIN
 from reader.sources.redirects import keeps_credentials, origin_of
+from testing.cli import acli
 from testing.fakehub import NginxSite
 from testing.faultserver import DropAfter, FaultServer, Status
 from testing.zipbytes import write_pt2
-from tests.test_cli import acli
+
+pytestmark = pytest.mark.emulator
 
 FLOAT32 = 7
 SMALL = np.arange(256, dtype=np.float32).tobytes()

@@ -21,6 +21,8 @@ from testing.faultserver import FaultServer
 from testing.service import make_app, real_server
 from testing.zipbytes import write_pt2
 
+pytestmark = pytest.mark.emulator
+
 SINGLE = HttpOptions(parallel_parts=1, max_attempts=2, backoff_base=0.01)
 PARTS = HttpOptions(parallel_parts=4, part_size=1 << 20, parallel_above=1 << 20, fast_connection=None,
                     max_attempts=2, backoff_base=0.01)  # fmt: skip

@@ -7,9 +7,11 @@ import pytest
 
 import reader
 from reader.sources import S3Settings
-from testing.compare import assert_same_as_local
+from testing.compare import same_as_fixture as _same_as_local
+from testing.paths import ARCHIVES
 from testing.seaweed import SeaweedS3
-from tests.conftest import ARCHIVES
+
+pytestmark = pytest.mark.emulator
 
 NAMES = ["layouts.pt2", "dtypes.pt2", "many.pt2", "many_deflate.pt2", "two_models.pt2"]
 
@@ -31,10 +33,6 @@ def _settings(server: SeaweedS3, *, anonymous: bool = False) -> S3Settings:
         access_key=server.access_key,
         secret_key=server.secret_key,
     )
-
-
-async def _same_as_local(remote: reader.Archive, name: str) -> None:
-    await assert_same_as_local(remote, ARCHIVES / name)
 
 
 @pytest.mark.parametrize("name", NAMES)

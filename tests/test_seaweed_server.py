@@ -16,6 +16,8 @@ import pytest
 
 from testing.seaweed import SeaweedS3
 
+pytestmark = pytest.mark.emulator
+
 KEY = "facts/object.bin"
 DATA = bytes(range(256)) * 4 + b"tail"  # 1028 bytes
 SIZE = len(DATA)

@@ -12,8 +12,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import reader
 from reader.formats.npy import npy_descr
+from testing.paths import ARCHIVES
 from testing.service import in_process, make_app
-from tests.conftest import ARCHIVES, needs_torch
+from testing.torch_oracle import needs_torch
+
+pytestmark = pytest.mark.unit
 
 
 @pytest.fixture

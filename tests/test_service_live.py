@@ -11,9 +11,11 @@ import pytest
 
 import reader
 from testing.faultserver import DropAfter, FaultServer
+from testing.paths import ARCHIVES
 from testing.service import make_app, real_server
 from testing.zipbytes import write_pt2
-from tests.conftest import ARCHIVES
+
+pytestmark = pytest.mark.emulator
 
 BIG = 24 << 20  # bytes in the big tensor
 

@@ -10,15 +10,21 @@ import pathlib
 import tracemalloc
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 
 import reader
 from reader.loading import blocks, rowchunks
 from reader.pt2 import slicing, strided
 from reader.sources import S3Settings
+from testing.aligned_pt2 import rank_block as _block
+from testing.aligned_pt2 import write_aligned_pt2
 from testing.faultserver import FaultServer
-from tests.test_shard_offsets import _block, write_aligned_pt2
-from tests.test_slices_plan import _full, _info, views_and_indices
+from testing.strided_views import numpy_view as _full
+from testing.strided_views import tensor_info as _info
+from testing.strided_views import views_and_indices
+
+pytestmark = pytest.mark.emulator
 
 # -- sans-IO: the chunks of rows and their gather -----------------------------------------------------
 

@@ -10,10 +10,7 @@ split of a body into chunks gives the same pieces; each bad body its error.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import pathlib
-import re
 
 import numpy as np
 import pytest
@@ -31,7 +28,10 @@ from reader.sources.multirange import (
     range_header,
 )
 from testing.faultserver import FaultServer
+from testing.multipart_server import MultipartServer
 from testing.zipbytes import write_pt2
+
+pytestmark = pytest.mark.emulator
 
 # -- the parser, sans-IO ---------------------------------------------------------------------------
 
@@ -237,78 +237,6 @@ async def test_a_server_without_multi_range_gives_the_same_blocks(tmp_path) -> N
 # -- a server whose multipart answers are wrong ----------------------------------------------------
 
 
-class MultipartServer:
-    """HTTP/1.1 on loopback serving one object: a suffix or single range as 206, several ranges as
-    multipart/byteranges, `fault` applied to the parts of every multi-range answer but the probe's."""
-
-    def __init__(self, data: bytes, fault: str) -> None:
-        self.data, self.fault = data, fault
-        self.server: asyncio.Server | None = None
-
-    async def __aenter__(self) -> MultipartServer:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return self
-
-    async def __aexit__(self, *exc) -> None:
-        assert self.server is not None
-        self.server.close()
-        await self.server.wait_closed()
-
-    @property
-    def url(self) -> str:
-        assert self.server is not None
-        host, port = self.server.sockets[0].getsockname()[:2]
-        return f"http://{host}:{port}/m.pt2"
-
-    async def _serve(self, reader_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
-            while True:
-                head = await reader_.readuntil(b"\r\n\r\n")
-                asked = re.search(rb"(?im)^range:\s*bytes=(\S+)\r$", head)
-                status, headers, body = self._answer(asked.group(1).decode() if asked else None)
-                lines = [f"HTTP/1.1 {status}", f"Content-Length: {len(body)}", 'ETag: "v1"', *headers]
-                answer = ("\r\n".join(lines) + "\r\n\r\n").encode() + body
-                if self.fault == "cut-once" and "multipart" in str(headers) and len(body) > 1 << 16:
-                    self.fault = "none"  # the first long multipart answer is cut half way, once
-                    writer.write(answer[: len(answer) // 2])
-                    await writer.drain()
-                    break
-                writer.write(answer)
-                await writer.drain()
-        writer.close()
-
-    def _answer(self, spec: str | None) -> tuple[str, list[str], bytes]:
-        size = len(self.data)
-        if spec is None:
-            return "200 OK", [], self.data
-        if spec.startswith("-"):
-            start = max(0, size - int(spec[1:]))
-            return "206 Partial", [f"Content-Range: bytes {start}-{size - 1}/{size}"], self.data[start:]
-        ranges = [(int(a), int(b) + 1) for a, b in (part.split("-") for part in spec.split(","))]
-        if len(ranges) == 1:
-            ((start, end),) = ranges
-            return "206 Partial", [f"Content-Range: bytes {start}-{end - 1}/{size}"], self.data[start:end]
-        if self.fault == "single-206":  # one range of those asked, as a plain 206
-            (start, end) = ranges[0]
-            return "206 Partial", [f"Content-Range: bytes {start}-{end - 1}/{size}"], self.data[start:end]
-        parts = []
-        order = list(enumerate(ranges))
-        if self.fault == "reordered":  # the right parts, the first one first, the others reversed
-            order[1:] = order[:0:-1]
-        for number, (start, end) in order:
-            body, named = self.data[start:end], (start, end)
-            if self.fault == "wrong-range" and number == 1 and len(ranges) > 2:
-                named = (start + 4, end + 4)  # the bytes of the asked range, named as another one
-            if self.fault == "short" and number == 1 and len(ranges) > 2:
-                body = body[:-4]
-            parts.append(
-                b"\r\n--B0UND\r\nContent-Range: bytes %d-%d/%d\r\n\r\n" % (named[0], named[1] - 1, size)
-                + body
-            )
-        body = b"".join(parts) + b"\r\n--B0UND--\r\n"
-        return "206 Partial", ["Content-Type: multipart/byteranges; boundary=B0UND"], body
-
-
 @pytest.mark.parametrize(("fault", "message"), [("wrong-range", "not asked"), ("short", "not the length")])
 async def test_a_wrong_or_short_part_is_an_error_not_wrong_bytes(tmp_path, fault: str, message: str) -> None:
     path, _ = _matrices(tmp_path)
@@ -333,7 +261,7 @@ async def test_predicted_offsets_a_header_refutes_in_a_multi_range_answer(tmp_pa
     """Where the server answers several ranges a request, the headers, the small tensors and the
     blocks come as the parts of a few requests; a header that refutes its entry's predicted data
     offset still gets the block read again at the right one."""
-    from tests.test_shard_offsets import write_aligned_pt2
+    from testing.aligned_pt2 import write_aligned_pt2
 
     rng = np.random.default_rng(35)
     truth = {f"layer{i}.weight": rng.standard_normal((256, 1024), dtype=np.float32) for i in range(4)}
@@ -371,7 +299,7 @@ async def test_a_fast_connection_takes_the_spans_after_a_timed_probe_in_one_requ
     """A dim-0 rank's spans: small ones first, alone and timed; at least `fast_connection` fast (1 byte/s:
     always), the rest as one multi-range request; never that fast (1e18), or not asked (None), as
     several at once."""
-    from tests.test_shard_offsets import write_aligned_pt2
+    from testing.aligned_pt2 import write_aligned_pt2
 
     root, server = nginx
     _, truth = _matrices(tmp_path)

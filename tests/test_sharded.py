@@ -18,8 +18,10 @@ from reader.loading.sync import run_sync
 from reader.sources import S3Settings
 from reader.versions import source_version
 from testing.faultserver import FaultServer
+from testing.fixtures.make_sharded import INDEX_NAME, small_gpt_state_dict, write_sharded
 from testing.gcs import fake_gcs  # noqa: F401 - session fixture: fake-gcs-server on loopback
-from tests.fixtures.make_sharded import INDEX_NAME, small_gpt_state_dict, write_sharded
+
+pytestmark = pytest.mark.emulator
 
 torch = pytest.importorskip("torch")
 

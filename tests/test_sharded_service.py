@@ -16,10 +16,11 @@ import pytest
 
 import reader
 from reader.loading.sync import run_sync
+from testing.cli import cli, serve
+from testing.fixtures.make_sharded import write_sharded
 from testing.service import in_process, make_app
-from tests.fixtures.make_sharded import write_sharded
-from tests.test_cli import cli
-from tests.test_viewer_graph import serve
+
+pytestmark = pytest.mark.emulator
 
 torch = pytest.importorskip("torch")
 

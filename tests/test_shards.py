@@ -20,8 +20,10 @@ from hypothesis import strategies as st
 import reader
 from reader.sources import HttpOptions, S3Settings
 from testing.faultserver import FaultServer
+from testing.torch_oracle import needs_torch
 from testing.zipbytes import write_pt2
-from tests.conftest import needs_torch
+
+pytestmark = pytest.mark.emulator
 
 ROWS, COLUMNS = 10, 6  # 10 rows over 4 ranks: 3, 3, 3, 1; over 3: 4, 4, 2
 

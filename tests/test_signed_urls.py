@@ -9,9 +9,10 @@ import httpx
 import pytest
 
 from app.signing import SignatureRefused, UrlSigner, derive_key
-from testing.service import in_process, make_app, real_server
-from tests.conftest import ARCHIVES
-from tests.test_security import assert_json_error
+from testing.paths import ARCHIVES
+from testing.service import assert_json_error, in_process, make_app, real_server
+
+pytestmark = pytest.mark.emulator
 
 LAYOUTS = f"layouts={ARCHIVES / 'layouts.pt2'}"
 TOKEN = "s3cret-token"

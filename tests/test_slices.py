@@ -18,9 +18,12 @@ from reader import zipfmt
 from reader.pt2 import slicing
 from reader.sources import HttpOptions, S3Settings
 from testing.faultserver import FaultServer
+from testing.paths import ARCHIVES
 from testing.seaweed import SeaweedS3
+from testing.torch_oracle import EXPECTED, needs_torch
 from testing.zipbytes import write_pt2
-from tests.conftest import ARCHIVES, EXPECTED, needs_torch
+
+pytestmark = pytest.mark.emulator
 
 FIXTURES = sorted(name for name, spec in EXPECTED.items() if "legacy_weights" not in spec)
 FAST = HttpOptions(backoff_base=0.01, backoff_cap=0.05, read_timeout=5.0, time_budget=20.0)

@@ -7,69 +7,21 @@ import math
 import numpy as np
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from reader.errors import UnsupportedPayload
 from reader.pt2 import slicing, strided
-from reader.pt2.tensorinfo import StorageRef, TensorInfo
+from reader.pt2.tensorinfo import TensorInfo
+from testing.strided_views import numpy_view as _full
+from testing.strided_views import tensor_info as _info
+from testing.strided_views import views_and_indices
 
-
-def _info(sizes, strides, offset, storage_elements, itemsize=4, dtype="float32") -> TensorInfo:
-    numel = math.prod(sizes)
-    dense = strided.is_dense(sizes, strides)
-    order = strided.dim_order(sizes, strides) if dense else tuple(range(len(sizes)))
-    storage = StorageRef(
-        "root/data/weights/weight_0", offset * itemsize, storage_elements * itemsize, "stored", 0
-    )
-    return TensorInfo(
-        "t", "model", "weight", dtype, tuple(sizes), tuple(strides), offset, order, dense, numel,
-        itemsize, numel * itemsize, True, False, False, None, storage,
-    )  # fmt: skip
+pytestmark = pytest.mark.unit
 
 
 def _sliced(storage: np.ndarray, info: TensorInfo, index) -> tuple[slicing.SlicePlan, bytes]:
     raw = storage.tobytes()
     plan = slicing.plan_slice(info, index)
     return plan, slicing.assemble(plan, info, [raw[start:end] for start, end in plan.runs])
-
-
-def _full(storage: np.ndarray, info: TensorInfo) -> np.ndarray:
-    itemsize = storage.itemsize
-    return np.lib.stride_tricks.as_strided(
-        storage[info.storage_offset :], info.sizes, [s * itemsize for s in info.strides]
-    )
-
-
-def _index_entry(draw, size: int):
-    kind = draw(st.sampled_from(["int", "slice", "slice", "none"]))
-    if kind == "int":
-        return draw(st.integers(-size - 1, size))
-    if kind == "none":
-        return None
-    bound = st.one_of(st.none(), st.integers(-size - 2, size + 2))
-    return slice(draw(bound), draw(bound), draw(st.sampled_from([None, 1, 2, 3, -1, -2, 7])))
-
-
-@st.composite
-def views_and_indices(draw):
-    ndim = draw(st.integers(0, 4))
-    sizes = draw(st.lists(st.sampled_from([0, 1, 2, 3, 5, 8]), min_size=ndim, max_size=ndim))
-    if draw(st.booleans()):  # dense, any dim order
-        order = draw(st.permutations(range(ndim)))
-        strides, step = [0] * ndim, 1
-        for dim in reversed(order):
-            strides[dim] = step
-            step *= max(sizes[dim], 1)
-    else:  # any view: gaps, broadcasts, overlaps, strides wide enough to leave gaps > GAP_BYTES
-        strides = draw(
-            st.lists(st.sampled_from([0, 1, 2, 3, 7, 40, 1100, 3000]), min_size=ndim, max_size=ndim)
-        )
-    offset = draw(st.integers(0, 5))
-    count = draw(st.integers(0, ndim + 1))
-    index = [_index_entry(draw, sizes[min(i, ndim - 1)] if ndim else 1) for i in range(count)]
-    if draw(st.booleans()):
-        index.insert(draw(st.integers(0, len(index))), Ellipsis)
-    return sizes, strides, offset, tuple(index) if len(index) != 1 or draw(st.booleans()) else index[0]
 
 
 @settings(max_examples=800, deadline=None)

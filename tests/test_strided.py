@@ -7,7 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reader.pt2 import strided
-from tests.conftest import HAVE_TORCH, needs_torch
+from testing.torch_oracle import HAVE_TORCH, needs_torch
+
+pytestmark = pytest.mark.unit
 
 
 @st.composite

@@ -9,6 +9,8 @@ import pytest
 from reader.pt2.frozen import fast_constructor
 from reader.pt2.tensorinfo import StorageRef, TensorInfo, build_storage_ref, build_tensor_info
 
+pytestmark = pytest.mark.unit
+
 
 def _values() -> tuple:
     storage = StorageRef("root/data/weights/weight_0", 8, 64, "stored", 0xDEADBEEF)

@@ -19,10 +19,12 @@ from reader.errors import SourceError
 from reader.sources import HttpOptions, HttpSource
 from reader.sources.http import make_client
 from reader.sources.tls import untrusted_certificate, verified_context
+from testing.cli import acli, one_line_error
 from testing.forward_proxy import ForwardProxy
+from testing.paths import ARCHIVES
 from testing.private_ca import https_origin
-from tests.conftest import ARCHIVES
-from tests.test_cli import acli, one_line_error
+
+pytestmark = pytest.mark.emulator
 
 DATA = random.Random(4).randbytes(3 << 20)
 ARCHIVE = "layouts.pt2"

@@ -11,7 +11,10 @@ import pytest
 
 from app.main import create_app
 from app.settings import Settings, parse_archive_specs
-from tests.conftest import ARCHIVES, HAVE_TORCH
+from testing.paths import ARCHIVES
+from testing.torch_oracle import HAVE_TORCH
+
+pytestmark = pytest.mark.unit
 
 EXACT_FLOAT = {
     "float16",

@@ -13,28 +13,19 @@ import pytest
 import reader
 from reader.sources import open_source
 from reader.versions import is_version, source_version
+from testing import versioned_archives
+from testing.paths import ARCHIVES
 from testing.service import in_process, make_app
-from testing.versioned_archives import CHANGED, write_version
-from tests.conftest import ARCHIVES, needs_torch
+from testing.torch_oracle import needs_torch
+from testing.versioned_archives import CHANGED, deploy, write_version
+
+pytestmark = pytest.mark.emulator
+
+two_versions = versioned_archives.two_versions  # the fixture: two torch-written versions of one archive
 
 
 def sha256_field(body: bytes) -> str:
     return f"sha-256=:{base64.b64encode(hashlib.sha256(body).digest()).decode()}:"
-
-
-@pytest.fixture(scope="module")
-def two_versions(tmp_path_factory):
-    """Two torch-written versions of one archive (version 2 changes CHANGED), written once."""
-    pytest.importorskip("torch", reason="torch writes the two archive versions")
-    out = tmp_path_factory.mktemp("versions")
-    return write_version(out / "v1" / "net.pt2", 1), write_version(out / "v2" / "net.pt2", 2)
-
-
-def deploy(source, target) -> None:
-    """Replace `target` by a rename, as a deploy does (readers of the old file keep its bytes)."""
-    staging = target.with_name(target.name + ".new")
-    shutil.copy2(source, staging)
-    staging.replace(target)
 
 
 async def version_of(path) -> str:

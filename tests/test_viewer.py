@@ -12,8 +12,12 @@ import pytest
 
 from app.main import create_app
 from app.settings import Settings, parse_archive_specs
+from testing.paths import ARCHIVES
 from testing.service import threaded_server
-from tests.conftest import ARCHIVES, HAVE_TORCH
+from testing.torch_oracle import HAVE_TORCH
+from testing.viewer_page import open_viewer
+
+pytestmark = pytest.mark.browser
 
 CONTAINERS = pathlib.Path(__file__).resolve().parent / "fixtures" / "containers" / "torch-2.14"
 MANY = 10_000
@@ -110,11 +114,6 @@ VIEWER_BASE: list[str] = []
 @pytest.fixture(autouse=True)
 def _base(server):
     VIEWER_BASE[:] = [server]
-
-
-def open_viewer(page, server: str, fragment: str = "") -> None:
-    page.goto(f"{server}/{fragment}")
-    page.wait_for_selector("[data-testid=tensor-row]")
 
 
 def rendered_names(page) -> list[str]:

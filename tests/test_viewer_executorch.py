@@ -10,9 +10,12 @@ import pytest
 
 from app.main import create_app
 from app.settings import Settings, parse_archive_specs
+from testing.paths import ARCHIVES
 from testing.service import threaded_server
-from tests.conftest import ARCHIVES, needs_torch
-from tests.test_viewer import open_viewer
+from testing.torch_oracle import needs_torch
+from testing.viewer_page import open_viewer
+
+pytestmark = pytest.mark.browser
 
 PROGRAM = b"\x00pte" * 5000
 

@@ -9,18 +9,16 @@ printed (run with -s) and only checked against generous sanity caps.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import pathlib
-import subprocess
-import sys
-import time
 
 import httpx
 import pytest
 
-from testing.service import free_port
-from tests.conftest import ARCHIVES, HAVE_TORCH
+from testing.cli import serve
+from testing.paths import ARCHIVES
+from testing.torch_oracle import HAVE_TORCH
+
+pytestmark = pytest.mark.browser
 
 WIDTHS = (1400, 1024, 800, 390)
 TOKEN = "viewer-token-42"
@@ -36,31 +34,6 @@ CONTAINERS = [
     ".detail",
     ".cards",
 ]
-
-
-@contextlib.contextmanager
-def serve(specs: list[str], token: str | None = None):
-    port = free_port()
-    env = {**os.environ, "PT2SERVE_REVALIDATE_SECONDS": "0"}
-    env.pop("PT2SERVE_API_TOKEN", None)
-    if token:
-        env["PT2SERVE_API_TOKEN"] = token
-    cmd = [sys.executable, "-m", "app", "serve", "--port", str(port), "--log-level", "warning", *specs]
-    proc = subprocess.Popen(cmd, env=env)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{base}/healthz", timeout=2).status_code == 200:
-                    break
-            if time.monotonic() > deadline or proc.poll() is not None:
-                raise RuntimeError("the service did not start")
-            time.sleep(0.1)
-        yield base
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 @pytest.fixture(scope="module")

@@ -10,14 +10,15 @@ import pytest
 
 from app.main import create_app
 from app.settings import Settings, parse_archive_specs
+from testing.paths import ARCHIVES
 from testing.service import threaded_server
-from tests.conftest import ARCHIVES, needs_torch
+from testing.torch_oracle import needs_torch
 
 TALL = (4608, 1024)  # 18 MiB of float32: /stats samples it; rows of 4 KiB
 WIDE = (320, 16000)  # 19.5 MiB: its columns are sampled too
 BF16 = (4096, 2560)  # 20 MiB of bfloat16
 
-pytestmark = needs_torch
+pytestmark = [pytest.mark.browser, needs_torch]
 
 
 def _gradient(shape: tuple[int, int]) -> np.ndarray:

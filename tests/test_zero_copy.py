@@ -21,9 +21,11 @@ import reader
 from app.protocol import HTTP_PROTOCOL, SENDFILE, JoiningHttpToolsProtocol
 from reader.verified import is_verified
 from reader.versions import source_version
+from testing.paths import ARCHIVES
 from testing.service import free_port, make_app
 from testing.zipbytes import write_pt2
-from tests.conftest import ARCHIVES
+
+pytestmark = pytest.mark.emulator
 
 BIG = 8 << 20
 

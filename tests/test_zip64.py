@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 import reader
-from tests.conftest import ARCHIVES
-from tests.fixtures.zip64 import make_zip64_archive
+from testing.fixtures.zip64 import make_zip64_archive
+from testing.paths import ARCHIVES
+
+pytestmark = pytest.mark.unit
 
 
 async def test_offsets_beyond_4gib(tmp_path) -> None:

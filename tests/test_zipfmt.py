@@ -8,8 +8,10 @@ import zipfile
 import pytest
 
 from reader import ArchiveFormatError, IntegrityError, zipfmt
+from testing.paths import ARCHIVES
 from testing.zipbytes import build_zip, content_of, directory_of
-from tests.conftest import ARCHIVES
+
+pytestmark = pytest.mark.unit
 
 FILES = {
     "root/a.bin": os.urandom(1000),

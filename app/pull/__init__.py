@@ -20,8 +20,7 @@ from collections.abc import Iterator, Sequence
 import httpx
 
 import reader
-from reader.sources import HttpOptions
-from reader.sources.tls import verified_context
+from reader.sources import HttpOptions, verified_context
 
 from .direct import FromArchive
 from .mirror import Mirror

@@ -19,7 +19,13 @@ router = APIRouter()
 @router.get(
     "/healthz",
     summary="Readiness and liveness: 503 until every archive has opened once, then 200",
-    responses=answers(kind("not_ready"), json_body("every archive has opened once")),
+    responses=answers(
+        kind("not_ready"),
+        json_body(
+            "every archive has opened once; `status` is `degraded` (still 200) while an archive is "
+            "served from a cached version its origin could not confirm (`stale`: per archive)"
+        ),
+    ),
 )
 async def healthz(request: Request):
     state = request.app.state
@@ -31,11 +37,18 @@ async def healthz(request: Request):
         # a reopen after an update, or a failed revalidation, is the same on every replica, and taking
         # them all out of rotation would turn it into an outage.
         waiting = "pending" if state.settings.lazy else None
-        waiting_for = [f"{i} ({status})" for i, status in archives.items() if status not in ("open", waiting)]
+        waiting_for = [
+            f"{i} ({slots[i].status})"
+            for i in archives
+            if slots[i].status not in ("open", waiting) and not slots[i].opened
+        ]
         if waiting_for:
             message = f"not ready: archives not open yet: {', '.join(waiting_for)}"
             return error_response(503, "not_ready", message, headers={"Retry-After": "5"})
         state.ready = True
+    stale = {archive_id: found for archive_id, s in slots.items() if (found := s.staleness()) is not None}
+    if stale:  # serving, from versions the origin could not confirm (docs/cache.md, stale-if-error)
+        return json_response({"status": "degraded", "archives": archives, "stale": stale})
     return json_response({"status": "ok", "archives": archives})
 
 
@@ -46,13 +59,14 @@ async def metrics(request: Request):
 
 @router.get(
     "/archives",
-    summary="The configured archives and their status",
+    summary="The archives (configured and opened), their status, and the locations --allow-open allows",
     responses=answers(json_resource("the archives, their versions and status", Listing("/archives", "id"))),
 )
 async def archives(request: Request):
     registry = request.app.state.registry
     described = [slot.describe() for slot in registry.slots.values()]
-    content = {"default": registry.default_id, "archives": described}
+    policy = request.app.state.opened.policy
+    content = {"default": registry.default_id, "archives": described, "allow_open": list(policy.patterns)}
     return json_etag_response(request, content, REVALIDATE_HEADERS)
 
 

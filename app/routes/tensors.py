@@ -15,7 +15,7 @@ import reader
 from reader.digests import repr_digest, tensor_key
 from reader.formats.body import Body
 from reader.formats.npy import npy_body
-from reader.pt2.slicing import INDEX_SYNTAX, parse_index
+from reader.pt2.index_syntax import INDEX_SYNTAX, parse_index
 from reader.sliced import SliceBytes
 from reader.tensor import TensorBytes
 
@@ -41,8 +41,11 @@ SliceQ = Annotated[
     str | None,
     Query(
         description="a slice of the tensor in NumPy's basic indexing, e.g. `0:128,:,4:8`, `-1`, `::2,...`: "
-        "its row-major bytes (order is ignored), only the bytes it covers read",
-        pattern=INDEX_SYNTAX,
+        "its row-major bytes (order is ignored), only the bytes it covers read. A text the pattern refuses "
+        "is 400 `bad_slice`; one it accepts that indexes past the tensor (an index past a dim's end, more "
+        "indices than dims) names no part of it: 404 `slice_out_of_range`",
+        # documented here, enforced by parse_index (the same grammar), so both lanes answer bad_slice
+        json_schema_extra={"pattern": INDEX_SYNTAX},
     ),
 ]
 
@@ -213,8 +216,9 @@ async def representation_digest(
 
 def slice_representation(served: Served, name: str, model: str | None, fmt: str, text: str) -> Representation:
     """`full[index]` of a tensor for `?slice=`: planned here, read when the body is sent. A slice
-    that does not parse is 400 `bad_slice`; one outside the tensor (an index past a dim's end,
-    more indices than dims) is 400 `slice_out_of_range` (416 is for a Range on the slice's bytes).
+    that does not parse (the documented pattern refuses it) is 400 `bad_slice`; one that parses but
+    lies outside the tensor (an index past a dim's end, more indices than dims) names no part of it:
+    404 `slice_out_of_range`, as a missing tensor is (416 is for a Range on the slice's bytes).
     Its ETag is strong: the archive version, the tensor and the normalized slice (equal selections,
     `0:4` and `:4`, share one). Not the tensor's content digest, which would mean reading the
     whole tensor for a slice of it; so a slice's ETag changes with every archive version."""
@@ -226,7 +230,7 @@ def slice_representation(served: Served, name: str, model: str | None, fmt: str,
     try:
         sliced = SliceBytes(tensor, index)
     except IndexError as error:
-        raise ApiError(400, "slice_out_of_range", f"slice={text!r}: {error}") from None
+        raise ApiError(404, "slice_out_of_range", f"slice={text!r}: {error}") from None
     except (TypeError, ValueError) as error:
         raise ApiError(400, "bad_slice", f"slice={text!r}: {error}") from None
     body: Body = sliced

@@ -35,13 +35,15 @@ export const auth = {
   },
 };
 
-export async function getJSON(url, { signal } = {}) {
+/** A JSON answer of `url`; `json`: a value sent as the request's JSON body (with `method`). */
+export async function getJSON(url, { signal, method = "GET", json = undefined } = {}) {
   const headers = { Accept: "application/json" };
   const token = auth.token;
   if (token) headers.Authorization = `Bearer ${token}`;
+  if (json !== undefined) headers["Content-Type"] = "application/json";
   let response;
   try {
-    response = await fetch(url, { headers, signal });
+    response = await fetch(url, { headers, signal, method, body: json === undefined ? undefined : JSON.stringify(json) });
   } catch (err) {
     if (err.name === "AbortError") throw err;
     throw new ApiError(0, "network", `network error: ${err.message}`);
@@ -86,6 +88,7 @@ function modelQuery(model, sep = "?") {
 
 export const urls = {
   archives: () => "/archives",
+  open: () => "/archives/open",
   tensors: (archive, model) => `/archives/${arc(archive)}/tensors${modelQuery(model)}`,
   stats: (archive, name, model) => `/archives/${arc(archive)}/tensors/${enc(name)}/stats${modelQuery(model)}`,
   consumers: (archive, name, model) =>

@@ -1,6 +1,6 @@
 // pt2serve viewer: archive summary, a virtualized tensor table, the program graph, a tensor detail panel.
 // Deep links: #/archive/<id>[/model/<model>][/graph][/tensor/<name> | /node/<name>]
-// (each part encodeURIComponent'ed; /graph and /node open the graph tab).
+// (each part encodeURIComponent'ed; /graph and /node open the graph tab); #/open/... (open.js).
 
 import { ApiError, auth, getJSON, signedUrl, urls } from "./api.js";
 import { drawHeatmap, drawHistogram, dtypeBars } from "./charts.js";
@@ -12,6 +12,7 @@ import {
   dimOrderText, formatBytes, formatCount, matcher, prepare, shapeText, sortRows, summarize, treeItems,
 } from "./model.js";
 import { itemKey, VirtualTable } from "./table.js";
+import { openAll, openRoute, setupOpenBox, shownHash, showShareLink } from "./open.js";
 
 const $ = (id) => document.getElementById(id);
 const MAX_URL = 8000; // keep selection download links well under server request-line limits
@@ -109,22 +110,48 @@ async function applyRoute(route = parseHash()) {
 
 // ---- loading -------------------------------------------------------------------------------
 
+/** GET /archives into the archive selector (and the Open box); the listing. */
+async function listArchives() {
+  const listing = await getJSON(urls.archives());
+  $("token-form").hidden = true;
+  state.archives = listing.archives;
+  setupOpenBox(listing.allow_open || [], showOpened);
+  const select = $("archive");
+  select.replaceChildren(
+    ...listing.archives.map((a) => {
+      const option = new Option(
+        a.status === "open" ? `${a.id} (${formatCount(a.tensors)} tensors)` : `${a.id} — ${a.status}`,
+        a.id,
+      );
+      option.disabled = a.status === "error";
+      return option;
+    }),
+  );
+  if (state.archive) select.value = state.archive;
+  return listing;
+}
+
+/** Locations just opened: list them, then show the archive (or the compare view of two). */
+async function showOpened(ids) {
+  await listArchives();
+  location.hash = shownHash(ids);
+}
+
+/** An #/open/... link: open its locations, then show them in its place in the history. */
+async function followOpenLink(locations) {
+  const ids = await openAll(locations);
+  if (!ids) return false;
+  await listArchives();
+  history.replaceState(null, "", shownHash(ids));
+  if (ids.length === 2) window.dispatchEvent(new HashChangeEvent("hashchange")); // compare.js's view
+  return true;
+}
+
 async function start() {
   try {
-    const listing = await getJSON(urls.archives());
-    $("token-form").hidden = true;
-    state.archives = listing.archives;
-    const select = $("archive");
-    select.replaceChildren(
-      ...listing.archives.map((a) => {
-        const option = new Option(
-          a.status === "open" ? `${a.id} (${formatCount(a.tensors)} tensors)` : `${a.id} — ${a.status}`,
-          a.id,
-        );
-        option.disabled = a.status === "error";
-        return option;
-      }),
-    );
+    let listing = await listArchives();
+    const opening = openRoute();
+    if (opening && (await followOpenLink(opening))) listing = { ...listing, archives: state.archives };
     const route = parseHash();
     const first = route.archive && listing.archives.some((a) => a.id === route.archive)
       ? route.archive : listing.default || (listing.archives[0] && listing.archives[0].id);
@@ -165,6 +192,9 @@ async function loadArchive(id, model) {
   $("archive").value = id;
   const info = state.archives.find((a) => a.id === id) || {};
   $("location").textContent = info.location || "";
+  $("location").title = info.location || ""; // the whole of it where the header cuts it short
+  $("version").textContent = "";
+  showShareLink(info);
   renderPrograms(info);
   try {
     const models = info.models || [];
@@ -173,6 +203,8 @@ async function loadArchive(id, model) {
     if (state.loading !== token) return;
     state.archive = id;
     state.version = listing.version; // download links name it: immutable, cacheable URLs
+    $("version").textContent = listing.version ? `@${listing.version}` : "";
+    $("version").title = "the archive version shown (versioned URLs name it)";
     state.models = listing.models;
     state.model = chosen || listing.models[0] || null;
     $("model").replaceChildren(...listing.models.map((m) => new Option(m, m)));
@@ -778,7 +810,9 @@ $("d-copy").addEventListener("click", async () => {
   setTimeout(() => { $("d-copy").textContent = "copy"; }, 1500);
 });
 window.addEventListener("hashchange", () => {
-  applyRoute();
+  const opening = openRoute();
+  if (opening) followOpenLink(opening).then((shown) => shown && applyRoute());
+  else applyRoute();
 });
 table.onCursor = () => updateSelectionLink();
 

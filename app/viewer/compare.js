@@ -1,7 +1,8 @@
 // The compare view (#/compare/<a>/<b>[/tensor/<name>]): two archives or two versions of one, side by
-// side: the summary, modules ranked by relative change (bars), every tensor that differs in a table
-// sortable by its figures, and for one tensor both heat maps and their difference (a - b), sampled as
-// the stats route samples. Data: GET /archives/{a}/compare/{b} and .../tensors/{name}.
+// side: the summary, modules ranked by relative change (bars; absolute where the old values are all
+// zero), every tensor that differs in a table sortable by its figures, and for one tensor both heat
+// maps and their difference (a - b), sampled as the stats route samples. Data: GET
+// /archives/{a}/compare/{b} and .../tensors/{name}.
 
 import { getJSON } from "./api.js";
 import { drawHeatmap, short } from "./charts.js";
@@ -20,7 +21,9 @@ function parse() {
 const hashFor = (a, b, tensor = null) => `#/compare/${enc(a)}/${enc(b)}` + (tensor ? `/tensor/${enc(tensor)}` : "");
 
 async function fillChoices(route) {
-  if ($("compare-a").options.length) return;
+  const listed = new Set([...$("compare-a").options].map((o) => o.value));
+  // archives opened since (open.js) are listed again
+  if (listed.size && (!route.a || listed.has(route.a)) && (!route.b || listed.has(route.b))) return;
   const listing = await getJSON("/archives");
   const refs = [];
   for (const archive of listing.archives) {
@@ -61,22 +64,39 @@ function renderSummary(route) {
       (s.sampled ? `; ${s.sampled} sampled` : "");
 }
 
+// A module's bar is its pooled relative change, scaled to the largest shown. A module whose old
+// values are all zero has no relative change (from_zero): its bar is its absolute change ‖a−b‖,
+// scaled to the largest such one, drawn in another colour and labelled "abs", never a 0-length bar.
 function renderModules() {
   const modules = view.body.summary.modules.slice(0, 20);
-  const top = Math.max(...modules.map((m) => m.relative_l2 || 0), 1e-300);
+  const top = Math.max(...modules.map((m) => (m.from_zero ? 0 : m.relative_l2 || 0)), 1e-300);
+  const topAbsolute = Math.max(...modules.map((m) => (m.from_zero ? m.absolute_l2 : 0)), 1e-300);
   $("compare-modules").replaceChildren(
     ...modules.map((m) => {
       const row = document.createElement("div");
       row.className = "bar-row";
       row.dataset.testid = "module-bar";
+      row.dataset.measure = m.structural ? "structural" : m.from_zero ? "absolute" : "relative";
       const label = document.createElement("span");
       label.textContent = m.module || "(top level)";
       const bar = document.createElement("div");
-      bar.className = m.structural ? "bar structural" : "bar";
-      bar.style.width = m.structural ? "100%" : `${(100 * (m.relative_l2 || 0)) / top}%`;
       const value = document.createElement("span");
-      value.textContent = m.structural ? `${m.structural} structural` : short(m.relative_l2 ?? 0);
       row.title = `${m.changed} changed, ${m.structural} added/removed/retyped of ${m.tensors}`;
+      if (m.structural) {
+        bar.className = "bar structural";
+        bar.style.width = "100%";
+        value.textContent = `${m.structural} structural`;
+      } else if (m.from_zero) {
+        bar.className = "bar absolute";
+        bar.style.width = `${(100 * m.absolute_l2) / topAbsolute}%`;
+        value.textContent = `abs ${short(m.absolute_l2)}`;
+        row.title += `; the old values are all zero, so there is no relative change: the bar is the absolute change ‖a−b‖ = ${short(m.absolute_l2)}, scaled among such modules`;
+      } else {
+        bar.className = "bar";
+        bar.style.width = `${(100 * (m.relative_l2 || 0)) / top}%`;
+        value.textContent = short(m.relative_l2 ?? 0);
+        row.title += `; relative change ‖a−b‖/‖a‖ = ${short(m.relative_l2 ?? 0)}`;
+      }
       row.append(label, bar, value);
       return row;
     }),

@@ -5,7 +5,9 @@ the first open fetches and keeps what it reads; a later open asks the origin onc
 object is still the version cached (the source's own revalidation: a conditional request) and then
 reads what is in from disk, memory-mapped for loads as a local archive is. A changed object is a
 new version, never the old bytes. Offline (offline=True, PT2SERVE_OFFLINE=1, or HF_HUB_OFFLINE=1
-for hf://) the version used last opens with no request at all. See docs/cache.md.
+for hf://) the version used last opens with no request at all. When the origin cannot be reached
+at all, the last complete version cached opens (stale-if-error; `stale_if_error=False` or
+PT2SERVE_CACHE_STALE_IF_ERROR=0: the open fails instead). See docs/cache.md.
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from ..errors import NotCached
-from ..sources import is_http, redact_location
-from .source import CachedSource, keep_version
+from ..sources import redact_location
+from .source import CachedSource, Stale, keep_version
 from .store import CachedVersion, CacheStore, VersionInfo
 
 CACHE_DIR_ENV = "PT2SERVE_CACHE_DIR"
 CACHE_MAX_BYTES_ENV = "PT2SERVE_CACHE_MAX_BYTES"
 OFFLINE_ENV = "PT2SERVE_OFFLINE"
+STALE_IF_ERROR_ENV = "PT2SERVE_CACHE_STALE_IF_ERROR"
 
 OpenRemote = Callable[[Mapping[str, Any] | None], Awaitable[Any]]
 
@@ -49,12 +52,27 @@ def offline_for(location: str, offline: bool | None) -> bool:
     return location.startswith("hf://") and _truthy(os.environ.get("HF_HUB_OFFLINE"))
 
 
+def stale_if_error_for(stale_if_error: bool | None) -> bool:
+    """Whether a cached open may fall back to the version it has when the origin cannot be reached:
+    as asked, else PT2SERVE_CACHE_STALE_IF_ERROR (on unless 0, false, no or off)."""
+    if stale_if_error is not None:
+        return stale_if_error
+    value = os.environ.get(STALE_IF_ERROR_ENV)
+    return value is None or value.strip().lower() not in ("0", "false", "no", "off")
+
+
 async def open_cached(
-    location: str, store: CacheStore, *, offline: bool, open_remote: OpenRemote
+    location: str,
+    store: CacheStore,
+    *,
+    offline: bool,
+    open_remote: OpenRemote,
+    stale_if_error: bool = True,
 ) -> CachedSource:
     """`location` through the cache: the version cached (its revalidation started, and awaited by
-    `CachedSource.current` once the index is read from disk), an ordinary open when none is, or
-    offline the version used last with no request."""
+    `CachedSource.current` once the index is read from disk; `stale_if_error`: the last complete
+    version when the origin cannot be reached), an ordinary open when none is, or offline the
+    version used last with no request."""
     key = redact_location(location)
     latest = store.latest(key)
     if offline:
@@ -64,9 +82,17 @@ async def open_cached(
         return CachedSource(latest, None, key, store)
     if latest is not None:
         confirming = asyncio.ensure_future(open_remote(latest.meta["pinned"]))
-        return CachedSource(latest, None, key, store, confirming=confirming)
+        return CachedSource(
+            latest,
+            None,
+            key,
+            store,
+            confirming=confirming,
+            open_remote=open_remote,
+            stale_if_error=stale_if_error,
+        )
     remote = await open_remote(None)
-    if not is_http(remote):  # every remote scheme's source is one
+    if remote.pinned() is None:  # nothing to pin a cached version to (every remote source has it)
         return remote
     return await keep_version(remote, key, store)
 
@@ -90,12 +116,15 @@ __all__ = [
     "CACHE_DIR_ENV",
     "CACHE_MAX_BYTES_ENV",
     "OFFLINE_ENV",
+    "STALE_IF_ERROR_ENV",
     "CacheStore",
     "CachedSource",
     "CachedVersion",
+    "Stale",
     "VersionInfo",
     "cache_store",
     "offline_for",
     "open_cached",
     "parse_size",
+    "stale_if_error_for",
 ]

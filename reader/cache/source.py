@@ -9,17 +9,26 @@ index is read from disk while that one request is under way, and `current()` (wh
 before handing the archive out) gives this source when the origin confirms it, else a source for the
 version the object is now. No byte of the cached version reaches a caller unconfirmed: until then a
 read needing the origin waits for the answer, and a read of a version that changed is SourceChanged.
+
+Stale-if-error: when that one request gets no answer at all (OriginUnreachable: refused, no such
+host, every attempt timed out; never an HTTP status), `current()` gives the last complete version
+cached instead, with no remote (reads of bytes never fetched are NotCached, as offline), says so in
+`stale` and logs a warning. Its `revalidate()` asks the origin again and, once it answers that the
+version is still current, reads through it as any confirmed version does.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import mmap
-from collections.abc import AsyncIterator, Iterable
-from typing import TYPE_CHECKING
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from ..errors import NotCached, SourceChanged
-from ..sources.base import DEFAULT_CHUNK_SIZE, SourceStats, check_range, fresh_buffer
+from ..errors import NotCached, OriginUnreachable, SourceChanged
+from ..sources.base import DEFAULT_CHUNK_SIZE, ByteSource, Landed, SourceStats, check_range, fresh_buffer
 from .store import CachedVersion, CacheStore
 
 if TYPE_CHECKING:
@@ -27,9 +36,35 @@ if TYPE_CHECKING:
 
 WRITE_SIZE = 8 << 20  # bytes gathered per write to the cache
 
+log = logging.getLogger("reader.cache")
 
-class CachedSource:
+OpenRemote = Callable[[Mapping[str, Any] | None], Awaitable["HttpSource"]]
+
+
+@dataclass(frozen=True)
+class Stale:
+    """A cached version opened without the origin's word (stale-if-error): which one, since when
+    the origin last confirmed it, and why it could not be asked."""
+
+    location: str
+    version: str
+    confirmed_at: float  # seconds since the epoch
+    reason: str
+
+    @property
+    def age(self) -> float:
+        """Seconds since the origin last said this version is current."""
+        return max(0.0, time.time() - self.confirmed_at)
+
+    def describe(self) -> str:
+        return f"{self.location}: version {self.version}, {_age_text(self.age)} old"
+
+
+class CachedSource(ByteSource):
     """The ByteSource contract over a cached version, filled from `remote` (None: offline)."""
+
+    mappable = True  # what `fill` fetched is read through a mapping of the cached file
+    cached = True
 
     def __init__(
         self,
@@ -39,6 +74,9 @@ class CachedSource:
         store: CacheStore,
         *,
         confirming: asyncio.Future[HttpSource] | None = None,
+        open_remote: OpenRemote | None = None,
+        stale_if_error: bool = False,
+        stale: Stale | None = None,
     ) -> None:
         self.version = version
         self.remote = remote
@@ -47,7 +85,11 @@ class CachedSource:
         self.size = version.size
         self.identity: str = version.meta["version"]
         self.stats = remote.stats if remote is not None else SourceStats()
+        self.revalidated = remote is not None  # the origin answered that this version is current
+        self.stale = stale  # opened without the origin's word, as it could not be reached
         self._confirming = confirming  # the origin's open with this version pinned, under way
+        self._open_remote = open_remote  # how to ask the origin again (a stale version's revalidate)
+        self._stale_if_error = stale_if_error
         self._successor: CachedSource | None = None  # the version the object is now, if not this
 
     async def current(self) -> CachedSource:
@@ -55,16 +97,45 @@ class CachedSource:
         is now (this one's version closed). Errors of the origin's open are raised here."""
         if self._confirming is not None:
             confirming, self._confirming = self._confirming, None
-            remote = await confirming
+            try:
+                remote = await confirming
+            except OriginUnreachable as error:
+                if not self._stale_if_error:
+                    raise
+                self._successor = self._fall_back(error)
+                return self._successor or self
             if self._same_version(remote):
-                for purpose, counted in self.stats.by_purpose.items():  # what the open read from disk
-                    remote.stats.record(purpose, counted.bytes, requests=counted.requests)
-                self.remote, self.stats = remote, remote.stats
-                self.version.touch()  # used now: the last to be evicted
+                self._adopt(remote)
             else:
                 self.version.close()
                 self._successor = await keep_version(remote, self.location, self.store)
         return self._successor or self
+
+    def _adopt(self, remote: HttpSource) -> None:
+        """Read through `remote`, which the origin opened as this very version."""
+        for purpose, counted in self.stats.by_purpose.items():  # what the open read from disk
+            remote.stats.record(purpose, counted.bytes, requests=counted.requests)
+        self.remote, self.stats = remote, remote.stats
+        self.revalidated, self.stale = True, None
+        self.version.touch()  # used now: the last to be evicted
+        self.version.confirm()
+
+    def _fall_back(self, error: OriginUnreachable) -> CachedSource | None:
+        """The origin is unreachable: the last complete version cached, read with no remote (None:
+        this one), or `error` again when no version is complete."""
+        complete = self.store.latest(self.location, complete=True)
+        if complete is None:
+            raise OriginUnreachable(f"{error}; no complete version of it in the cache {self.store.root}")
+        stale = Stale(self.location, complete.meta["version"], complete.confirmed_at(), str(error))
+        log.warning("origin unreachable, serving the cached %s (%s)", stale.describe(), error)
+        complete.touch()
+        if complete.path == self.version.path:
+            self.stale = stale
+            return None
+        self.version.close()
+        return CachedSource(
+            complete, None, self.location, self.store, open_remote=self._open_remote, stale=stale
+        )
 
     # -- the ByteSource contract -----------------------------------------------------------
 
@@ -73,7 +144,9 @@ class CachedSource:
         await self.read_into(start, buffer, purpose=purpose)
         return buffer.tobytes()
 
-    async def read_into(self, start: int, buffer: memoryview, *, purpose: str = "data", **_: object) -> None:
+    async def read_into(
+        self, start: int, buffer: memoryview, *, purpose: str = "data", landed: Landed | None = None
+    ) -> None:
         end = start + len(buffer)
         check_range(self, start, end)
         await self.fill([(start, end)], purpose=purpose)
@@ -97,7 +170,16 @@ class CachedSource:
         return self.store.folder(self.location, remote.identity, remote.size, pinned) == self.version.path
 
     async def revalidate(self) -> bool:
-        """Offline, the cached version is the one opened by definition."""
+        """Offline, the cached version is the one opened by definition. A stale one asks the origin
+        again (its error if still unreachable): still this version, and reads go through it."""
+        if self.stale is not None and self._open_remote is not None:
+            remote = await self._open_remote(self.version.meta["pinned"])
+            if not self._same_version(remote):
+                await remote.close()
+                return False
+            log.warning("origin reachable again: %s is current", self.stale.describe())
+            self._adopt(remote)
+            return True
         remote = await self._remote()
         return True if remote is None else await remote.revalidate()
 
@@ -147,6 +229,10 @@ class CachedSource:
     def verified(self, name: str, crc: int) -> bool:
         return self.version.verified(name, crc)
 
+    def needs_check(self, name: str, crc: int) -> bool:
+        """An entry not yet checked in full for this version: its bytes came from afar."""
+        return not self.verified(name, crc)
+
     def mark_verified(self, name: str, crc: int) -> None:
         self.version.mark_verified(name, crc)
 
@@ -169,6 +255,7 @@ class CachedSource:
                 yield chunk
         finally:
             self._keep(written, at, pending)
+            self.version.flush()  # the fill's bytes, then its markers, on disk
 
     def _keep(self, start: int, end: int, pieces: list[bytes]) -> None:
         if pieces:
@@ -184,8 +271,17 @@ async def keep_version(remote: HttpSource, location: str, store: CacheStore) -> 
         if held is not None:  # the tail the open read: the next open finds it here
             version.write(held.start, [held.data])
             version.mark(held.start, held.start + len(held.data))
+            version.flush()
+        version.confirm()
         store.evict(keep=version.path)
     except BaseException:
         await remote.close()
         raise
     return CachedSource(version, remote, location, store)
+
+
+def _age_text(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit}"
+    return f"{seconds:.0f} s"

@@ -8,11 +8,19 @@ naming what is in it.
             spans/<start>-<end>        bytes [start, end) of `data` are in, whole
             verified/<crc32>-<name>    an entry whose every byte was CRC-checked here once
             used                       its modification time is the version's last use (LRU)
+            confirmed                  its modification time is when the origin last said this
+                                       version is current (the age a stale-if-error open reports)
+            complete                   every byte an open reads is in: the version opens with no
+                                       request (what a stale-if-error open falls back to)
 
 Why markers: bytes count as cached only once their marker is renamed into place, after the bytes
 were written, so a cut download or a crashed writer leaves a miss, never half-written bytes; two
 processes filling one span write the same bytes (one version's) and rename markers of the same
 name. Every file that appears is written to a temporary name first and renamed.
+
+Why syncs: a rename can reach the disk before the bytes it vouches for (a power cut would leave a
+marker over zeros). So the bytes are flushed (fdatasync) before their markers are renamed, and the
+spans folder after: once per SYNC_BYTES of fill and at the end of each fill, not per write.
 """
 
 from __future__ import annotations
@@ -34,6 +42,9 @@ DATA = "data"
 SPANS = "spans"
 VERIFIED = "verified"
 USED = "used"
+CONFIRMED = "confirmed"
+COMPLETE = "complete"
+SYNC_BYTES = 64 << 20  # bytes written between two flushes of a long fill (markers become durable)
 IOV_MAX = 1024  # pieces per pwritev (Linux's UIO_MAXIOV)
 
 
@@ -88,6 +99,8 @@ class CachedVersion:
         self._spans: list[tuple[int, int]] = []  # merged, sorted; refreshed from disk on a miss
         self._verified: set[str] | None = None
         self._fd: int | None = None
+        self._unsynced: list[tuple[int, int]] = []  # spans in `_spans` whose markers are not on disk yet
+        self._unsynced_bytes = 0
 
     # -- which bytes are in ----------------------------------------------------------------
 
@@ -96,12 +109,12 @@ class CachedVersion:
         miss: another process may have filled them)."""
         gaps = _gaps(self._spans, start, end)
         if gaps:
-            self._spans = _merged(_read_spans(self.path / SPANS))
+            self._spans = _merged(_read_spans(self.path / SPANS) + self._unsynced)
             gaps = _gaps(self._spans, start, end)
         return gaps
 
     def cached_bytes(self) -> int:
-        self._spans = _merged(_read_spans(self.path / SPANS))
+        self._spans = _merged(_read_spans(self.path / SPANS) + self._unsynced)
         return sum(end - start for start, end in self._spans)
 
     def write(self, start: int, pieces: Sequence[bytes | memoryview]) -> None:
@@ -120,11 +133,53 @@ class CachedVersion:
                 views[0] = views[0][written:]
 
     def mark(self, start: int, end: int) -> None:
-        """Count [start, end) as in: its bytes were all written."""
+        """Count [start, end) as in: its bytes were all written. In at once for this process (the page
+        cache holds them); on disk for others and later opens at the next `flush`, which runs itself
+        once SYNC_BYTES are pending."""
         if start < end:
-            write_atomically(self.path / SPANS / f"{start}-{end}", b"")
+            self._unsynced.append((start, end))
+            self._unsynced_bytes += end - start
             insort(self._spans, (start, end))
             self._spans = _merged(self._spans)
+            if self._unsynced_bytes >= SYNC_BYTES:
+                self.flush()
+
+    def flush(self) -> None:
+        """Make the spans marked so far durable: their bytes flushed to disk, then their markers
+        renamed into place, then the folder's entries flushed (one sync of each for the batch)."""
+        if not self._unsynced:
+            return
+        pending, self._unsynced, self._unsynced_bytes = self._unsynced, [], 0
+        os.fdatasync(self._descriptor())
+        for start, end in _merged(pending):
+            write_atomically(self.path / SPANS / f"{start}-{end}", b"")
+        sync_folder(self.path / SPANS)
+
+    def mark_complete(self) -> None:
+        """Every byte an open reads is in (and durable): the version can open with no request."""
+        if not (self.path / COMPLETE).exists():
+            self.flush()
+            write_atomically(self.path / COMPLETE, b"")
+            sync_folder(self.path)
+
+    def complete(self) -> bool:
+        return (self.path / COMPLETE).exists()
+
+    def confirm(self) -> None:
+        """The origin said now that this version is current (as it did when the version was made)."""
+        with contextlib.suppress(OSError):
+            if (self.path / CONFIRMED).exists():
+                os.utime(self.path / CONFIRMED)
+            else:
+                write_atomically(self.path / CONFIRMED, b"")
+
+    def confirmed_at(self) -> float:
+        """When the origin last said this version is current (seconds since the epoch): the
+        `confirmed` file's time, else the version's making (meta.json)."""
+        for name in (CONFIRMED, META):
+            with contextlib.suppress(OSError):
+                return (self.path / name).stat().st_mtime
+        return 0.0
 
     def pread_into(self, start: int, buffer: memoryview) -> None:
         while buffer:
@@ -157,6 +212,8 @@ class CachedVersion:
 
     def close(self) -> None:
         if self._fd is not None:
+            with contextlib.suppress(OSError):  # a version evicted meanwhile: its markers go with it
+                self.flush()
             os.close(self._fd)
             self._fd = None
 
@@ -197,12 +254,15 @@ class CacheStore:
         cached.touch()
         return cached
 
-    def latest(self, location: str) -> CachedVersion | None:
-        """The version of `location` used last, or None (what an offline open reads)."""
+    def latest(self, location: str, *, complete: bool = False) -> CachedVersion | None:
+        """The version of `location` used last, or None (what an offline open reads); `complete`:
+        the one used last of those that open with no request (what a stale-if-error open reads)."""
         found = [(used, path) for path, used in self._versions(self.object_path(location))]
         for _, path in sorted(found, reverse=True):
             meta = _read_meta(path)
             if meta is not None and meta.get("location") == location:
+                if complete and not (path / COMPLETE).exists():
+                    continue
                 return CachedVersion(path, meta)
         return None
 
@@ -259,6 +319,15 @@ class CacheStore:
                 yield path, (path / USED).stat().st_mtime
             except OSError:
                 continue  # being made or removed by another process
+
+
+def sync_folder(folder: Path) -> None:
+    """Flush a folder's entries (the renames into it) to disk."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _sparse_file(path: Path, size: int) -> None:

@@ -58,3 +58,12 @@ async def read_body(body: Body, start: int, end: int, chunk_size: int) -> bytes:
     """Bytes [start, end) of a body, joined (for small bodies and tests)."""
     async with aclosing(body.chunks(start, end, chunk_size)) as chunks:
         return b"".join([bytes(chunk) async for chunk in chunks])
+
+
+__all__ = [
+    "Body",
+    "BytesBody",
+    "Chunk",
+    "ConcatBody",
+    "read_body",
+]

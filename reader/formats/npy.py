@@ -58,3 +58,10 @@ def npy_body(tensor: TensorBytes) -> ConcatBody:
     if tensor.order != "contiguous":
         raise ValueError(".npy files hold row-major bytes: read the tensor with order='contiguous'")
     return ConcatBody([BytesBody(npy_header(tensor.info)), tensor])
+
+
+__all__ = [
+    "npy_body",
+    "npy_descr",
+    "npy_header",
+]

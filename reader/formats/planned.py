@@ -27,7 +27,6 @@ from typing import NamedTuple
 from ..loading.demux import Demux, Target, range_bounds
 from ..loading.plan import RANGE_GAP
 from ..reading.entries import HEADER_PIGGYBACK_LIMIT, EntryFetcher
-from ..sources import LocalFileSource
 from ..tensor import TensorBytes
 from ..zipfmt.structs import METHOD_STORED
 from .body import Body, BytesBody, Chunk, ConcatBody
@@ -43,10 +42,7 @@ class _Slice:
 
 def _plannable(part: Body) -> bool:
     return (
-        isinstance(part, TensorBytes)
-        and part.direct
-        and part.needs_payload
-        and not isinstance(part.fetcher.source, LocalFileSource)
+        isinstance(part, TensorBytes) and part.direct and part.needs_payload and not part.fetcher.source.local
     )
 
 
@@ -214,3 +210,8 @@ def _trim(run: list[_Slice]) -> list[list[_Slice]]:
     if end == 0:
         return [[piece] for piece in run]
     return [run[:end], *([piece] for piece in run[end:])]
+
+
+__all__ = [
+    "PlannedBody",
+]

@@ -256,3 +256,14 @@ def _table_vector(builder: flatbuffers.Builder, tables: list[int]) -> int:
     for table in reversed(tables):
         builder.PrependUOffsetTRelative(table)
     return builder.EndVector()
+
+
+__all__ = [
+    "DEFAULT_ALIGNMENT",
+    "MAX_ALIGNMENT",
+    "PtdPlan",
+    "cached_plan",
+    "plan_ptd",
+    "ptd_body",
+    "writable",
+]

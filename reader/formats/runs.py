@@ -63,7 +63,7 @@ async def _file_run(body: Body, start: int, end: int) -> FileRun | None:
     if not isinstance(body, TensorBytes | EntryBytes) or not is_verified(body.fetcher, body.entry):
         return None
     source = body.fetcher.source
-    if not isinstance(source, LocalFileSource):
+    if not source.local:
         return None
     try:
         first, _ = await body.archive_span()
@@ -74,3 +74,12 @@ async def _file_run(body: Body, start: int, end: int) -> FileRun | None:
 
 def has_file_runs(pieces: list[Piece]) -> bool:
     return any(isinstance(piece, FileRun) for piece in pieces)
+
+
+__all__ = [
+    "FileRun",
+    "Piece",
+    "Streamed",
+    "body_pieces",
+    "has_file_runs",
+]

@@ -66,3 +66,10 @@ def safetensors_body(tensors: list[TensorBytes], metadata: dict[str, str], skipp
         metadata = {**metadata, "pt2serve.skipped": ",".join(skipped)}
     header = safetensors_header([tensor.info for tensor in tensors], metadata)
     return PlannedBody([BytesBody(header), *tensors])
+
+
+__all__ = [
+    "safetensors_body",
+    "safetensors_header",
+    "writable",
+]

@@ -44,3 +44,8 @@ def select(
     resolved = archive.resolve_model(model)
     matched = [t for t in archive.tensors(resolved) if t.name.startswith(prefix or "")]
     return Selection([t for t in matched if writable(t)], [t for t in matched if not writable(t)])
+
+
+__all__ = [
+    "select",
+]

@@ -1,7 +1,8 @@
 """Whole models into memory: a read plan of a few large ranges, each storage read once.
 
-selection.py the one typed Selection a load carries, the keywords that make it, and the seam
-            to the archive (Catalog, Payloads): the loader never imports the archive
+selection.py the one typed Selection a load carries (its fields: the keyword-only parameters of
+            every public load), and the seam to the archive (Catalog, Payloads): the loader never
+            imports the archive
 shards.py   (sans-IO) tensor-parallel shards: which block of which tensor a rank loads
 plan.py     (sans-IO) which payload entries a selection needs, grouped into coalesced ranges
 demux.py    (sans-IO) archive bytes of one range -> each entry's content pieces, CRC-checked

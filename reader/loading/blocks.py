@@ -55,7 +55,7 @@ from ..pt2.slicing import SlicePlan, gather_into, plan_slice
 from ..pt2.tensorinfo import TensorInfo
 from ..reading.entries import EntryFetcher
 from ..reading.ranges import coalesce
-from ..sources import ByteSource, is_http, multirange
+from ..sources import ByteSource, multirange
 from ..sources.parallel import PROBE_BYTES, rate
 from ..tasks import task_group
 from ..zipfmt import ZipEntry
@@ -118,15 +118,16 @@ def split_by_shard(
             continue
         if info.unsupported:
             raise UnsupportedPayload(f"{info.model}/{info.name}: {info.unsupported}")
-        block = _block(info, cut.index(), entries[info.storage.entry])
+        block = cut_block(info, cut.index(), entries[info.storage.entry])
         ordered.append(block.info)
         blocks.append(block)
     return ordered, blocks
 
 
-def _block(info: TensorInfo, index: tuple[slice, ...], entry: ZipEntry) -> Block:
+def cut_block(info: TensorInfo, index: tuple[slice, ...], entry: ZipEntry, key: str | None = None) -> Block:
     """The block as a tensor viewing its buffer: the runs laid end to end, or, when they hold more than
-    the block (rows joined across small gaps), the block gathered row-major into a buffer of its size."""
+    the block (rows joined across small gaps), the block gathered row-major into a buffer of its size.
+    `key` names its buffer (default: the entry and the tensor, one block a tensor as a shard cuts it)."""
     plan = plan_slice(info, index)
     itemsize = plan.itemsize
     numel = math.prod(plan.shape)
@@ -138,7 +139,7 @@ def _block(info: TensorInfo, index: tuple[slice, ...], entry: ZipEntry) -> Block
         offset, held = plan.offset // itemsize, plan.nbytes if plan.zeros else plan.read_bytes
     storage = dataclasses.replace(
         info.storage,
-        entry=f"{info.storage.entry}#{info.model}/{info.name}",
+        entry=key or f"{info.storage.entry}#{info.model}/{info.name}",
         offset=offset * itemsize,
         nbytes=held,
     )
@@ -269,7 +270,7 @@ async def read_blocks(
     the local headers, CRC-checked); `landed` hears of each once it is in. `entries` (the archive's,
     by name) lets the data offsets of an archive torch wrote be predicted (`written_as_torch_does`)."""
     finer: set[int] = set()
-    multiple = is_http(source) and len(blocks) > 1 and await source.serves_multiple_ranges()
+    multiple = len(blocks) > 1 and await source.serves_multiple_ranges()
     if multiple:  # the runs of column blocks, not the rows they lie in
         finer = {index for index, block in enumerate(blocks) if _scattered(block)}
         blocks = [_finer(block) if index in finer else block for index, block in enumerate(blocks)]
@@ -573,7 +574,6 @@ class _BlockReads:
     async def ranges_request(self, parts: list[tuple[int, int, int, int, int]]) -> None:
         """One multi-range request for runs [low, high) of blocks (block, low, high, offset, where run low
         goes in the block's buffer), each run straight into its place in its block's buffer."""
-        assert is_http(self.source)
         async with self.gate:
             parts = [part for part in parts if not self._refuted(part[0], part[3])]
             if not parts:  # runs at a prediction refuted while they waited: read again elsewhere
@@ -614,9 +614,9 @@ class _BlockReads:
         spans (`_probe`) are sent first, alone, and timed: at least that fast, the rest go as few
         requests as their Range headers allow (from loopback nginx a dim-0 rank took about 60 ms so, 84
         ms as eight requests at once); otherwise as the eight."""
-        fast = self.source.options.fast_connection if is_http(self.source) else None
+        fast = self.source.fast_connection
         if fast is not None and len(spans) > 1:
-            probe = _probe(spans, self.source.options.part_size)
+            probe = _probe(spans, self.source.part_size)
             began = time.monotonic()
             await self.spans_request(probe)
             probed = {id(span) for span in probe}
@@ -632,7 +632,6 @@ class _BlockReads:
     async def spans_request(self, spans: list[tuple[int, int, list[Wanted], np.ndarray]]) -> None:
         """Several requests' spans (start, end, what lies in them, where their bytes go) as the ranges
         of one multi-range request, then what lies in each (`received`)."""
-        assert is_http(self.source)
         async with self.gate:
             spans = [
                 (start, end, live, held) for start, end, inside, held in spans if (live := self._live(inside))

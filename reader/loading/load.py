@@ -9,9 +9,8 @@ from collections.abc import AsyncIterator
 
 import numpy as np
 
-from ..cache.source import CachedSource
 from ..pt2.tensorinfo import TensorInfo
-from ..sources import ByteSource, LocalFileSource
+from ..sources import ByteSource
 from ..tasks import task_group
 from ..zipfmt import ZipEntry
 from .arrays import view_array
@@ -26,7 +25,7 @@ async def load_storages(archive: Loadable, selection: Selection) -> tuple[LoadPl
     storages by entry name, a shard's blocks by their keys."""
     payloads = archive.payloads()
     plan, blocks = _plan(archive, payloads, selection)
-    return plan, await _read(payloads, plan, blocks, selection)
+    return plan, await read_planned(payloads, plan, blocks, selection)
 
 
 def _plan(archive: Loadable, payloads: Payloads, selection: Selection) -> tuple[LoadPlan, list[Block]]:
@@ -41,7 +40,7 @@ def _plan(archive: Loadable, payloads: Payloads, selection: Selection) -> tuple[
     return dataclasses.replace(plan, tensors=tuple(ordered)), blocks
 
 
-async def _read(
+async def read_planned(
     payloads: Payloads,
     plan: LoadPlan,
     blocks: list[Block],
@@ -51,7 +50,7 @@ async def _read(
     """The plan's storages and the blocks' buffers, read at once; `landed` hears of each as it lands."""
     source, fetcher = payloads.source, payloads.fetcher
     nearby: list[ZipEntry] = []
-    if blocks and not isinstance(source, LocalFileSource):  # requests cost: small ones join the headers
+    if blocks and not source.local:  # requests cost: small ones join the headers
         plan, nearby = set_small_apart(plan, SMALL_WHOLE)
     whole = read_storages(source, fetcher, plan, copy=selection.copy, verify=selection.verify, landed=landed)
     if not blocks:
@@ -80,7 +79,7 @@ async def iter_storages(
     for info in plan.tensors:
         views.setdefault(info.storage.entry, []).append(info)
     arrived: asyncio.Queue[Buffers] = asyncio.Queue()
-    reading = asyncio.ensure_future(_read(payloads, plan, blocks, selection, arrived.put_nowait))
+    reading = asyncio.ensure_future(read_planned(payloads, plan, blocks, selection, arrived.put_nowait))
     try:
         while views:
             for name, buffer in (await _next_batch(arrived, reading)).items():
@@ -110,7 +109,7 @@ async def _next_batch(arrived: asyncio.Queue[Buffers], reading: asyncio.Future[B
 
 def read_only(source: ByteSource, buffer: np.ndarray) -> np.ndarray:
     """A storage as arrays see it: a view of a mapped local file is read-only, as documented."""
-    if isinstance(source, (LocalFileSource, CachedSource)) and not buffer.flags.owndata:
+    if source.mappable and not buffer.flags.owndata:
         buffer.flags.writeable = False
     return buffer
 

@@ -1,50 +1,39 @@
 """What a load takes: one typed `Selection`, and the two things it reads through.
 
-The public loads (`Archive.load`, `Archive.iter_load`, `reader.load`, `reader.torch.load`) take
-`model` and the keywords of `LoadKeywords`, written once here; inside they carry one `Selection`.
-The loader never imports the archive: it selects from a `Catalog` (what `Archive` answers) and
-reads through the `Payloads` the archive hands it.
+The public loads (`Archive.load`, `Archive.iter_load`, `ShardedArchive`'s, `reader.load`,
+`reader.torch.load`, `reader.torch.iter_load`) spell out `model` and the keyword-only parameters
+named as `Selection`'s fields, in its order (tests/test_public_surface.py holds them to it); inside
+they carry one `Selection`. The loader never imports the archive: it selects from a `Catalog` (what
+`Archive` answers) and reads through the `Payloads` the archive hands it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
-from typing import Any, Protocol, TypedDict
+from typing import Any, Protocol
 
 from ..pt2.tensorinfo import TensorInfo
 from ..reading.entries import EntryFetcher
 from ..sources import ByteSource
-from ..tensor import ORDERS
+from ..tensor import ORDERS, Order
 from ..zipfmt import ZipEntry
 from .shards import Shard
 
 
-class LoadKeywords(TypedDict, total=False):
-    """The keywords of every load after `model` (the public functions' signature, written once).
-
-    prefix: only tensors whose names start with it; names: exactly these (in this order);
-    order: "default" (memory order, views keep their strides) or "contiguous" (row-major);
-    copy: owned arrays instead of read-only views of a mapped local file;
-    verify: check every CRC-32, mapped views included (None: whatever is read);
-    shard: a rank's blocks of the tensors its patterns name (see `Shard`)."""
-
-    prefix: str | None
-    names: Sequence[str] | None
-    order: str
-    copy: bool
-    verify: bool | None
-    shard: Shard | None
-
-
 @dataclass(frozen=True, slots=True)
 class Selection:
-    """Which tensors a load returns and how: `model` plus `LoadKeywords`, checked once."""
+    """Which tensors a load returns and how, checked once: `model`; `prefix`: only tensors whose
+    names start with it; `names`: exactly these (in this order; kept as a tuple); `order`:
+    "default" (memory order, views keep their strides) or "contiguous" (row-major); `copy`: owned
+    arrays instead of read-only views of a mapped local file; `verify`: check every CRC-32, mapped
+    views included (None: whatever is read); `shard`: a rank's blocks of the tensors its patterns
+    name (see `Shard`). The public loads take these in this order."""
 
     model: str | None = None
     prefix: str | None = None
-    names: tuple[str, ...] | None = None
-    order: str = "default"
+    names: Sequence[str] | None = None
+    order: Order = "default"
     copy: bool = False
     verify: bool | None = None
     shard: Shard | None = None
@@ -66,13 +55,6 @@ class Selection:
     def part(self, names: Sequence[str]) -> Selection:
         """The same selection narrowed to exactly `names` (a sharded checkpoint's part in one shard)."""
         return replace(self, model=None, prefix=None, names=tuple(names))
-
-    @classmethod
-    def split(cls, model: str | None, keywords: Mapping[str, Any]) -> tuple[Selection, dict[str, Any]]:
-        """The selection in `keywords` and the rest (options for `open_archive`)."""
-        fields = LoadKeywords.__annotations__
-        chosen = {key: value for key, value in keywords.items() if key in fields}
-        return cls(model, **chosen), {key: value for key, value in keywords.items() if key not in fields}
 
     def tensors(self, catalog: Catalog) -> list[TensorInfo]:
         """Named tensors as given (each must exist), else every readable tensor of one model (the

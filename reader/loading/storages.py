@@ -28,10 +28,9 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from .. import zipfmt
-from ..cache.source import CachedSource
 from ..errors import IntegrityError
 from ..reading.entries import EntryFetcher
-from ..sources import ByteSource, LocalFileSource, is_http
+from ..sources import ByteSource
 from ..tasks import task_group
 from ..zipfmt import ZipEntry
 from ..zipfmt.structs import METHOD_STORED
@@ -73,9 +72,8 @@ async def read_storages(
         if storage.zeros
     }
     heard(dict(buffers))  # a dict of its own: `buffers` grows on
-    if isinstance(source, (LocalFileSource, CachedSource)):
-        if isinstance(source, CachedSource):  # what is missing is fetched to disk first
-            await source.fill((rng.start, rng.end) for rng in plan.ranges)
+    if source.mappable:
+        await source.fill((rng.start, rng.end) for rng in plan.ranges)  # a cache fetches what it lacks first
         if copy or verify or _deflated(plan) or _unchecked(source, plan):  # reads every byte: on a thread
             mapped = await asyncio.to_thread(_mapped, source, fetcher, plan, copy, verify)
         else:  # a mapping and views of it: microseconds, where a thread hop cost a millisecond
@@ -99,7 +97,7 @@ def _apart(rng: ReadRange) -> bool:
 
 
 def _mapped(
-    source: LocalFileSource | CachedSource,
+    source: ByteSource,
     fetcher: EntryFetcher,
     plan: LoadPlan,
     copy: bool,
@@ -120,21 +118,16 @@ def _mapped(
             if entry.method != METHOD_STORED:
                 buffers[entry.name] = _inflate(entry, stored)
                 continue
-            if copy or verify or _unverified(source, entry):
+            if copy or verify or source.needs_check(entry.name, entry.crc32):
                 _check_crc(entry, stored)
-                if isinstance(source, CachedSource):
-                    source.mark_verified(entry.name, entry.crc32)
+                source.mark_verified(entry.name, entry.crc32)
             buffers[entry.name] = stored.copy() if copy else stored
     return buffers
 
 
-def _unverified(source: LocalFileSource | CachedSource, entry: ZipEntry) -> bool:
-    return isinstance(source, CachedSource) and not source.verified(entry.name, entry.crc32)
-
-
-def _unchecked(source: LocalFileSource | CachedSource, plan: LoadPlan) -> bool:
+def _unchecked(source: ByteSource, plan: LoadPlan) -> bool:
     """A cache's entries not yet checked in full: the mapping reads them once."""
-    return any(_unverified(source, entry) for rng in plan.ranges for entry in rng.entries)
+    return any(source.needs_check(entry.name, entry.crc32) for rng in plan.ranges for entry in rng.entries)
 
 
 def _deflated(plan: LoadPlan) -> bool:
@@ -200,10 +193,8 @@ async def _read_range(source: ByteSource, fetcher: EntryFetcher, rng: ReadRange,
 
     async def receive() -> None:
         async with prefaulting(whole):
-            if is_http(source):
-                await source.read_into(rng.start, memoryview(whole), landed=follower.landed)
-            else:
-                await source.read_into(rng.start, memoryview(whole))
+            # (a source that does not report what landed leaves it all to `complete`)
+            await source.read_into(rng.start, memoryview(whole), landed=follower.landed)
         follower.complete()
 
     async with task_group() as group:  # a corrupt entry stops the receive at once

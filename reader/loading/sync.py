@@ -7,17 +7,19 @@ import atexit
 import contextvars
 import os
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, TypeVar, Unpack
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from ..sources import ByteSource, HttpOptions, S3Settings
-from .selection import LoadKeywords, Selection
+from ..sources import DEFAULT_CHUNK_SIZE, ByteSource, HttpOptions, S3Settings
+from ..tensor import Order
+from .selection import Selection
+from .shards import Shard
 
 if TYPE_CHECKING:
-    from ..archive import Archive
+    from ..archive_like import ArchiveLike
 
 T = TypeVar("T")
 
@@ -102,7 +104,7 @@ def run_sync(make: Callable[[], Awaitable[T]]) -> T:
 def with_archive(
     location: str | os.PathLike[str] | ByteSource,
     options: dict[str, Any],
-    use: Callable[[Archive], Awaitable[T]],
+    use: Callable[[ArchiveLike], Awaitable[T]],
 ) -> T:
     """Open `location` (`options` go to `open_archive`), run `use` on it, close it: synchronously."""
     from ..opener import open_archive
@@ -114,38 +116,52 @@ def with_archive(
     return run_sync(run)
 
 
-class LocationLoadKeywords(LoadKeywords, total=False):
-    """A load's keywords plus `open_archive`'s, for the one-call loads that open the archive too."""
-
-    tail_size: int | None
-    chunk_size: int
-    http_options: HttpOptions | None
-    s3_settings: S3Settings | None
-    cache_dir: str | os.PathLike[str] | None
-    offline: bool | None
-
-
-def load_location(
-    location: str | os.PathLike[str] | ByteSource,
-    model: str | None,
-    keywords: Mapping[str, Any],
-    use: Callable[[Archive, Selection], Awaitable[T]],
-) -> T:
-    """Open `location` with the keywords that are not the selection's, run `use` on the archive and
-    the selection, close: synchronously."""
-    selection, options = Selection.split(model, keywords)
-    return with_archive(location, options, lambda archive: use(archive, selection))
-
-
 def load(
     location: str | os.PathLike[str] | ByteSource,
     *,
     model: str | None = None,
-    **keywords: Unpack[LocationLoadKeywords],
+    prefix: str | None = None,
+    names: Sequence[str] | None = None,
+    order: Order = "default",
+    copy: bool = False,
+    verify: bool | None = None,
+    shard: Shard | None = None,
+    tail_size: int | None = None,
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    http_options: HttpOptions | None = None,
+    s3_settings: S3Settings | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    offline: bool | None = None,
+    stale_if_error: bool | None = None,
 ) -> dict[str, np.ndarray]:
-    """Open `location`, load the selection as `Archive.load` does, close. The keywords are
-    `Archive.load`'s and `open_archive`'s (http_options, s3_settings, tail_size, chunk_size)."""
-    return load_location(location, model, keywords, _arrays)
+    """Open `location`, load the selection as `Archive.load` does, close. The selection's keywords
+    are `Archive.load`'s; the others `open_archive`'s."""
+    selection = Selection(model, prefix, names, order, copy, verify, shard)
+    options = open_options(
+        tail_size, chunk_size, http_options, s3_settings, cache_dir, offline, stale_if_error
+    )
+    return with_archive(location, options, lambda archive: _arrays(archive, selection))
+
+
+def open_options(
+    tail_size: int | None,
+    chunk_size: int,
+    http_options: HttpOptions | None,
+    s3_settings: S3Settings | None,
+    cache_dir: str | os.PathLike[str] | None,
+    offline: bool | None,
+    stale_if_error: bool | None,
+) -> dict[str, Any]:
+    """The keywords a one-call load or read hands `open_archive`."""
+    return {
+        "tail_size": tail_size,
+        "chunk_size": chunk_size,
+        "http_options": http_options,
+        "s3_settings": s3_settings,
+        "cache_dir": cache_dir,
+        "offline": offline,
+        "stale_if_error": stale_if_error,
+    }
 
 
 def _arrays(archive: Any, selection: Selection) -> Awaitable[dict[str, np.ndarray]]:

@@ -79,3 +79,10 @@ def to_numpy(raw: bytes, dtype: DType, shape: tuple[int, ...]) -> np.ndarray:
         halves = np.frombuffer(raw, dtype=np.float16).astype(np.float32)
         return (halves[0::2] + 1j * halves[1::2]).astype(np.complex64).reshape(shape)
     return np.frombuffer(raw, dtype=dtype.numpy).reshape(shape)
+
+
+__all__ = [
+    "BY_NAME",
+    "DType",
+    "to_numpy",
+]

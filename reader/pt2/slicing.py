@@ -22,14 +22,15 @@ from __future__ import annotations
 
 import math
 import operator
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import EllipsisType
+from typing import SupportsIndex
 
 import numpy as np
 
 from ..errors import UnsupportedPayload
+from .index_syntax import INDEX_SYNTAX, parse_index  # the text of a slice (re-exported)
 from .tensorinfo import TensorInfo
 
 # Two blocks closer than this are one run: reading up to a page more costs nothing locally
@@ -43,7 +44,11 @@ MAX_RUNS = 1 << 16
 # One normalized index entry per result dim or source dim: an int picks one position (the dim
 # is dropped), a range selects positions (negative steps allowed), None inserts a new dim of 1.
 NormalizedEntry = int | range | None
-Index = object  # what `full[index]` accepts in basic indexing
+# What `full[index]` accepts (NumPy basic indexing): an int (or anything with __index__, as
+# np.int64), a slice with any step, `...`, or a tuple of those and None (np.newaxis). Arrays,
+# lists and bools (advanced indexing) are refused when the index is read.
+IndexEntry = SupportsIndex | slice | EllipsisType | None
+Index = SupportsIndex | slice | EllipsisType | tuple[IndexEntry, ...]
 
 
 def normalize_index(index: Index, sizes: Sequence[int]) -> tuple[NormalizedEntry, ...]:
@@ -131,49 +136,6 @@ def index_key(normalized: Sequence[NormalizedEntry]) -> str:
         else:
             parts.append(str(entry))
     return ",".join(parts)
-
-
-# The query syntax of an index, as a regular expression (the service's OpenAPI `pattern` too):
-# entries `...`, an integer, or start:stop[:step] with optional integers, split by commas.
-_ENTRY = r"(?:\.\.\.|-?[0-9]+|-?[0-9]*:-?[0-9]*(?::-?[0-9]*)?)"
-INDEX_SYNTAX = rf"^ *(?:{_ENTRY}(?: *, *{_ENTRY})*)? *$"
-
-
-def parse_index(text: str) -> tuple[int | slice | EllipsisType, ...]:
-    """The index a query text means, NumPy's syntax without brackets: "0:128,:,4:8", "-1",
-    "::2", "...,0" (INDEX_SYNTAX). An empty text is the whole tensor. ValueError for anything else."""
-    if not re.fullmatch(INDEX_SYNTAX, text):
-        raise ValueError(f"{text!r}: entries are integers, start:stop:step slices or '...', split by commas")
-    text = text.strip()
-    if not text:
-        return ()
-    entries: list[int | slice | EllipsisType] = []
-    for part in text.split(","):
-        part = part.strip()
-        if part == "...":
-            entries.append(Ellipsis)
-        elif ":" in part:
-            bounds = part.split(":")
-            if len(bounds) > 3:
-                raise ValueError(f"{part!r} has more than two ':'")
-            numbers = [_parse_int(bound, part) for bound in bounds]
-            entries.append(slice(*numbers))
-        else:
-            number = _parse_int(part, part)
-            if number is None:
-                raise ValueError("an empty index entry (two commas in a row, or a trailing comma)")
-            entries.append(number)
-    return tuple(entries)
-
-
-def _parse_int(text: str, part: str) -> int | None:
-    text = text.strip()
-    if not text:
-        return None
-    try:
-        return int(text, 10)
-    except ValueError:
-        raise ValueError(f"{part!r} is not an integer, a start:stop:step slice or '...'") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,8 +311,11 @@ def _element_dtype(itemsize: int) -> np.dtype:
 
 __all__ = [
     "GAP_BYTES",
+    "INDEX_SYNTAX",
     "MAX_OVER_READ_RATIO",
     "MAX_RUNS",
+    "Index",
+    "IndexEntry",
     "SlicePlan",
     "assemble",
     "gather",

@@ -12,7 +12,7 @@ from contextlib import aclosing
 
 from .. import zipfmt
 from ..errors import IntegrityError
-from ..sources import DEFAULT_CHUNK_SIZE, ByteSource, is_http
+from ..sources import DEFAULT_CHUNK_SIZE, ByteSource
 from ..zipfmt import ZipEntry
 from .ranges import coalesce, containing
 from .running_crc import InOrder, RunningCrc
@@ -90,7 +90,7 @@ class EntryFetcher:
             buffer[:] = await self.read(entry, start, end)
             return
         zipfmt.check_decodable(entry)
-        if is_http(self.source) and start == 0 and end == entry.size:
+        if self.source.reports_landed and start == 0 and end == entry.size:
             # the whole entry: its CRC-32 taken on a worker as the bytes land, not after the last one
             running = RunningCrc(entry)
             await self.source.read_into(offset, buffer, landed=InOrder(running, buffer, offset))

@@ -22,8 +22,8 @@ import dataclasses
 import difflib
 import hashlib
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Any, Unpack
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -38,20 +38,24 @@ from ..errors import (
     SourceError,
     TensorNotFound,
 )
-from ..loading.selection import LoadKeywords, Selection
+from ..loading.selection import Selection
+from ..loading.shards import Shard
 from ..pt2.checkpoint import CHECKPOINT_MODEL
+from ..pt2.graph import MAX_PROGRAM_BYTES
 from ..pt2.tensorinfo import TensorInfo
-from ..sources import ByteSource, LocalFileSource, SourceStats, redact_location
+from ..sources import ByteSource, SourceStats, redact_location
 from ..tasks import task_group
 from ..versions import version_basis
 from .index import INDEX_SUFFIX, MAX_INDEX_BYTES, ShardIndex, parse_shard_index, shard_location
 
 if TYPE_CHECKING:
     from ..archive import Archive
+    from ..cache import Stale
     from ..embedded import EntryBytes
     from ..pt2.executorch import EmbeddedFile
     from ..pt2.graph import Graph, TensorConsumers
-    from ..tensor import TensorBytes, WritableBuffer
+    from ..pt2.slicing import Index
+    from ..tensor import Order, TensorBytes, WritableBuffer
 
 CONTAINER = "sharded-checkpoint"
 OPEN_CONCURRENCY = 16  # shards opened at once (each open is two small reads)
@@ -75,7 +79,7 @@ class ShardSources:
         self.size = index.size + sum(shard.source.size for shard in shards.values())
         self.etag = None  # versions come from `identity`, which covers every shard
         self.identity = _combined_identity(index, shards)
-        self.local = all(isinstance(source, LocalFileSource) for source in self._sources())
+        self.local = all(source.local for source in self._sources())
 
     def _sources(self) -> list[ByteSource]:
         return [self.index, *(shard.source for shard in self.shards.values())]
@@ -87,6 +91,16 @@ class ShardSources:
             for purpose, counted in source.stats.by_purpose.items():
                 total.record(purpose, counted.bytes, requests=counted.requests)
         return total
+
+    @property
+    def revalidated(self) -> bool:
+        """The origin has said every one of them is current (see SourceBacked.revalidated)."""
+        return all(getattr(source, "revalidated", True) for source in self._sources())
+
+    @property
+    def stale(self) -> Stale | None:
+        """The first of them opened stale (the index, else a shard in order), or None."""
+        return next((s.stale for s in self._sources() if getattr(s, "stale", None) is not None), None)
 
     async def revalidate(self) -> bool:
         checks = [self.index.revalidate(), *(shard.revalidate() for shard in self.shards.values())]
@@ -210,41 +224,37 @@ class ShardedArchive(SourceBacked):
 
     # -- reading: each call goes to the shard holding the name ----------------------------------
 
-    def tensor(self, name: str, model: str | None = None, order: str = "default") -> TensorBytes:
+    def tensor(self, name: str, model: str | None = None, order: Order = "default") -> TensorBytes:
         return self.shard_of(name, model).tensor(name, None, order)
 
     async def read(
-        self, name: str, model: str | None = None, order: str = "default", **options: Any
+        self, name: str, model: str | None = None, order: Order = "default", *, index: Index | None = None
     ) -> bytes:
-        return await self.shard_of(name, model).read(name, None, order, **options)
+        return await self.shard_of(name, model).read(name, None, order, index=index)
 
     async def read_into(
-        self,
-        name: str,
-        buffer: WritableBuffer,
-        model: str | None = None,
-        order: str = "default",
-        **options: Any,
+        self, name: str, buffer: WritableBuffer, model: str | None = None, order: Order = "default"
     ) -> None:
-        await self.shard_of(name, model).read_into(name, buffer, None, order, **options)
+        await self.shard_of(name, model).read_into(name, buffer, None, order)
 
-    async def read_numpy(self, name: str, model: str | None = None, **options: Any) -> np.ndarray:
-        return await self.shard_of(name, model).read_numpy(name, None, **options)
+    async def read_numpy(
+        self, name: str, model: str | None = None, *, index: Index | None = None
+    ) -> np.ndarray:
+        return await self.shard_of(name, model).read_numpy(name, None, index=index)
 
     def stream(
         self,
         name: str,
         model: str | None = None,
-        order: str = "default",
+        order: Order = "default",
         start: int = 0,
         end: int | None = None,
         chunk_size: int | None = None,
-        **options: Any,
     ) -> AsyncIterator[bytes | memoryview]:
-        return self.shard_of(name, model).stream(name, None, order, start, end, chunk_size, **options)
+        return self.shard_of(name, model).stream(name, None, order, start, end, chunk_size)
 
     async def read_many(
-        self, names: Iterable[str], model: str | None = None, order: str = "default"
+        self, names: Iterable[str], model: str | None = None, order: Order = "default"
     ) -> dict[str, bytes]:
         """As `Archive.read_many`: each shard's names in one call, the shards concurrently."""
         parts = self.parts(Selection(model, names=tuple(names)))
@@ -253,11 +263,22 @@ class ShardedArchive(SourceBacked):
         )
         return {name: found[name] for _, part in parts for name in part.names or ()}
 
-    async def load(self, model: str | None = None, **keywords: Unpack[LoadKeywords]) -> dict[str, np.ndarray]:
+    async def load(
+        self,
+        model: str | None = None,
+        *,
+        prefix: str | None = None,
+        names: Sequence[str] | None = None,
+        order: Order = "default",
+        copy: bool = False,
+        verify: bool | None = None,
+        shard: Shard | None = None,
+    ) -> dict[str, np.ndarray]:
         """As `Archive.load`; only the shards holding the selection are read, concurrently, each
         as one `Archive.load` of its part (so tied names in a shard share memory as there)."""
         return await self.load_with(
-            Selection(model, **keywords), lambda shard, part: shard.load(**part.keywords())
+            Selection(model, prefix, names, order, copy, verify, shard),
+            lambda archive, part: archive.load(**part.keywords()),
         )
 
     async def load_with(
@@ -277,21 +298,30 @@ class ShardedArchive(SourceBacked):
         return [(self.shards[shard], selection.part(names)) for shard, names in by_shard.items()]
 
     async def iter_load(
-        self, model: str | None = None, **keywords: Unpack[LoadKeywords]
+        self,
+        model: str | None = None,
+        *,
+        prefix: str | None = None,
+        names: Sequence[str] | None = None,
+        order: Order = "default",
+        copy: bool = False,
+        verify: bool | None = None,
+        shard: Shard | None = None,
     ) -> AsyncIterator[tuple[str, np.ndarray]]:
         """`(name, array)` for the selection `load` makes, in completion order: each shard's part
         through its own `iter_load`, READ_CONCURRENCY shards at once. Stopping early cancels what
         is still reading."""
         landed: asyncio.Queue[tuple[str, np.ndarray] | None] = asyncio.Queue()
 
-        async def part(shard: Archive, selection: Selection) -> dict[str, Any]:
-            async for item in shard.iter_load(**selection.keywords()):
+        async def part(archive: Archive, selection: Selection) -> dict[str, Any]:
+            async for item in archive.iter_load(**selection.keywords()):
                 landed.put_nowait(item)
             return {}
 
         async def run() -> None:
             try:
-                await self._by_shard(self.parts(Selection(model, **keywords)), part)
+                selection = Selection(model, prefix, names, order, copy, verify, shard)
+                await self._by_shard(self.parts(selection), part)
             finally:
                 landed.put_nowait(None)
 
@@ -328,7 +358,7 @@ class ShardedArchive(SourceBacked):
     def executorch_file(self, name: str) -> EntryBytes:
         raise FileNotFound(f"no ExecuTorch file {name!r} in this archive (files: none)")
 
-    async def graph(self, model: str | None = None, **options: Any) -> Graph:
+    async def graph(self, model: str | None = None, *, max_bytes: int = MAX_PROGRAM_BYTES) -> Graph:
         model = self.resolve_model(model)
         raise ArchiveFormatError(f"model {model!r} of a sharded checkpoint has no exported program")
 

@@ -1,5 +1,8 @@
 """Byte sources: where an archive's bytes come from (local file, HTTP(S), S3, memory).
 
+Every source is a `ByteSource` (base.py): its reads, and the capabilities its callers ask of it
+instead of testing its type (local, mappable, reports_landed, serves_multiple_ranges, ...).
+
 The remote sources (httpx, aiohttp, botocore and the cloud SDKs under them) are imported when a
 remote location is first opened, so reading local archives does not pay for them at start.
 """
@@ -7,7 +10,6 @@ remote location is first opened, so reading local archives does not pay for them
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +20,7 @@ from .base import (
     LOCAL_TAIL_SIZE,
     ByteSource,
     SourceStats,
+    fresh_buffer,
     redact_location,
 )
 from .local import LocalFileSource
@@ -26,6 +29,7 @@ from .options import HttpOptions, S3Settings
 
 if TYPE_CHECKING:
     from .http import HttpSource
+    from .tls import verified_context
 
 # scheme -> what it reads; each remote opener is imported when its scheme is first opened
 # (the cloud SDKs of gs:// and az:// are extras: pt2serve[gcs], pt2serve[azure])
@@ -50,19 +54,17 @@ def is_remote(location: str) -> bool:
     return _scheme(location) in REMOTE_SCHEMES
 
 
-def is_http(source: object) -> bool:
-    """Whether a source reads over HTTP (an HttpSource: every remote scheme's source is one); no
-    source is one before a remote location was opened, so this imports nothing."""
-    http = sys.modules.get(f"{__name__}.http")
-    return http is not None and isinstance(source, http.HttpSource)
-
-
 def __getattr__(name: str) -> Any:
-    """`HttpSource` imported on first use (it brings httpx and aiohttp)."""
+    """`HttpSource` (it brings httpx and aiohttp) and `verified_context` (the TLS trust of every
+    remote read, for a client of one's own) imported on first use."""
     if name == "HttpSource":
         from .http import HttpSource
 
         return HttpSource
+    if name == "verified_context":
+        from .tls import verified_context
+
+        return verified_context
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -71,7 +73,7 @@ def tail_size_for(location: str | os.PathLike[str] | ByteSource) -> int:
     if isinstance(location, (str, os.PathLike)):
         remote = is_remote(os.fspath(location))
     else:
-        remote = not isinstance(location, LocalFileSource)  # memory sources stand in for remote ones
+        remote = not location.local  # memory sources stand in for remote ones
     return DEFAULT_TAIL_SIZE if remote else LOCAL_TAIL_SIZE
 
 
@@ -139,9 +141,10 @@ __all__ = [
     "LocalFileSource",
     "S3Settings",
     "SourceStats",
-    "is_http",
+    "fresh_buffer",
     "is_remote",
     "open_source",
     "redact_location",
     "tail_size_for",
+    "verified_context",
 ]

@@ -2,15 +2,26 @@
 
 A source knows nothing about ZIP: it hands out exact byte ranges of one
 object and counts requests and bytes by purpose ("open" vs "data").
+
+Besides reading, a source answers what its callers would otherwise learn from its type
+(`ByteSource`'s capabilities: whether it is a local file, can be mapped, reports bytes as they
+land, answers several ranges a request, ...). A source subclasses `ByteSource` and inherits the
+answers of one that has none of them (the defaults below), overriding what it has: no caller
+outside `reader/sources/` tests a source's type.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+import itertools
+import mmap
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
+
+from ..errors import SourceError
+from ..reading.ranges import coalesce
 
 # bench/stream_local.py's sweep: 4 MiB streams fastest against a pread loop of the same size
 # (1 MiB within noise, 256 KiB clearly slower); the service sets its own (PT2SERVE_CHUNK_SIZE).
@@ -60,7 +71,10 @@ Landed = Callable[[int, int], None]
 
 
 class ByteSource(Protocol):
-    """Exact byte ranges of one immutable object (a file, a URL, an S3 key)."""
+    """Exact byte ranges of one immutable object (a file, a URL, an S3 key).
+
+    The reads, `revalidate` and `close` each source implements; the capabilities after them have
+    defaults for a source that lacks them (a source subclasses this class to inherit them)."""
 
     location: str
     size: int
@@ -71,9 +85,14 @@ class ByteSource(Protocol):
         """Bytes [start, end), exactly, or raise SourceError / SourceChanged."""
         ...
 
-    async def read_into(self, start: int, buffer: memoryview, *, purpose: str = "data") -> None:
+    async def read_into(
+        self, start: int, buffer: memoryview, *, purpose: str = "data", landed: Landed | None = None
+    ) -> None:
         """Bytes [start, start + len(buffer)) into `buffer` (writable, format "B"), exactly, or
-        raise as `read` does. Local files read straight into it: no bytes object in between."""
+        raise as `read` does. Local files read straight into it: no bytes object in between.
+        Where the source `reports_landed`, `landed(at, nbytes)` hears of archive bytes
+        [at, at + nbytes) as they land (so a caller can check what is in while the rest arrives);
+        other sources never call it."""
         ...
 
     def stream(
@@ -87,6 +106,79 @@ class ByteSource(Protocol):
         ...
 
     async def close(self) -> None: ...
+
+    # -- capabilities: what a source without them answers ---------------------------------------
+
+    # A file on this machine: reads are system calls, not requests (a local archive is mapped,
+    # and its entries verified once: `held()` and `check_unchanged()` exist).
+    local: bool = False
+    # Its bytes can be memory-mapped (`map()`, after `fill` of what will be read): a local file,
+    # or a cache's copy of a remote version. Views of the mapping are handed out read-only.
+    mappable: bool = False
+    # `read_into` calls its `landed` as the bytes arrive (a remote body): checks can overlap the
+    # receive. Others fill the buffer and return.
+    reports_landed: bool = False
+    # A local copy of a remote version (reader.cache): a read may find that the origin moved on
+    # (SourceChanged), and `current()` then names the version the object is now.
+    cached: bool = False
+
+    @property
+    def fast_connection(self) -> float | None:
+        """Bytes a second at which one connection is fast enough to keep to (no parallel parts);
+        None: the source does not choose between one connection and several."""
+        return None
+
+    @property
+    def part_size(self) -> int:
+        """The size of the parts a big read is split into (its preferred request size)."""
+        return DEFAULT_CHUNK_SIZE
+
+    async def serves_multiple_ranges(self) -> bool:
+        """Whether one request can carry several ranges (`read_ranges_into` then does so)."""
+        return False
+
+    async def read_ranges_into(
+        self,
+        ranges: Sequence[tuple[int, int]],
+        into: Sequence[memoryview],
+        *,
+        purpose: str = "data",
+        fallback_gap: int = 64 << 10,
+    ) -> None:
+        """Bytes [start, end) of each of `ranges` (sorted, disjoint), end to end across the buffers of
+        `into` (each holds whole ranges: one, or several in a row). Here: the ranges joined where at
+        most `fallback_gap` lies between them, one `read_into` each (a source that
+        `serves_multiple_ranges` asks for several a request)."""
+        check_ranges(self, ranges, into)
+        await read_ranges_apart(self, ranges, into, purpose=purpose, gap=fallback_gap)
+
+    async def fill(self, spans: Iterable[tuple[int, int]], *, purpose: str = "data") -> None:
+        """Make `spans` readable through `map()` (a cache fetches what it lacks); nothing to do here."""
+        return None
+
+    def map(self) -> mmap.mmap:
+        """The object's bytes mapped copy-on-write, where the source is `mappable`."""
+        raise SourceError(f"{self.location} cannot be memory-mapped")
+
+    def needs_check(self, name: str, crc: int) -> bool:
+        """Whether a mapped entry must be CRC-checked in full though the caller did not ask: its
+        bytes came from afar and were not checked yet for this version (a cache's). No: mapped
+        bytes are checked where the caller asks."""
+        return False
+
+    def mark_verified(self, name: str, crc: int) -> None:
+        """Entry `name` (with `crc`) passed its CRC-32 in full: remembered where the source keeps it."""
+        return None
+
+    async def current(self) -> ByteSource:
+        """The source of the version the object is now: this one, unless it was opened from a
+        `cached` copy whose version the origin has not confirmed yet."""
+        return self
+
+    def pinned(self) -> Mapping[str, Any] | None:
+        """What names the version opened, to open it again with one revalidation (a remote
+        source's validators); None: nothing to pin (not kept in a cache)."""
+        return None
 
 
 def redact_location(location: str) -> str:
@@ -109,3 +201,55 @@ def fresh_buffer(length: int) -> memoryview:
 def check_range(source: ByteSource, start: int, end: int) -> None:
     if not 0 <= start <= end <= source.size:
         raise ValueError(f"range [{start}, {end}) is outside {source.location} ({source.size} bytes)")
+
+
+def check_ranges(source: ByteSource, ranges: Sequence[tuple[int, int]], into: Sequence[memoryview]) -> None:
+    """`read_ranges_into`'s arguments: ranges inside the object, sorted and disjoint, the buffers
+    as long as the ranges."""
+    for start, end in ranges:
+        check_range(source, start, end)
+    if any(low < high for (_, high), (low, _) in itertools.pairwise(ranges)):
+        raise ValueError("ranges must be sorted and disjoint")
+    if sum(map(len, into)) != sum(end - start for start, end in ranges):
+        raise ValueError("the buffers are not as long as the ranges")
+
+
+async def read_ranges_apart(
+    source: ByteSource,
+    ranges: Sequence[tuple[int, int]],
+    into: Sequence[memoryview],
+    *,
+    purpose: str,
+    gap: int,
+) -> None:
+    """`read_ranges_into` one request a span: the ranges joined where at most `gap` lies between them,
+    a range alone read straight into its place, several into one buffer and copied out."""
+    views = per_range(into, ranges)
+    first = 0
+    for low, high in coalesce(ranges, gap):  # both in order: each span's ranges follow on
+        last = first
+        while last < len(ranges) and ranges[last][1] <= high:
+            last += 1
+        inside, first = range(first, last), last
+        if len(inside) == 1:  # the range alone: straight into its place
+            await source.read_into(low, views[inside[0]], purpose=purpose)
+            continue
+        held = fresh_buffer(high - low)
+        await source.read_into(low, held, purpose=purpose)
+        for index in inside:
+            start, end = ranges[index]
+            views[index][:] = held[start - low : end - low]
+
+
+def per_range(into: Sequence[memoryview], ranges: Sequence[tuple[int, int]]) -> list[memoryview]:
+    """Each range's view of `into`, whose buffers hold the ranges end to end (each whole)."""
+    views, buffers = [], iter(into)
+    buffer, at = memoryview(b""), 0
+    for start, end in ranges:
+        while at == len(buffer):
+            buffer, at = next(buffers), 0
+        if at + end - start > len(buffer):
+            raise ValueError(f"range [{start}, {end}) does not fit whole in a buffer")
+        views.append(buffer[at : at + end - start])
+        at += end - start
+    return views

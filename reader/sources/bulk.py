@@ -47,6 +47,7 @@ import h11
 import httpx
 
 from .base import fresh_buffer
+from .options import ResolveHost
 from .proxies import Proxy
 from .receiver import Receiver
 from .scatter import Scatter
@@ -112,9 +113,11 @@ class Pool:
         max_idle: int = 8,
         *,
         receive_thread: bool = True,
+        resolve_host: ResolveHost | None = None,
     ) -> None:
         self.verify = verify
         self.proxy = proxy  # every connection goes through it (proxies.py)
+        self.resolve_host = resolve_host  # HttpOptions.resolve_host: the addresses to connect to
         self.max_idle = max_idle
         self.receive_thread = receive_thread
         self.idle: dict[Origin, list[BodyProtocol]] = {}
@@ -156,14 +159,23 @@ class Pool:
         scheme, host, port, sni = origin
         loop, proxy, https = protocol.loop, self.proxy, scheme == "https"
         if proxy is None:
-            await loop.create_connection(
-                lambda: protocol,
-                host,
-                port,
-                ssl=self.verify if https else None,
-                server_hostname=sni if https else None,
-            )
-            return
+            addresses = [host] if self.resolve_host is None else await self.resolve_host(host, port)
+            for index, address in enumerate(addresses):  # the addresses the hook checked, in turn
+                try:
+                    await loop.create_connection(
+                        lambda: protocol,
+                        address,
+                        port,
+                        ssl=self.verify if https else None,
+                        server_hostname=sni if https else None,
+                    )
+                    return
+                except OSError:
+                    if index == len(addresses) - 1:
+                        raise
+            raise OSError(f"{host} resolved to no address")
+        if self.resolve_host is not None:  # the proxy connects: the hook is asked about the target
+            await self.resolve_host(host, port)
         to_proxy_tls = proxy.scheme == "https"
         await loop.create_connection(
             lambda: protocol,

@@ -276,8 +276,9 @@ class GcsSource(HttpSource):
                 raise SourceError(f"{exc}; credentials: {credentials}") from None
             raise
 
-    async def revalidate(self) -> bool:
-        """True if the object's current generation is still the one opened (a 1-byte read)."""
+    async def _revalidate_once(self) -> bool:
+        """True if the object's current generation is still the one opened (a 1-byte read; retried
+        as every request is, by HttpSource.revalidate)."""
         headers = {"Accept-Encoding": "identity", **self.options.headers, "Range": "bytes=0-0"}
         response = await self._send(self.client.build_request("GET", self.url, headers=headers), "revalidate")
         await response.aclose()

@@ -163,12 +163,12 @@ class HubSource(HttpSource):
         self.file_tag = _file_tag(first)
         return self.hub_file.url(self.endpoint, commit)
 
-    async def revalidate(self) -> bool:
+    async def _revalidate_once(self) -> bool:
         """True while the revision as given still names the bytes opened: asked of the Hub alone
         (its answer names the commit and the file's tag; the CDN is not asked), so a moved `main`
-        whose file changed makes the service reopen."""
+        whose file changed makes the service reopen. Retried as every request is (revalidate)."""
         if self.commit is None:  # not the Hub's answer: as any HTTP source
-            return await super().revalidate()
+            return await super()._revalidate_once()
         request = self._request("HEAD", {}, self.url)
         response = await self._send(request, "revalidate", follow_redirects=False)
         await response.aclose()

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import itertools
 import random
 import re
 import time
@@ -32,16 +31,19 @@ from typing import Any, Self, TypeVar
 import httpx
 import numpy as np
 
-from ..errors import SourceChanged, SourceError
-from ..reading.ranges import coalesce
+from ..errors import OriginUnreachable, SourceChanged, SourceError
 from . import bulk, multirange
 from .base import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_TAIL_SIZE,
+    ByteSource,
     Landed,
     SourceStats,
     check_range,
+    check_ranges,
     fresh_buffer,
+    per_range,
+    read_ranges_apart,
     redact_location,
 )
 from .held import HeldBytes
@@ -68,15 +70,20 @@ T = TypeVar("T")
 
 
 class _Retry(Exception):
-    """A failure worth another attempt (after `delay` seconds if the server said so)."""
+    """A failure worth another attempt (after `delay` seconds if the server said so); `unreachable`:
+    no answer came at all (the request never got a response), as opposed to an HTTP status or a
+    body cut short."""
 
-    def __init__(self, message: str, delay: float | None = None) -> None:
+    def __init__(self, message: str, delay: float | None = None, *, unreachable: bool = False) -> None:
         super().__init__(message)
         self.delay = delay
+        self.unreachable = unreachable
 
 
-class HttpSource:
+class HttpSource(ByteSource):
     """One remote object read by byte ranges over a pooled httpx client."""
+
+    reports_landed = True  # read_into tells `landed` of each stretch as it arrives
 
     def __init__(
         self,
@@ -136,6 +143,14 @@ class HttpSource:
     @property
     def identity(self) -> str:
         return self.etag or f"{self.last_modified}-{self.size}"
+
+    @property
+    def fast_connection(self) -> float | None:
+        return self.options.fast_connection
+
+    @property
+    def part_size(self) -> int:
+        return self.options.part_size
 
     @property
     def held(self) -> HeldBytes | None:
@@ -482,30 +497,11 @@ class HttpSource:
         part checked against what was asked; else (a 200 or a single range to a multi-range request:
         its body is not read, and the answer remembered) the ranges joined where at most
         `fallback_gap` lies between them, one range a request."""
-        for start, end in ranges:
-            check_range(self, start, end)
-        if any(low < high for (_, high), (low, _) in itertools.pairwise(ranges)):
-            raise ValueError("ranges must be sorted and disjoint")
-        if sum(map(len, into)) != sum(end - start for start, end in ranges):
-            raise ValueError("the buffers are not as long as the ranges")
+        check_ranges(self, ranges, into)
         several = len(ranges) > 1 and self.multirange is not False
         if several and await self._retrying(lambda: self._ranges_once(ranges, into, purpose)):
             return
-        views = _per_range(into, ranges)
-        first = 0
-        for low, high in coalesce(ranges, fallback_gap):  # both in order: each span's ranges follow on
-            last = first
-            while last < len(ranges) and ranges[last][1] <= high:
-                last += 1
-            inside, first = range(first, last), last
-            if len(inside) == 1:  # the range alone: straight into its place
-                await self.read_into(low, views[inside[0]], purpose=purpose)
-                continue
-            held = fresh_buffer(high - low)
-            await self.read_into(low, held, purpose=purpose)
-            for index in inside:
-                start, end = ranges[index]
-                views[index][:] = held[start - low : end - low]
+        await read_ranges_apart(self, ranges, into, purpose=purpose, gap=fallback_gap)
 
     async def _ranges_once(
         self, ranges: Sequence[tuple[int, int]], into: Sequence[memoryview], purpose: str
@@ -533,7 +529,7 @@ class HttpSource:
             self.multirange = True
             body = response.extensions.get(bulk.BODY_INTO)
             length = response.headers.get("content-length", "")
-            views = _per_range(into, ranges)
+            views = per_range(into, ranges)
             try:
                 laid = None
                 if body is not None and length.isdigit():
@@ -690,7 +686,7 @@ class HttpSource:
             refused = certificate_refusal(exc, _failed_host(exc)) or refusal(exc)
             if refused:  # another attempt would meet the same answer
                 raise SourceError(f"{self.location}: {refused}") from None
-            raise _Retry(f"{type(exc).__name__}: {exc}") from None
+            raise _Retry(f"{type(exc).__name__}: {exc}", unreachable=True) from None
         if response.history:  # each hop was a request
             self.stats.record(purpose, 0, requests=len(response.history))
             if response.is_success:  # later reads go straight to the final URL
@@ -700,15 +696,16 @@ class HttpSource:
     async def _retrying(self, attempt_once: Callable[[], Awaitable[T]]) -> T:
         deadline = self._deadline()
         attempt = 0
+        last: _Retry | None = None
         while True:
             try:
                 return await asyncio.wait_for(attempt_once(), _remaining(deadline))
             except TimeoutError:
-                raise SourceError(
-                    f"{self.location}: time budget of {self.options.time_budget}s spent"
-                ) from None
+                failed = OriginUnreachable if last is None or last.unreachable else SourceError
+                raise failed(f"{self.location}: time budget of {self.options.time_budget}s spent") from None
             except _Retry as problem:
                 attempt += 1
+                last = problem
                 await self._back_off(problem, attempt, deadline)
 
     def _deadline(self) -> float | None:
@@ -717,14 +714,15 @@ class HttpSource:
 
     async def _back_off(self, problem: _Retry, attempt: int, deadline: float | None) -> None:
         options = self.options
+        failed = OriginUnreachable if problem.unreachable else SourceError  # no answer, or a bad one
         if attempt >= options.max_attempts:
-            raise SourceError(f"{self.location}: giving up after {attempt} attempts: {problem}")
+            raise failed(f"{self.location}: giving up after {attempt} attempts: {problem}")
         delay = problem.delay
         if delay is None:
             delay = min(options.backoff_cap, options.backoff_base * 2 ** (attempt - 1))
             delay *= random.uniform(0.5, 1.0)
         if deadline is not None and time.monotonic() + delay > deadline:
-            raise SourceError(f"{self.location}: time budget of {options.time_budget}s spent: {problem}")
+            raise failed(f"{self.location}: time budget of {options.time_budget}s spent: {problem}")
         await asyncio.sleep(delay)
 
     async def revalidate(self) -> bool:
@@ -764,7 +762,12 @@ def make_client(options: HttpOptions, auth: httpx.Auth | None = None) -> httpx.A
                 to_proxy = verified_context(options.ca_bundle) if proxy.scheme == "https" else None
                 through = httpx.Proxy(proxy.url, headers=proxy.headers, ssl_context=to_proxy)
             return httpx.AsyncHTTPTransport(http2=True, verify=context, proxy=through)
-        return AiohttpTransport(verify=context, proxy=proxy, receive_thread=options.receive_thread)
+        return AiohttpTransport(
+            verify=context,
+            proxy=proxy,
+            receive_thread=options.receive_thread,
+            resolve_host=options.resolve_host,
+        )
 
     direct, mounts = proxy_mounts(transport_for)
     return httpx.AsyncClient(
@@ -793,20 +796,6 @@ def _retry_after(response: httpx.Response, cap: float) -> float | None:
     if value.isdigit():
         return min(float(value), cap)
     return None
-
-
-def _per_range(into: Sequence[memoryview], ranges: Sequence[tuple[int, int]]) -> list[memoryview]:
-    """Each range's view of `into`, whose buffers hold the ranges end to end (each whole)."""
-    views, buffers = [], iter(into)
-    buffer, at = memoryview(b""), 0
-    for start, end in ranges:
-        while at == len(buffer):
-            buffer, at = next(buffers), 0
-        if at + end - start > len(buffer):
-            raise ValueError(f"range [{start}, {end}) does not fit whole in a buffer")
-        views.append(buffer[at : at + end - start])
-        at += end - start
-    return views
 
 
 def _joined(buffers: list[memoryview]) -> memoryview:

@@ -22,7 +22,7 @@ from typing import TypeVar
 import aiofiles.os
 
 from ..errors import SourceChanged, SourceError
-from .base import DEFAULT_CHUNK_SIZE, SourceStats, check_range, fresh_buffer
+from .base import DEFAULT_CHUNK_SIZE, ByteSource, Landed, SourceStats, check_range, fresh_buffer
 
 T = TypeVar("T")
 
@@ -60,7 +60,7 @@ def file_identity(status: os.stat_result) -> str:
     return f"{status.st_size:x}-{status.st_mtime_ns:x}-{status.st_ino:x}"
 
 
-class LocalFileSource:
+class LocalFileSource(ByteSource):
     """One local file, opened once; exact reads or a typed error.
 
     Closing while reads wait in the executor (the service reopens an archive that
@@ -70,10 +70,14 @@ class LocalFileSource:
     that file's bytes. Reads after close raise SourceError.
     """
 
+    local = True
+    mappable = True
+
     def __init__(self, path: str, fd: int, status: os.stat_result) -> None:
         self.location = path
         self._fd = fd
         self.size = status.st_size
+        self.modified_ns = status.st_mtime_ns  # a validator, as a remote object's ETag is (versions.py)
         self.identity = file_identity(status)
         self.stats = SourceStats()
         self._nowait = _RWF_NOWAIT is not None
@@ -108,7 +112,9 @@ class LocalFileSource:
         self.stats.record(purpose, len(data))
         return data
 
-    async def read_into(self, start: int, buffer: memoryview, *, purpose: str = "data") -> None:
+    async def read_into(
+        self, start: int, buffer: memoryview, *, purpose: str = "data", landed: Landed | None = None
+    ) -> None:
         check_range(self, start, start + len(buffer))
         self._check_open()
         await self._fill(buffer, start, inline=len(buffer) <= INLINE_READ_LIMIT)

@@ -5,11 +5,11 @@ from __future__ import annotations
 import hashlib
 from collections.abc import AsyncIterator
 
-from .base import DEFAULT_CHUNK_SIZE, SourceStats, check_range
+from .base import DEFAULT_CHUNK_SIZE, ByteSource, Landed, SourceStats, check_range
 
 
-class BytesSource:
-    """An immutable bytes object behind the source interface."""
+class BytesSource(ByteSource):
+    """An immutable bytes object behind the source interface (standing in for a remote one)."""
 
     def __init__(self, data: bytes, location: str = "<memory>") -> None:
         self._data = bytes(data)
@@ -23,7 +23,9 @@ class BytesSource:
         self.stats.record(purpose, end - start)
         return self._data[start:end]
 
-    async def read_into(self, start: int, buffer: memoryview, *, purpose: str = "data") -> None:
+    async def read_into(
+        self, start: int, buffer: memoryview, *, purpose: str = "data", landed: Landed | None = None
+    ) -> None:
         end = start + len(buffer)
         check_range(self, start, end)
         buffer[:] = memoryview(self._data)[start:end]

@@ -7,10 +7,13 @@ only reads local archives never loads httpx, aiohttp or botocore.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 DEFAULT_REGION = "us-east-1"
+
+# host, port -> the IP addresses to connect to (raise to refuse the host): see HttpOptions.resolve_host
+ResolveHost = Callable[[str, int], Awaitable[Sequence[str]]]
 
 
 @dataclass(frozen=True)
@@ -47,10 +50,18 @@ class HttpOptions:
     # overlaps the socket reads. A consumer that only relays each chunk (the service writing it to
     # its own client) runs faster with the body received on the loop: False.
     receive_thread: bool = True
+    # Asked for every host a connection is made to, redirect targets included, at connect time: it
+    # answers the addresses to connect to (and the connection goes to one of those, so a name that
+    # resolves differently a moment later changes nothing), or raises to refuse the host. Through a
+    # proxy it is asked about the target host, and the proxy connects. None: the system resolver.
+    # Needs the default transport (http2=False). The service checks opened locations with it.
+    resolve_host: ResolveHost | None = None
 
     def __post_init__(self) -> None:
         if self.parallel_parts < 1 or self.part_size < 1 or self.parallel_above < 0:
             raise ValueError("parallel_parts and part_size must be >= 1, parallel_above >= 0")
+        if self.http2 and self.resolve_host is not None:
+            raise ValueError("resolve_host needs the default transport: http2=False")
 
 
 @dataclass(frozen=True)

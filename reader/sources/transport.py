@@ -30,7 +30,9 @@ import httpx
 from yarl import URL
 
 from . import bulk
+from .options import ResolveHost
 from .proxies import Proxy
+from .resolving import HookResolver, check_literal
 
 
 @contextlib.contextmanager
@@ -102,11 +104,14 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
         proxy: Proxy | None = None,
         max_connections: int = 100,
         receive_thread: bool = True,
+        resolve_host: ResolveHost | None = None,
     ) -> None:
         self._verify = verify
         self._max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
-        self._bulk = bulk.Pool(verify, proxy, receive_thread=receive_thread)
+        self._bulk = bulk.Pool(verify, proxy, receive_thread=receive_thread, resolve_host=resolve_host)
+        self._resolve_host = resolve_host
+        self._via_proxy = proxy is not None
         # aiohttp tunnels https through `proxy` with CONNECT (sending proxy_headers), and sends
         # http to it in absolute form, where the credentials must be among the request's headers
         self._proxy = {} if proxy is None else {"proxy": proxy.url, "proxy_headers": proxy.headers or None}
@@ -114,7 +119,10 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
 
     def _get_session(self) -> aiohttp.ClientSession:
         if self._session is None:  # made on first use, inside the running loop
-            connector = aiohttp.TCPConnector(limit=self._max_connections, ssl=self._verify)
+            # the hook resolves the hosts connected to (through a proxy: the proxy's, asked as is)
+            hooked = self._resolve_host is not None and not self._via_proxy
+            resolver = {"resolver": HookResolver(self._resolve_host)} if hooked else {}  # type: ignore[arg-type]
+            connector = aiohttp.TCPConnector(limit=self._max_connections, ssl=self._verify, **resolver)
             self._session = aiohttp.ClientSession(
                 connector=connector,
                 read_bufsize=bulk.READ_AHEAD,  # aiohttp's flow-control high-water mark
@@ -128,6 +136,12 @@ class AiohttpTransport(httpx.AsyncBaseTransport):
             raise httpx.UnsupportedProtocol(f"cannot follow a redirect to a {request.url.scheme}:// URL")
         if bulk.wants(request):  # a big range: straight into the buffers handed on (bulk.py)
             return await self._bulk.send(request)
+        if self._resolve_host is not None:  # hosts aiohttp's resolver does not see (resolving.py)
+            port = request.url.port or (443 if request.url.scheme == "https" else 80)
+            if self._via_proxy:
+                await self._resolve_host(request.url.host, port)
+            else:
+                await check_literal(self._resolve_host, request.url.host, port)
         timeout = request.extensions.get("timeout", {})
         # read, not `request.content`: the request httpx builds to follow a redirect is unread
         body = await request.aread() or None

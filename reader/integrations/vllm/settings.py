@@ -1,8 +1,8 @@
 """What `--model-loader-extra-config` says to the pt2serve load format, checked once, and where the
 weights are when it names no location: no vllm and no torch here.
 
-`{"location": "s3://bucket/model.pt2", "cache_dir": ..., "offline": ..., "verify": ...,
-"s3": {S3Settings fields}, "http": {HttpOptions fields}}`; every key is optional. Credentials
+`{"location": "s3://bucket/model.pt2", "cache_dir": ..., "offline": ..., "stale_if_error": ...,
+"verify": ..., "s3": {S3Settings fields}, "http": {HttpOptions fields}}`; every key is optional. Credentials
 and endpoints come from the environment as for every reader open (AWS_*, PT2SERVE_S3_ENDPOINT,
 GOOGLE_APPLICATION_CREDENTIALS, HF_TOKEN, ...) unless `s3` spells them out.
 """
@@ -32,6 +32,7 @@ class LoaderSettings:
     location: str | None = None
     cache_dir: str | None = None
     offline: bool | None = None
+    stale_if_error: bool | None = None
     verify: bool | None = None
     s3_settings: S3Settings | None = None
     http_options: HttpOptions | None = None
@@ -57,6 +58,7 @@ class LoaderSettings:
             location=extra.get("location"),
             cache_dir=extra.get("cache_dir"),
             offline=extra.get("offline"),
+            stale_if_error=extra.get("stale_if_error"),
             verify=extra.get("verify"),
             s3_settings=_options(S3Settings, "s3", extra.get("s3")),
             http_options=_options(HttpOptions, "http", extra.get("http")),
@@ -67,6 +69,7 @@ class LoaderSettings:
         return {
             "cache_dir": self.cache_dir,
             "offline": self.offline,
+            "stale_if_error": self.stale_if_error,
             "s3_settings": self.s3_settings,
             "http_options": self.http_options,
         }
@@ -80,6 +83,7 @@ _KEYS: dict[str, type | tuple[type, ...]] = {
     "location": str,
     "cache_dir": str,
     "offline": bool,
+    "stale_if_error": bool,
     "verify": bool,
     "s3": dict,
     "http": dict,

@@ -1,21 +1,20 @@
 """The checkpoint's tensors for vLLM's synchronous `model.load_weights`, handed over as they land,
 and the check that they covered every parameter the model has. torch only, no vllm.
 
-The reads run on an event loop of their own in a thread, ahead of the consumer: while vLLM copies
-one tensor into its parameter, the next ones are being received. Leaving the loop early (a
-failed `load_weights`) cancels what is still being read.
+The reads run on a BackgroundLoop (an event loop in a thread of its own), ahead of the consumer:
+while vLLM copies one tensor into its parameter, the next ones are being received. Leaving the
+loop early (a failed `load_weights`) cancels what is still being read.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import queue
-import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...errors import ReaderError
+from ...loading.background import BackgroundLoop
 from ...opener import open_archive
 from ...torch import iter_load
 
@@ -43,8 +42,6 @@ def iter_weights(
     """Every tensor of each archive at `locations` (opened with `open_archive`'s `options`), by
     the name the checkpoint gives it, in the order they land; a read's failure is raised here."""
     arrived: queue.Queue[Any] = queue.Queue()
-    running: list[tuple[asyncio.AbstractEventLoop, asyncio.Task[None]]] = []
-    started = threading.Event()
 
     async def read_all() -> None:
         for location in locations:
@@ -55,36 +52,15 @@ def iter_weights(
                 async for item in tensors:
                     arrived.put(item)
 
-    async def main() -> None:
-        task = asyncio.ensure_future(read_all())
-        running.append((asyncio.get_running_loop(), task))
-        started.set()
-        await task
-
-    def run() -> None:
-        try:
-            asyncio.run(main())
-        except BaseException as error:  # handed to the consumer, raised there
-            arrived.put(error)
-        else:
-            arrived.put(_DONE)
-        finally:
-            started.set()
-
-    thread = threading.Thread(target=run, name="pt2serve-vllm-weights", daemon=True)
-    thread.start()
+    loop = BackgroundLoop("pt2serve-vllm-weights")
     try:
+        reading = loop.submit(read_all())
+        reading.add_done_callback(lambda _: arrived.put(_DONE))  # after every tensor it put
         while (item := arrived.get()) is not _DONE:
-            if isinstance(item, BaseException):
-                raise item
             yield item
+        reading.result()  # the reads' failure, if any
     finally:
-        started.wait()
-        if running and thread.is_alive():
-            loop, task = running[0]
-            with contextlib.suppress(RuntimeError):  # the loop closed in between: nothing to cancel
-                loop.call_soon_threadsafe(task.cancel)
-        thread.join()
+        loop.close()  # cancels what is still being read, and ends the thread
 
 
 def missing_parameters(

@@ -1,0 +1,81 @@
+"""Archives a client opens by location (POST /archives/open, the viewer's Open box), with --allow-open.
+
+The location passes the patterns (app/open_policy.py), the client's rate and the bound on opens in
+progress (app/open_limits.py); then it becomes an archive of the registry like a configured one
+(same routes, ETags, versioned URLs), under an id made from its location, so opening it again
+finds the same archive. An http(s) location is read with the address rule as its resolver
+(app/addresses.py): its host and every redirect's are checked at connect time. Past `open_max`
+opened archives the least recently used is closed. Opened archives live in the process that
+opened them (one worker, or sticky sessions, when several serve).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+
+import reader
+
+from .addresses import AddressGuard, Resolve, system_resolve
+from .errors import ApiError
+from .open_limits import OpenLimits
+from .open_policy import OpenPolicy, refused
+from .registry import Registry, Slot
+from .settings import ArchiveSpec, Settings, stem_of
+
+
+def opened_id(location: str) -> str:
+    """`gpt2-3f2a1c9d0b`: the file stem (URL-safe characters only) and a digest of the location."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", stem_of(location)).strip("-.")[:40] or "archive"
+    return f"{stem}-{hashlib.sha256(location.encode()).hexdigest()[:10]}"
+
+
+class OpenedArchives:
+    def __init__(self, registry: Registry, settings: Settings, resolve: Resolve = system_resolve) -> None:
+        self.registry = registry
+        self.policy = OpenPolicy(settings.allow_open)
+        self.guard = AddressGuard(self.policy.named_hosts, resolve)  # tests give it a resolver of theirs
+        self.limits = OpenLimits(settings.open_rate, settings.open_burst, settings.open_concurrency)
+        self.max = max(1, settings.open_max)
+        self._guarded = dataclasses.replace(registry.http_options, resolve_host=self.guard)
+        if self.policy.remote:  # the HTTP stack's import (~1 s) at start, not in the first open
+            from reader.sources import HttpSource  # noqa: F401
+
+    async def open(self, location: str, client: str) -> Slot:
+        """The open archive at `location`, or the ApiError / ReaderError saying why not."""
+        if self.policy.enabled:
+            self.limits.admit(client)
+        target = self.policy.check(location)
+        archive_id = opened_id(target.location)
+        slot = self.registry.slots.get(archive_id)
+        if slot is not None and slot.spec.location != target.location:  # a configured archive's id
+            raise refused(f"the id {archive_id!r} is taken by another archive")
+        if slot is None:
+            with self.limits.opening():
+                slot = Slot(ArchiveSpec(archive_id, target.location), opened=True,
+                            http_options=self._guarded if target.http else None)  # fmt: skip
+                self.registry.add_opened(slot)
+                await self._open(slot)
+            await self._evict()
+        elif slot.archive is None:
+            await self._open(slot)
+        self.registry.slot(archive_id)  # most recently used
+        return slot
+
+    async def _open(self, slot: Slot) -> None:
+        await self.registry.open_now(slot)
+        failure = slot.failure
+        if slot.archive is not None or failure is None:
+            return
+        await self.registry.remove(slot.spec.id)  # a failed open leaves nothing behind
+        if isinstance(failure, reader.HostRefused):
+            raise refused(str(failure)) from None
+        if isinstance(failure, reader.LocationError):
+            raise ApiError(422, "bad_location", str(failure)) from None
+        raise failure
+
+    async def _evict(self) -> None:
+        while len(self.registry.recent) > self.max:
+            oldest = next(iter(self.registry.recent))
+            await self.registry.remove(oldest)

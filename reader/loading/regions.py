@@ -1,0 +1,127 @@
+"""Boxes of tensors (a torch.distributed.checkpoint rank's ReadItems): only their bytes, one plan.
+
+A region is a box of a tensor: per dim an offset and a length (DCP's `storage_offsets` and
+`lengths`). A region that is the whole tensor is read as its whole storage (CRC-checked, mapped
+locally), as a load reads it; any other is a block (blocks.py): its runs, coalesced with every other
+region's into as few ranged requests as the store allows, read at once with the whole storages (the
+same `read_planned` a sharded load goes through). Each region's bytes are handed over as they land.
+A sharded checkpoint's regions are read shard by shard, the shards concurrently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from ..errors import ReaderError
+from ..pt2.tensorinfo import TensorInfo
+from ..tasks import task_group
+from .blocks import Block, cut_block
+from .load import read_planned
+from .plan import plan_load
+from .selection import Selection
+
+if TYPE_CHECKING:
+    from ..archive import Archive
+    from ..sharded import ShardedArchive
+
+
+class RegionOutOfRange(ReaderError, IndexError):
+    """A region that is not inside its tensor: another rank, offsets past the end, the wrong dims."""
+
+
+@dataclass(frozen=True, slots=True)
+class Region:
+    """Elements [offsets[d], offsets[d] + lengths[d]) of each dim d of tensor `name`."""
+
+    name: str
+    offsets: tuple[int, ...]
+    lengths: tuple[int, ...]
+
+    def index(self) -> tuple[slice, ...]:
+        """As NumPy basic indexing: `full[region.index()]` is the region."""
+        return tuple(
+            slice(start, start + length) for start, length in zip(self.offsets, self.lengths, strict=True)
+        )
+
+    def check(self, info: TensorInfo) -> None:
+        """RegionOutOfRange unless the region lies inside `info`'s shape, naming the tensor."""
+        sizes = tuple(info.sizes or ())
+        inside = len(self.offsets) == len(self.lengths) == len(sizes) and all(
+            start >= 0 and length >= 0 and start + length <= size
+            for start, length, size in zip(self.offsets, self.lengths, sizes, strict=True)
+        )
+        if not inside:
+            raise RegionOutOfRange(
+                f"{self.name!r} has shape {sizes}; the region asked for (offsets {self.offsets}, "
+                f"lengths {self.lengths}) is not inside it"
+            )
+
+    def whole(self, info: TensorInfo) -> bool:
+        return not any(self.offsets) and self.lengths == tuple(info.sizes or ())
+
+    def empty(self) -> bool:
+        return 0 in self.lengths
+
+
+# Hears of each region once its bytes are in: the region, a TensorInfo viewing `buffer` (its sizes,
+# strides, storage offset in elements), and the buffer (read-only: copy out of it).
+RegionLanded = Callable[[Region, TensorInfo, np.ndarray], None]
+
+
+async def read_regions(
+    archive: Archive | ShardedArchive,
+    regions: Sequence[Region],
+    landed: RegionLanded,
+    model: str | None = None,
+) -> None:
+    """Every region's bytes, handed to `landed` as they land; a region of no bytes (a length 0) is
+    handed over at once. TensorNotFound for a name the model lacks, RegionOutOfRange for a region
+    outside its tensor, both before anything is read."""
+    from ..sharded import ShardedArchive
+
+    if isinstance(archive, ShardedArchive):
+        by_shard: dict[str, tuple[Archive, list[Region]]] = {}
+        for region in regions:
+            shard = archive.shard_of(region.name, model)
+            by_shard.setdefault(shard.location, (shard, []))[1].append(region)
+        async with task_group() as group:  # a failure cancels the other shards' reads
+            for shard, part in by_shard.values():
+                group.create_task(_read_archive(shard, part, landed, None))
+        return
+    await _read_archive(archive, regions, landed, model)
+
+
+async def _read_archive(
+    archive: Archive, regions: Sequence[Region], landed: RegionLanded, model: str | None
+) -> None:
+    payloads = archive.payloads()
+    views: dict[str, list[tuple[Region, TensorInfo]]] = {}  # buffer key -> the regions it holds
+    whole: dict[tuple[str, str], TensorInfo] = {}
+    blocks: dict[str, Block] = {}
+    infos = [(region, archive.layout(region.name, model)) for region in regions]
+    for region, info in infos:  # every region checked before anything is read
+        region.check(info)
+    for region, info in infos:
+        if region.empty():
+            landed(region, info, np.empty(0, np.uint8))
+        elif region.whole(info):
+            whole.setdefault((info.model, info.name), info)
+            views.setdefault(info.storage.entry, []).append((region, info))
+        else:
+            key = f"{info.storage.entry}#{info.model}/{info.name}@{region.offsets}+{region.lengths}"
+            if key not in blocks:
+                blocks[key] = cut_block(info, region.index(), payloads.entries[info.storage.entry], key)
+            views.setdefault(key, []).append((region, blocks[key].info))
+
+    def arrived(buffers: dict[str, np.ndarray]) -> None:
+        for key, buffer in buffers.items():
+            for region, view in views.get(key, ()):
+                landed(region, view, buffer)
+
+    if views:
+        plan = plan_load(list(whole.values()), payloads.entries)
+        await read_planned(payloads, plan, list(blocks.values()), Selection(), arrived)

@@ -1,0 +1,287 @@
+"""`reader.safe_open`: safetensors' `safe_open` surface over every archive the reader opens.
+
+Loaders are written against safetensors' handle (TGI's `Weights`: `get_slice(name)[a:b]`,
+`get_shape()`; transformers' tensor-parallel loader; vLLM's and SGLang's weight iterators: `keys()`,
+`get_tensor`), so this handle answers what safetensors' `safe_open` answers for a safetensors file of
+the same weights (the one the service's bundle writes: reader.formats.safetensors), for any location
+and container: a `.pt2`, a `torch.save` checkpoint (`pytorch_model.bin`), a sharded `*.index.json`.
+
+- The archive is opened once, in `__init__`, on an event loop in a thread the handle owns
+  (reader.loading.background); `get_tensor` reads the tensor's row-major bytes and a slice reads
+  only the byte runs it covers (reader.sliced), never opening again. Calls from several threads run
+  concurrently. `close()` / leaving the `with` closes the archive and stops the loop.
+- Names: one model's tensors (`model=`, else the default one). Those safetensors has no dtype for
+  (complex32, complex128, float8_e8m0fnu) or that the reader cannot serve (pickled subclasses,
+  symbolic sizes) are left out of `keys()`, as the bundle leaves them out, and named in
+  `metadata()["pt2serve.skipped"]`; asking for one raises UnsupportedPayload naming it and why.
+- Every tensor is a fresh, writable copy: tied names and views come out as separate tensors with
+  equal values, as from a safetensors file.
+- A slice is NumPy basic indexing (ints, slices with steps, `...`, None) and equals `full[index]`.
+  Negative steps work too (safetensors refuses them). An int out of range or too many indices raise
+  IndexError; slice bounds past the end are clipped, as in Python and safetensors.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .errors import TensorNotFound, UnsupportedPayload
+from .formats import safetensors as safetensors_format
+from .formats.selection import select
+from .loading.background import BackgroundLoop, LoopClosed
+from .opener import open_archive
+from .pt2.dtypes import BY_NAME
+from .pt2.tensorinfo import TensorInfo
+from .sharded import ShardedArchive
+from .sliced import SliceBytes
+from .sources import DEFAULT_CHUNK_SIZE, ByteSource, HttpOptions, S3Settings, redact_location
+from .versions import source_version
+
+if TYPE_CHECKING:
+    from .archive import Archive
+    from .cache import CacheStore
+
+# framework names as safetensors spells them -> which one
+FRAMEWORKS = {"pt": "pt", "torch": "pt", "pytorch": "pt", "np": "np", "numpy": "np"}
+
+
+class safe_open:  # noqa: N801 - safetensors' name, used the same way
+    """`with reader.safe_open("s3://bucket/model.pt2", framework="pt") as f:` then `f.keys()`,
+    `f.get_tensor(name)`, `f.get_slice(name)[0:128, ::2]`, `f.get_slice(name).get_dtype()`.
+
+    `framework`: "pt" (also "torch", "pytorch": torch tensors, moved to `device`) or "np"/"numpy"
+    (NumPy arrays; bfloat16 and float8 through ml_dtypes). `model` picks one model of a multi-model
+    archive. The other keywords are `reader.open_archive`'s.
+    """
+
+    def __init__(
+        self,
+        location: str | os.PathLike[str] | ByteSource,
+        framework: str = "pt",
+        device: str | int = "cpu",
+        *,
+        model: str | None = None,
+        tail_size: int | None = None,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        http_options: HttpOptions | None = None,
+        s3_settings: S3Settings | None = None,
+        cache_dir: str | os.PathLike[str] | CacheStore | None = None,
+        offline: bool | None = None,
+        stale_if_error: bool | None = None,
+    ) -> None:
+        self._framework = _framework(framework)
+        self._device = _device(self._framework, device)
+        where = os.fspath(location) if isinstance(location, (str, os.PathLike)) else location.location
+        self._where = redact_location(where)
+        opening = open_archive(
+            location,
+            tail_size=tail_size,
+            chunk_size=chunk_size,
+            http_options=http_options,
+            s3_settings=s3_settings,
+            cache_dir=cache_dir,
+            offline=offline,
+            stale_if_error=stale_if_error,
+        )
+        self._loop = BackgroundLoop(f"safe_open {self._where}")
+        try:
+            self._archive: Archive | ShardedArchive = self._loop.run(_opened(opening))
+        except BaseException:
+            self._loop.close()
+            raise
+        self._closer = weakref.finalize(self, _close, self._loop, self._archive)
+        try:
+            self._model = self._archive.resolve_model(model)
+            chosen = select(self._archive, safetensors_format.writable, "safetensors", model=self._model)  # type: ignore[arg-type]
+        except BaseException:
+            self._closer()
+            raise
+        self._tensors = {info.name: info for info in chosen.chosen}
+        self._skipped = {info.name: info for info in chosen.skipped}
+
+    # -- the context manager ------------------------------------------------------------------------
+
+    def __enter__(self) -> safe_open:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the archive and stop the handle's loop; later calls raise ValueError."""
+        self._closer()
+
+    def __repr__(self) -> str:
+        state = "open" if self._closer.alive else "closed"
+        return f"<reader.safe_open {self._where} ({state}, {len(self._tensors)} tensors)>"
+
+    # -- safetensors' surface -----------------------------------------------------------------------
+
+    def keys(self) -> list[str]:
+        """The tensors' names, sorted (as safetensors lists them)."""
+        self._check_open()
+        return sorted(self._tensors)
+
+    def offset_keys(self) -> list[str]:
+        """The tensors' names in the order their bytes lie in the archive (for a sharded
+        checkpoint: shard by shard, in file-name order)."""
+        self._check_open()
+        return sorted(self._tensors, key=self._position)
+
+    def metadata(self) -> dict[str, str]:
+        """What a safetensors bundle of these weights carries in `__metadata__`: `format` ("pt"),
+        and `pt2serve.archive_version` (the version the service names these bytes by),
+        `pt2serve.container` ("pt2", "checkpoint", ...), `pt2serve.model`, and `pt2serve.skipped`
+        (comma-separated names left out of `keys()`) when there are any."""
+        self._check_open()
+        found = {
+            "format": "pt",
+            "pt2serve.archive_version": source_version(self._archive.source),
+            "pt2serve.container": self._archive.container,
+            "pt2serve.model": self._model,
+        }
+        if self._skipped:
+            found["pt2serve.skipped"] = ",".join(self._skipped)
+        return found
+
+    @property
+    def stats(self) -> dict[str, dict[str, int]]:
+        """pt2serve's own: requests made and bytes read so far, by purpose ("open", "data"), as
+        `Archive.stats` counts them (every shard's together for a sharded checkpoint)."""
+        self._check_open()
+        return self._archive.stats
+
+    def get_tensor(self, name: str) -> Any:
+        """The whole tensor, a fresh row-major copy (one read of its bytes)."""
+        info = self._info(name)
+        buffer = self._loop_run(_read_whole(self._archive, info))
+        return self._convert(buffer, info, info.sizes or ())
+
+    def get_tensors(self) -> dict[str, Any]:
+        """Every tensor of `keys()` by name, read in `offset_keys()` order, one read each (as
+        safetensors' `get_tensors`; `reader.torch.load` reads a whole model as one plan instead)."""
+        return {name: self.get_tensor(name) for name in self.offset_keys()}
+
+    def get_slice(self, name: str) -> SafeSlice:
+        """The tensor, not read yet: `get_shape()`, `get_dtype()`, and `[index]` reads the slice."""
+        return SafeSlice(self, self._info(name))
+
+    # -- inside -------------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if not self._closer.alive:
+            raise ValueError(f"safe_open({self._where}) is closed")
+
+    def _loop_run(self, coroutine: Any) -> Any:
+        try:
+            return self._loop.run(coroutine)
+        except LoopClosed as exc:
+            raise ValueError(f"safe_open({self._where}) is {exc}") from None
+
+    def _info(self, name: str) -> TensorInfo:
+        self._check_open()
+        info = self._tensors.get(name)
+        if info is not None:
+            return info
+        skipped = self._skipped.get(name)
+        if skipped is not None:
+            reason = skipped.unsupported or f"dtype {skipped.dtype} has no safetensors dtype"
+            raise UnsupportedPayload(f"{name!r} in {self._where} cannot be read as safetensors: {reason}")
+        self._archive.layout(name, self._model)  # not in the archive: TensorNotFound, with close matches
+        raise TensorNotFound(f"no tensor {name!r} in {self._where}")  # (every name it has is listed)
+
+    def _position(self, name: str) -> tuple[str, int, int, str]:
+        info = self._tensors[name]
+        entry = self._archive.tensor(name, self._model, "contiguous").entry
+        shard = self._archive.index.weight_map[name] if isinstance(self._archive, ShardedArchive) else ""
+        return shard, entry.header_offset, info.storage.offset if info.storage else 0, name
+
+    def _convert(self, buffer: np.ndarray, info: TensorInfo, shape: tuple[int, ...]) -> Any:
+        """A uint8 buffer that this call owns, as the framework's tensor of `info`'s dtype."""
+        if self._framework == "np":
+            return buffer.view(BY_NAME[info.dtype or ""].numpy).reshape(shape)
+        import torch
+
+        dtype = getattr(torch, info.dtype or "")
+        if not buffer.nbytes:  # torch cannot view an empty byte tensor as a wider dtype
+            tensor = torch.empty(shape, dtype=dtype)
+        else:
+            tensor = torch.from_numpy(buffer).view(dtype).reshape(shape)
+        return tensor if self._device is None else tensor.to(self._device)
+
+
+class SafeSlice:
+    """One tensor of a `safe_open` handle, read only when indexed: `[index]` reads `full[index]`
+    (only the byte runs it covers, reader.pt2.slicing) as a fresh tensor."""
+
+    def __init__(self, handle: safe_open, info: TensorInfo) -> None:
+        self._handle = handle
+        self._info = info
+
+    def get_shape(self) -> list[int]:
+        return list(self._info.sizes or ())
+
+    def get_dtype(self) -> str:
+        """safetensors' dtype string: "F32", "BF16", "F8_E4M3", "I64", "BOOL", ..."""
+        return safetensors_format.DTYPES[self._info.dtype or ""]
+
+    def __getitem__(self, index: object) -> Any:
+        handle, info = self._handle, self._info
+        handle._check_open()
+        tensor = handle._archive.tensor(info.name, handle._model, "contiguous")
+        sliced = SliceBytes(tensor, index)  # planned here: IndexError, TypeError before any read
+        buffer = handle._loop_run(_read_slice(sliced))
+        return handle._convert(buffer, info, sliced.plan.shape)
+
+    def __repr__(self) -> str:
+        return f"<SafeSlice {self._info.name!r} {self.get_dtype()} {self.get_shape()}>"
+
+
+async def _opened(opening: open_archive) -> Archive | ShardedArchive:
+    return await opening
+
+
+async def _read_whole(archive: Archive | ShardedArchive, info: TensorInfo) -> np.ndarray:
+    buffer = np.empty(info.nbytes or 0, dtype=np.uint8)
+    await archive.read_into(info.name, buffer, info.model, "contiguous")
+    return buffer
+
+
+async def _read_slice(sliced: SliceBytes) -> np.ndarray:
+    data = await sliced.read()
+    return np.frombuffer(bytearray(data), dtype=np.uint8)
+
+
+def _close(loop: BackgroundLoop, archive: Archive | ShardedArchive) -> None:
+    """Close the archive on its loop, then stop the loop (a finalizer: holds no handle)."""
+    try:
+        if loop.usable:
+            loop.run(archive.close())
+    finally:
+        loop.close()
+
+
+def _framework(framework: str) -> str:
+    found = FRAMEWORKS.get(framework)
+    if found is None:
+        raise ValueError(f"framework {framework!r} is not supported: use one of {', '.join(FRAMEWORKS)}")
+    return found
+
+
+def _device(framework: str, device: str | int) -> Any:
+    """The torch device tensors move to (None: stay on the CPU); NumPy arrays live on the CPU only."""
+    if framework == "np":
+        if device != "cpu":
+            raise ValueError(f"device {device!r}: NumPy arrays live on the CPU (device='cpu')")
+        return None
+    import torch
+
+    try:
+        found = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"device {device!r} is not a torch device: {exc}") from None
+    return None if found.type == "cpu" else found

@@ -1,0 +1,9 @@
+"""The viewer's page as the browser tests open it."""
+
+from __future__ import annotations
+
+
+def open_viewer(page, server: str, fragment: str = "") -> None:
+    """Go to the viewer at `server` (with `fragment`) and wait until its tensor list is drawn."""
+    page.goto(f"{server}/{fragment}")
+    page.wait_for_selector("[data-testid=tensor-row]")

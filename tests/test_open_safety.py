@@ -1,0 +1,483 @@
+"""Opening a location a client names is safe by construction (POST /archives/open, --allow-open).
+
+Against the real service in process and real loopback servers: nothing opens without --allow-open;
+a location outside the patterns is refused with its rule; an http(s) host, or any redirect's, that
+resolves to a loopback, private, link-local (cloud metadata) or IPv6 loopback address is refused
+before anything connects to it, unless a pattern names the host; paths stay inside the folder a
+pattern names (no `..`, no symbolic link out); the token rule, the per-client rate and the bound on
+opens in progress apply; opened archives are evicted least recently used first and served with the
+same routes, ETags and versioned URLs as configured ones.
+
+"No request reached the refused address" is checked two ways: loopback listening sockets count the
+connections they accept (they must stay at zero), and a Python audit hook records every
+`socket.connect` this process makes, so the 10.x and 169.254.169.254 cases assert that nothing
+connected there at all (those addresses are never sent a packet: the refusal happens first).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import sys
+
+import numpy as np
+import pytest
+
+from app.addresses import refusal, system_resolve
+from testing.faultserver import FaultServer, Status
+from testing.forward_proxy import ForwardProxy
+from testing.paths import ARCHIVES
+from testing.service import in_process, make_app
+from testing.zipbytes import write_pt2
+
+pytestmark = pytest.mark.emulator
+
+FLOAT32 = 7
+CONNECTS: list[tuple] | None = None  # socket.connect addresses while a test records them
+
+
+def _audit(event: str, args: tuple) -> None:
+    if event == "socket.connect" and CONNECTS is not None:
+        CONNECTS.append(args[1])
+
+
+sys.addaudithook(_audit)  # audit hooks stay for the process: it records only inside `recording()`
+
+
+@contextlib.contextmanager
+def recording():
+    global CONNECTS
+    CONNECTS = []
+    try:
+        yield CONNECTS
+    finally:
+        CONNECTS = None
+
+
+def connected_hosts(connects: list) -> set[str]:
+    return {str(address[0]) for address in connects if isinstance(address, tuple)}
+
+
+class Listener:
+    """A loopback socket that counts the connections it accepts (and closes them)."""
+
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        self.host, self.accepted, self.server = host, 0, None
+
+    async def __aenter__(self) -> Listener:
+        async def accept(reader, writer):
+            self.accepted += 1
+            writer.close()
+
+        self.server = await asyncio.start_server(accept, self.host, 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc_info) -> None:
+        self.server.close()
+        await self.server.wait_closed()
+
+
+def have_ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as sock:
+            sock.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+NAMES = {  # the resolver the tests give the address guard: names no DNS server knows
+    "loopback.test": ["127.0.0.1"],
+    "private.test": ["10.20.30.40"],
+    "metadata.test": ["169.254.169.254"],
+    "v6loop.test": ["::1"],
+    "mixed.test": ["93.184.216.34", "10.0.0.1"],  # one public, one private: refused, never reached
+    "named.test": ["127.0.0.1"],
+}
+
+
+async def fake_resolve(host: str, port: int) -> list[str]:
+    if host in NAMES:
+        return NAMES[host]
+    return await system_resolve(host, port)
+
+
+@pytest.fixture
+def fixture_archive():
+    return ARCHIVES / "layouts.pt2"
+
+
+def small_archive(path) -> bytes:
+    write_pt2(path, {"w": (FLOAT32, [4, 4], np.arange(16, dtype=np.float32).tobytes())})
+    return path.read_bytes()
+
+
+def big_archive(path) -> bytes:
+    """A tensor of 2 MiB: its read takes the bulk path (bulk.py), not aiohttp's."""
+    write_pt2(path, {"big": (FLOAT32, [512, 1024], np.ones(512 * 1024, dtype=np.float32).tobytes())})
+    return path.read_bytes()
+
+
+def opener(**settings):
+    app = make_app(**settings)
+    app.state.opened.guard.resolve = fake_resolve
+    return app
+
+
+async def open_location(client, location: str, **headers):
+    return await client.post("/archives/open", json={"location": location}, headers=headers)
+
+
+def assert_refused(response, *words: str) -> str:
+    assert response.status_code == 403, response.text
+    error = response.json()["error"]
+    assert error["code"] == "open_refused"
+    for word in words:
+        assert word in error["message"], error["message"]
+    return error["message"]
+
+
+# -- off unless allowed, and only what the patterns allow ---------------------------------------------
+
+
+async def test_nothing_opens_without_allow_open(fixture_archive):
+    async with in_process(make_app()) as client:
+        response = await open_location(client, str(fixture_archive))
+        assert response.status_code == 404 and response.json()["error"]["code"] == "opening_disabled"
+        listing = (await client.get("/archives")).json()
+        assert listing["allow_open"] == [] and not any(a.get("opened") for a in listing["archives"])
+
+
+async def test_a_location_no_pattern_matches_is_refused_with_the_rule():
+    async with in_process(opener(allow_open=("hf://team/*", "s3://models/*"))) as client:
+        message = assert_refused(await open_location(client, "s3://other/x.pt2"), "matches no --allow-open")
+        assert "hf://team/*" in message and "s3://models/*" in message
+        assert_refused(await open_location(client, "ftp://models/x.pt2"), "scheme 'ftp'")
+        assert_refused(await open_location(client, "/etc/passwd"), "no --allow-open pattern is a folder")
+
+
+async def test_credentials_in_a_url_are_refused():
+    async with in_process(opener(allow_open=("https://*",))) as client:
+        assert_refused(await open_location(client, "https://user:secret@example.com/m.pt2"), "credentials")
+
+
+# -- the address rule, at connect time ---------------------------------------------------------------
+
+REFUSED_HOSTS = [
+    ("loopback.test", "127.0.0.1", "loopback"),
+    ("private.test", "10.20.30.40", "private"),
+    ("metadata.test", "169.254.169.254", "cloud metadata"),
+    ("mixed.test", "10.0.0.1", "private"),  # any one address refused refuses the host
+    ("10.20.30.40", "10.20.30.40", "private"),  # literal addresses: no resolver involved
+    ("169.254.169.254", "169.254.169.254", "cloud metadata"),
+    ("[::ffff:127.0.0.1]", "::ffff:127.0.0.1", "loopback"),
+]
+
+
+@pytest.mark.parametrize(("host", "address", "reason"), REFUSED_HOSTS)
+async def test_hosts_on_internal_addresses_are_refused_before_any_connection(host, address, reason):
+    async with Listener() as listener, in_process(opener(allow_open=("http://*",))) as client:
+        port = listener.port if address.endswith("127.0.0.1") else 80
+        with recording() as connects:
+            response = await open_location(client, f"http://{host}:{port}/model.pt2")
+        assert_refused(response, address, reason)
+        assert listener.accepted == 0
+        assert not connected_hosts(connects) & {
+            address,
+            "127.0.0.1",
+            "10.20.30.40",
+            "169.254.169.254",
+            "10.0.0.1",
+        }
+        assert not any(a.get("opened") for a in (await client.get("/archives")).json()["archives"])
+
+
+async def test_localhost_through_the_system_resolver_is_refused():
+    async with Listener() as listener, in_process(make_app(allow_open=("http://*",))) as client:
+        with recording() as connects:
+            response = await open_location(client, f"http://localhost:{listener.port}/model.pt2")
+        assert_refused(response, "localhost", "loopback")
+        assert listener.accepted == 0 and not connects
+
+
+@pytest.mark.skipif(not have_ipv6_loopback(), reason="no IPv6 loopback here")
+@pytest.mark.parametrize("host", ["v6loop.test", "[::1]"])
+async def test_ipv6_loopback_is_refused(host):
+    async with Listener("::1") as listener, in_process(opener(allow_open=("http://*",))) as client:
+        with recording() as connects:
+            response = await open_location(client, f"http://{host}:{listener.port}/model.pt2")
+        assert_refused(response, "::1", "loopback")
+        assert listener.accepted == 0 and not connects
+
+
+REDIRECT_TARGETS = [
+    ("http://loopback.test:{port}/model.pt2", "127.0.0.1"),
+    ("http://localhost:{port}/model.pt2", "127.0.0.1"),
+    ("http://private.test/model.pt2", "10.20.30.40"),
+    ("http://10.20.30.40/model.pt2", "10.20.30.40"),
+    ("http://metadata.test/latest/meta-data/", "169.254.169.254"),
+    ("http://169.254.169.254/latest/meta-data/", "169.254.169.254"),
+]
+
+
+@pytest.mark.parametrize(("target", "address"), REDIRECT_TARGETS)
+async def test_a_redirect_to_an_internal_address_is_refused(tmp_path, target, address):
+    """The origin is allowed (its pattern names 127.0.0.1); its redirect is checked like any host."""
+    data = small_archive(tmp_path / "m.pt2")
+    async with Listener() as listener, FaultServer() as origin:
+        origin.put("/m.pt2", data)
+        origin.faults.append(Status(code=302, times=None, path="/m.pt2",
+                                    headers={"Location": target.format(port=listener.port)}))  # fmt: skip
+        app = opener(allow_open=("http://127.0.0.1:*/*",))
+        async with in_process(app) as client:
+            with recording() as connects:
+                response = await open_location(client, origin.url("/m.pt2"))
+        assert_refused(response, address)
+        assert len(origin.requests("/m.pt2")) == 1  # the origin was asked, once; the target never
+        assert listener.accepted == 0
+        assert connected_hosts(connects) == {"127.0.0.1"}  # the origin only
+        assert all(port == origin.port for _, port, *rest in connects)
+
+
+@pytest.mark.skipif(not have_ipv6_loopback(), reason="no IPv6 loopback here")
+async def test_a_redirect_to_ipv6_loopback_is_refused(tmp_path):
+    data = small_archive(tmp_path / "m.pt2")
+    async with Listener("::1") as listener, FaultServer() as origin:
+        origin.put("/m.pt2", data)
+        target = f"http://v6loop.test:{listener.port}/model.pt2"
+        origin.faults.append(Status(code=307, times=None, path="/m.pt2", headers={"Location": target}))
+        async with in_process(opener(allow_open=("http://127.0.0.1:*/*",))) as client:
+            assert_refused(await open_location(client, origin.url("/m.pt2")), "::1", "loopback")
+        assert listener.accepted == 0
+
+
+async def test_a_named_host_is_allowed_and_read_at_the_address_the_guard_checked(tmp_path):
+    """`named.test` resolves only through the guard's resolver (no DNS knows it): the open, a small
+    read (aiohttp) and a 2 MiB read (the bulk pool) all succeed, so every connection went to the
+    address the guard answered rather than to a second lookup of the name."""
+    data = big_archive(tmp_path / "big.pt2")
+    async with FaultServer() as origin:
+        origin.put("/big.pt2", data)
+        location = f"http://named.test:{origin.port}/big.pt2"
+        async with in_process(opener(allow_open=("http://named.test:*/*",))) as client:
+            response = await open_location(client, location)
+            assert response.status_code == 200, response.text
+            opened = response.json()
+            assert opened["opened"] is True and opened["location"] == location
+            body = await client.get(f"/archives/{opened['id']}/tensors/big/data")
+            assert body.status_code == 200 and body.content == np.ones(512 * 1024, np.float32).tobytes()
+            part = await client.get(
+                f"/archives/{opened['id']}/tensors/big/data", headers={"Range": "bytes=0-15"}
+            )
+            assert part.status_code == 206 and part.content == np.ones(4, np.float32).tobytes()
+        assert origin.requests("/big.pt2")
+
+
+async def test_a_redirect_between_named_hosts_is_followed(tmp_path):
+    data = small_archive(tmp_path / "m.pt2")
+    async with FaultServer() as origin:
+        origin.put("/final.pt2", data)
+        origin.faults.append(Status(code=302, times=None, path="/m.pt2",
+                                    headers={"Location": origin.url("/final.pt2")}))  # fmt: skip
+        async with in_process(opener(allow_open=("http://127.0.0.1:*/*",))) as client:
+            response = await open_location(client, origin.url("/m.pt2"))
+            assert response.status_code == 200, response.text
+            tensors = (await client.get(f"/archives/{response.json()['id']}/tensors")).json()["tensors"]
+            assert [t["name"] for t in tensors] == ["w"]
+
+
+async def test_an_opened_location_is_shown_without_its_query(tmp_path):
+    """A presigned URL's signature is a credential: the listing (and so the viewer) never shows it."""
+    data = small_archive(tmp_path / "m.pt2")
+    async with FaultServer() as origin:
+        origin.put("/m.pt2", data)
+        location = origin.url("/m.pt2") + "?X-Amz-Signature=s3cr3t&X-Amz-Credential=AKIA"
+        async with in_process(opener(allow_open=("http://127.0.0.1:*/*",))) as client:
+            opened = await open_location(client, location)
+            assert opened.status_code == 200, opened.text
+            assert opened.json()["location"] == origin.url("/m.pt2")
+            listing = (await client.get("/archives")).text
+            assert "s3cr3t" not in listing and "AKIA" not in listing
+        assert origin.requests("/m.pt2")[0].target.endswith("X-Amz-Credential=AKIA")  # the query was sent
+
+
+async def test_through_a_proxy_the_target_host_is_checked_before_the_proxy_is_asked(tmp_path, monkeypatch):
+    """With HTTP_PROXY the proxy connects; the guard is asked about each target host first, so a refused
+    host (or redirect target) is never named to the proxy."""
+    data = small_archive(tmp_path / "m.pt2")
+    for variable in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(variable, raising=False)
+    async with Listener() as listener, FaultServer() as origin, ForwardProxy() as proxy:
+        monkeypatch.setenv("HTTP_PROXY", proxy.url)
+        origin.put("/final.pt2", data)
+        target = f"http://loopback.test:{listener.port}/m.pt2"
+        origin.faults.append(Status(code=302, times=None, path="/m.pt2", headers={"Location": target}))
+        async with in_process(opener(allow_open=("http://*",))) as client:
+            assert_refused(
+                await open_location(client, f"http://loopback.test:{listener.port}/m.pt2"), "loopback"
+            )
+            assert proxy.log == []
+        async with in_process(opener(allow_open=("http://127.0.0.1:*/*",))) as client:
+            assert_refused(await open_location(client, origin.url("/m.pt2")), "loopback.test", "loopback")
+            assert [entry["target"] for entry in proxy.log] == [origin.url("/m.pt2")]  # the origin only
+            allowed = await open_location(client, origin.url("/final.pt2"))
+            assert allowed.status_code == 200, allowed.text
+            assert proxy.log[-1]["target"] == origin.url("/final.pt2")  # and it did go through the proxy
+        assert listener.accepted == 0
+
+
+def test_the_address_rule():
+    internal = ["127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "fd00:ec2::254",
+                "::1", "fe80::1", "224.0.0.1", "0.0.0.0", "::", "::ffff:10.0.0.1"]  # fmt: skip
+    for address in internal:
+        assert refusal(address) is not None, address
+    for address in ["93.184.216.34", "2606:4700::1111", "8.8.8.8"]:
+        assert refusal(address) is None, address
+    assert refusal("169.254.169.254") == "cloud metadata" and refusal("fd00:ec2::254") == "cloud metadata"
+
+
+# -- paths -------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def folders(tmp_path):
+    models, secret = tmp_path / "models", tmp_path / "secret"
+    models.mkdir()
+    secret.mkdir()
+    small_archive(models / "ok.pt2")
+    small_archive(secret / "s.pt2")
+    os.symlink(secret / "s.pt2", models / "out.pt2")  # a link out of the folder
+    os.symlink(secret, models / "sub")  # a folder link out of it
+    os.symlink(models / "ok.pt2", models / "alias.pt2")  # a link that stays inside
+    return models, secret
+
+
+@pytest.mark.parametrize(
+    ("path", "reason"),
+    [
+        ("{models}/../secret/s.pt2", "'..'"),
+        ("{models}/sub/../ok.pt2", "'..'"),
+        ("{models}/out.pt2", "outside every folder"),
+        ("{models}/sub/s.pt2", "outside every folder"),
+        ("{secret}/s.pt2", "outside every folder"),
+        ("models/ok.pt2", "absolute"),
+    ],
+)
+async def test_paths_stay_inside_the_folder_a_pattern_names(folders, path, reason):
+    models, secret = folders
+    async with in_process(make_app(allow_open=(f"{models}/*",))) as client:
+        assert_refused(await open_location(client, path.format(models=models, secret=secret)), reason)
+
+
+async def test_paths_inside_the_folder_open(folders):
+    models, _ = folders
+    async with in_process(make_app(allow_open=(f"{models}/*.pt2",))) as client:
+        for name in ("ok.pt2", "alias.pt2"):
+            response = await open_location(client, str(models / name))
+            assert response.status_code == 200, response.text
+            assert response.json()["location"] == str(models / "ok.pt2")  # the real path
+        (models / "notes.txt").write_text("not an archive")
+        assert_refused(
+            await open_location(client, str(models / "notes.txt")), "matches no --allow-open pattern"
+        )
+
+
+# -- who may open, how often, how many ----------------------------------------------------------------
+
+
+async def test_the_token_rule_applies_to_opening(fixture_archive):
+    app = make_app(allow_open=(f"{fixture_archive.parent}/*",), api_token="t0k")
+    async with in_process(app) as client:
+        refused = await open_location(client, str(fixture_archive))
+        assert refused.status_code == 401 and refused.json()["error"]["code"] == "unauthorized"
+        allowed = await open_location(client, str(fixture_archive), Authorization="Bearer t0k")
+        assert allowed.status_code == 200
+        unsent = await client.get(f"/archives/{allowed.json()['id']}/tensors")
+        assert unsent.status_code == 401
+
+
+async def test_a_form_post_cannot_open(fixture_archive):
+    async with in_process(make_app(allow_open=(f"{fixture_archive.parent}/*",))) as client:
+        body = json.dumps({"location": str(fixture_archive)})
+        response = await client.post("/archives/open", content=body, headers={"content-type": "text/plain"})
+        assert response.status_code == 422
+
+
+async def test_opening_is_rate_limited_per_client(folders):
+    models, _ = folders
+    app = make_app(allow_open=(f"{models}/*",), open_burst=2, open_rate=0.01)
+    async with in_process(app) as client:
+        for _ in range(2):
+            assert (await open_location(client, str(models / "ok.pt2"))).status_code == 200
+        limited = await open_location(client, str(models / "ok.pt2"))
+        assert limited.status_code == 429 and limited.json()["error"]["code"] == "too_many_opens"
+        assert int(limited.headers["retry-after"]) >= 1
+        refused = await open_location(client, "/etc/passwd")  # refused ones count too
+        assert refused.status_code == 429
+
+
+async def test_opens_in_progress_are_bounded(tmp_path):
+    data = small_archive(tmp_path / "m.pt2")
+    async with FaultServer() as origin:
+        origin.put("/a.pt2", data)
+        origin.put("/b.pt2", data)
+        origin.delay = 1.0
+        app = opener(allow_open=("http://127.0.0.1:*/*",), open_concurrency=1)
+        async with in_process(app) as client:
+            first = asyncio.create_task(open_location(client, origin.url("/a.pt2")))
+            while not origin.log:
+                await asyncio.sleep(0.01)
+            busy = await open_location(client, origin.url("/b.pt2"))
+            assert busy.status_code == 503 and busy.json()["error"]["code"] == "opens_busy"
+            assert busy.headers["retry-after"]
+            assert (await first).status_code == 200
+        assert not origin.requests("/b.pt2")
+
+
+async def test_opened_archives_are_evicted_least_recently_used_first(tmp_path):
+    for name in "abc":
+        small_archive(tmp_path / f"{name}.pt2")
+    app = make_app(allow_open=(f"{tmp_path}/*",), open_max=2)
+    async with in_process(app) as client:
+        ids = {}
+        for name in "ab":
+            ids[name] = (await open_location(client, str(tmp_path / f"{name}.pt2"))).json()["id"]
+        assert (await client.get(f"/archives/{ids['a']}/tensors")).status_code == 200  # a: used last
+        ids["c"] = (await open_location(client, str(tmp_path / "c.pt2"))).json()["id"]
+        status = {n: (await client.get(f"/archives/{i}/tensors")).status_code for n, i in ids.items()}
+        assert status == {"a": 200, "b": 404, "c": 200}
+        assert (await client.get("/archives/layouts/tensors")).status_code == 200  # configured: kept
+        again = await open_location(client, str(tmp_path / "b.pt2"))
+        assert again.json()["id"] == ids["b"]  # the same id again
+
+
+async def test_an_opened_archive_has_the_routes_etags_and_versioned_urls_of_a_configured_one(fixture_archive):
+    async with in_process(make_app(allow_open=(f"{fixture_archive.parent}/*",))) as client:
+        opened = (await open_location(client, str(fixture_archive))).json()
+        archive_id, version = opened["id"], opened["version"]
+        listing = (await client.get(f"/archives/{archive_id}/tensors")).json()
+        name = listing["tensors"][0]["name"]
+        assert listing["version"] == version
+        data = await client.get(f"/archives/{archive_id}@{version}/tensors/{name}/data")
+        assert data.status_code == 200 and data.headers["etag"]
+        assert "immutable" in data.headers["cache-control"]
+        again = await client.get(
+            f"/archives/{archive_id}@{version}/tensors/{name}/data",
+            headers={"If-None-Match": data.headers["etag"]},
+        )
+        assert again.status_code == 304
+        moved = await client.get(f"/archives/{archive_id}/tensors/{name}/data?redirect=1")
+        assert moved.status_code == 307 and f"{archive_id}@{version}" in moved.headers["location"]
+
+
+async def test_the_open_route_is_in_the_openapi_document():
+    async with in_process(make_app(allow_open=("hf://x/*",))) as client:
+        document = (await client.get("/openapi.json")).json()
+        responses = document["paths"]["/archives/open"]["post"]["responses"]
+        assert {"200", "403", "404", "422", "429", "503"} <= set(responses)
+        assert "open_refused" in responses["403"]["x-error-codes"]
+        assert responses["429"]["headers"]["Retry-After"]["required"] is True
