@@ -19,13 +19,13 @@ class SourceBacked:
         """Whether the origin has said these bytes are current: True for local files, remote opens
         without a cache and cached opens the origin confirmed; False for offline opens and for
         stale-if-error ones (the origin could not be reached; see `stale`)."""
-        return getattr(self.source, "revalidated", True)
+        return self.source.revalidated
 
     @property
     def stale(self) -> Stale | None:
         """Set when a cached version was opened because the origin could not be reached: its
         location, version, age and why (docs/cache.md, stale-if-error); None otherwise."""
-        return getattr(self.source, "stale", None)
+        return self.source.stale
 
     async def revalidate(self) -> bool:
         """True if what was opened is still there unchanged (a cheap conditional request remotely)."""

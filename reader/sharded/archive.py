@@ -95,12 +95,12 @@ class ShardSources:
     @property
     def revalidated(self) -> bool:
         """The origin has said every one of them is current (see SourceBacked.revalidated)."""
-        return all(getattr(source, "revalidated", True) for source in self._sources())
+        return all(source.revalidated for source in self._sources())
 
     @property
     def stale(self) -> Stale | None:
         """The first of them opened stale (the index, else a shard in order), or None."""
-        return next((s.stale for s in self._sources() if getattr(s, "stale", None) is not None), None)
+        return next((s.stale for s in self._sources() if s.stale is not None), None)
 
     async def revalidate(self) -> bool:
         checks = [self.index.revalidate(), *(shard.revalidate() for shard in self.shards.values())]

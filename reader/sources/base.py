@@ -121,6 +121,10 @@ class ByteSource(Protocol):
     # A local copy of a remote version (reader.cache): a read may find that the origin moved on
     # (SourceChanged), and `current()` then names the version the object is now.
     cached: bool = False
+    # Whether the origin has said these bytes are current (False: a cached version opened offline
+    # or stale-if-error), and, for a stale one, which version and why (reader.cache's `Stale`).
+    revalidated: bool = True
+    stale: Any = None  # reader.cache.source.Stale (typed loosely: sources never import the cache)
 
     @property
     def fast_connection(self) -> float | None:
