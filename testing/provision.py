@@ -25,9 +25,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 
-CACHE = pathlib.Path(
-    os.environ.get("PT2SERVE_TEST_CACHE", pathlib.Path.home() / ".cache" / "pt2serve-tests")
-)
+CACHE = pathlib.Path(os.environ.get("PT2SERVE_TEST_CACHE", pathlib.Path.home() / ".cache" / "pt2serve-tests"))
 NPM_PREFIX = CACHE  # the npm packages live in NPM_PREFIX/npm, the tool venvs in CACHE/venvs
 LOCKS = CACHE / "locks"
 # how long a process waits for another's install (Chromium or a venv of vLLM take minutes)

@@ -1,9 +1,5 @@
 """Archives over HTTP against a server the tests own: same index and bytes as local, few requests,
-and for every misbehaviour either exact bytes or the right typed error within the time budget.
-
-Every test runs twice: with the usual split (aiohttp, and reader/sources/bulk.py for explicit
-ranges of 1 MiB and more) and with every explicit range on the bulk path, since the fixture
-archives are small."""
+and for every misbehaviour either exact bytes or the right typed error within the time budget."""
 
 from __future__ import annotations
 
@@ -14,7 +10,7 @@ import time
 import pytest
 
 import reader
-from reader.sources import HttpOptions, bulk
+from reader.sources import HttpOptions
 from testing.faultserver import (
     ChangeObject,
     Chunked,
@@ -37,13 +33,6 @@ pytestmark = pytest.mark.emulator
 
 FAST = HttpOptions(backoff_base=0.01, backoff_cap=0.05, read_timeout=2.0, time_budget=10.0)
 BIG = "many.pt2"  # 880 KB, 1100 tensors, an 80 KiB central directory
-
-
-@pytest.fixture(params=["split", "bulk"], autouse=True)
-def body_path(request, monkeypatch) -> str:
-    if request.param == "bulk":
-        monkeypatch.setattr(bulk, "BULK_MIN", 1)
-    return request.param
 
 
 @pytest.fixture

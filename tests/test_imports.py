@@ -85,7 +85,7 @@ def test_the_check_finds_a_cycle() -> None:
     assert _cycle({"a": {"b"}, "b": set()}) is None
 
 
-REMOTE_ONLY = ("httpx", "aiohttp", "botocore", "google", "azure", "huggingface_hub")
+REMOTE_ONLY = ("httpx", "h11", "botocore", "google", "azure", "huggingface_hub")
 
 
 def test_reading_a_local_archive_imports_no_remote_client() -> None:

@@ -18,8 +18,9 @@ import numpy as np
 import pytest
 
 from reader.errors import SourceError
-from reader.sources import bulk, http, multirange
+from reader.sources import http, multirange
 from reader.sources.http import HttpSource
+from reader.sources.http1.stream import BodyStream
 from reader.sources.scatter import Scatter, gather
 from testing.multipart_server import MultipartServer
 
@@ -122,13 +123,13 @@ def _scattered(monkeypatch) -> list[int]:
     """How many buffers each body received into memory went into (1: one buffer; more: its
     parts' heads and views, one after another)."""
     seen: list[int] = []
-    receive = bulk.BodyStream.receive_into
+    receive = BodyStream.receive_into
 
     def counted(self, view):
         seen.append(1 if isinstance(view, memoryview) else len(view))
         return receive(self, view)
 
-    monkeypatch.setattr(bulk.BodyStream, "receive_into", counted)
+    monkeypatch.setattr(BodyStream, "receive_into", counted)
     return seen
 
 

@@ -117,7 +117,7 @@ def small_archive(path) -> bytes:
 
 
 def big_archive(path) -> bytes:
-    """A tensor of 2 MiB: its read takes the bulk path (bulk.py), not aiohttp's."""
+    """A tensor of 2 MiB: its read is worth parts over several connections."""
     write_pt2(path, {"big": (FLOAT32, [512, 1024], np.ones(512 * 1024, dtype=np.float32).tobytes())})
     return path.read_bytes()
 

@@ -66,7 +66,8 @@ def _workers(tmp_path, names: list[str], timeout: float = 60) -> list[subprocess
     return [
         subprocess.Popen(
             [sys.executable, "-c", WORKER, str(tmp_path), name, str(stand_in), str(timeout)],
-            env=_env(tmp_path), **pipes,
+            env=_env(tmp_path),
+            **pipes,
         )
         for name in names
     ]

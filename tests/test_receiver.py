@@ -1,6 +1,7 @@
-"""Long bodies received on a thread (reader/sources/receiver.py): the same bytes, errors, timeouts,
-pooling and proxying as on the event loop, each buffer's CRC-32 taken by the receiving thread and
-equal to the bytes' own; a view that is not whole pieces of a buffer carries none."""
+"""Long bodies received on a thread (reader/sources/http1/receiver.py): the same bytes, errors,
+timeouts, pooling and proxying as on the event loop, each full buffer's piece CRC-32s taken by the
+receiving thread, told through `checked` and equal to the bytes' own; `RunningCrc` joins the pieces
+told of that cover a chunk exactly, and checks any other chunk itself."""
 
 from __future__ import annotations
 
@@ -16,11 +17,12 @@ from hypothesis import strategies as st
 
 import reader
 from reader import zipfmt
-from reader.sources import HttpOptions, HttpSource, received
-from reader.sources.bulk import THREAD_MIN
+from reader.reading.running_crc import RunningCrc
+from reader.sources import HttpOptions, HttpSource
 from reader.sources.http import make_client
-from reader.sources.receiver import Receiver
-from reader.zipfmt import combine
+from reader.sources.http1.connection import THREAD_MIN
+from reader.sources.http1.receiver import PIECE, Receiver
+from reader.zipfmt import ZipEntry, combine
 from testing.faultserver import DropAfter, FaultServer, ResetConnection, StallAfter
 from testing.forward_proxy import ForwardProxy
 from testing.private_ca import https_origin
@@ -46,10 +48,22 @@ async def _quiet() -> None:
     raise AssertionError(f"{len(_receiving())} receiving threads still running")
 
 
-async def _get(client: httpx.AsyncClient, url: str, start: int, end: int) -> list[bytes | memoryview]:
+Told = list[tuple[int, int, int]]  # what `checked` heard: (offset, length, CRC-32)
+
+
+async def _get(
+    client: httpx.AsyncClient, url: str, start: int, end: int, told: Told | None = None
+) -> list[bytes | memoryview]:
     async with client.stream("GET", url, headers={"Range": f"bytes={start}-{end - 1}"}) as response:
         assert response.status_code == 206
+        if told is not None:
+            response.body.checked = lambda at, nbytes, crc: told.append((start + at, nbytes, crc))
         return [chunk async for chunk in response.aiter_raw()]
+
+
+def _told_right(told: Told) -> None:
+    """Every CRC-32 told is the CRC-32 of those bytes of DATA."""
+    assert all(zlib.crc32(DATA[at : at + nbytes]) == crc for at, nbytes, crc in told)
 
 
 async def _released(server: FaultServer) -> None:
@@ -71,31 +85,42 @@ def test_joining_crcs_equals_the_crc_of_the_joined_bytes(first: bytes, second: b
     assert combine.crc32_combine(crc, 0, zeros) == zipfmt.crc32_combine(crc, 0, zeros)
 
 
-def test_a_view_carries_a_crc_only_when_it_is_whole_pieces_of_a_checked_buffer() -> None:
-    piece = received.PIECE
-    buffer = received.fresh(3 * piece + 1000)
-    buffer[:] = np.frombuffer(DATA[: buffer.nbytes], dtype=np.uint8)
-    view = memoryview(buffer)
-    assert received.known_crc(view) is None  # not checked yet
-    received.check(buffer)
-    end = buffer.nbytes
-    for low, high in [(0, end), (0, piece), (piece, 3 * piece), (3 * piece, end), (piece, end)]:
-        assert received.known_crc(view[low:high]) == zlib.crc32(view[low:high])
-    for low, high in [(1, piece), (0, piece + 1), (piece, 3 * piece - 1), (0, 0), (5, 5)]:
-        assert received.known_crc(view[low:high]) is None
-    assert received.known_crc(view[::2]) is None
-    assert received.known_crc(bytes(view[:piece])) is None
-    assert received.known_crc(memoryview(bytearray(view[:piece]))) is None
+def _entry(data: bytes) -> ZipEntry:
+    return ZipEntry("e", b"e", 0, 0, zlib.crc32(data), len(data), len(data), 0, 0, "stored")
+
+
+async def test_running_crc_joins_pieces_told_of_and_checks_the_rest_itself() -> None:
+    """Pieces told of that tile a chunk exactly are joined, not read again (a wrong one told makes
+    the check fail: the value was used); a chunk they do not tile is checked from its bytes."""
+    data = DATA[: 3 * PIECE + 1000]
+    for told_wrong in (False, True):
+        running = RunningCrc(_entry(data), at=10)
+        for low in range(0, len(data), PIECE):
+            piece = data[low : low + PIECE]
+            running.checked(10 + low, len(piece), zlib.crc32(piece) ^ (told_wrong and low == PIECE))
+        running.add(data[:PIECE])  # one piece
+        running.add(data[PIECE : 3 * PIECE])  # two pieces joined
+        running.add(data[3 * PIECE :])
+        if told_wrong:
+            with pytest.raises(reader.IntegrityError):
+                await running.verify()
+        else:
+            await running.verify()
+    running = RunningCrc(_entry(data), at=0)  # pieces that do not tile the chunks: checked from bytes
+    running.checked(0, PIECE, 0)  # wrong, but never used: no chunk is exactly [0, PIECE)
+    running.add(data[: PIECE + 1])
+    running.add(data[PIECE + 1 :])
+    await running.verify()
 
 
 async def test_a_long_body_is_received_on_a_thread_exact_with_each_buffers_crc() -> None:
     async with FaultServer() as server, make_client(HttpOptions()) as client:
         server.put("/blob", DATA)
-        chunks = await _get(client, server.url("/blob"), 100, SIZE - 7)
+        told: Told = []
+        chunks = await _get(client, server.url("/blob"), 100, SIZE - 7, told)
         assert b"".join(chunks) == DATA[100 : SIZE - 7]
-        known = [chunk for chunk in chunks if received.known_crc(chunk) is not None]
-        assert sum(len(chunk) for chunk in known) >= SIZE - THREAD_MIN  # the thread's share
-        assert all(received.known_crc(chunk) == zlib.crc32(chunk) for chunk in known)
+        assert sum(nbytes for _, nbytes, _ in told) >= SIZE - THREAD_MIN - PIECE  # the thread's share
+        _told_right(told)
         kept = bytes(chunks[-1])
         assert b"".join(await _get(client, server.url("/blob"), 0, SIZE)) == DATA
         assert bytes(chunks[-1]) == kept  # a later body never reuses an earlier one's buffers
@@ -107,9 +132,10 @@ async def test_receive_thread_off_keeps_a_long_body_on_the_event_loop() -> None:
     """The service's setting (it relays each chunk): the same bytes, no thread, no buffer CRCs."""
     async with FaultServer() as server, make_client(HttpOptions(receive_thread=False)) as client:
         server.put("/blob", DATA)
-        chunks = await _get(client, server.url("/blob"), 100, SIZE - 7)
+        told: Told = []
+        chunks = await _get(client, server.url("/blob"), 100, SIZE - 7, told)
         assert b"".join(chunks) == DATA[100 : SIZE - 7]
-        assert all(received.known_crc(chunk) is None for chunk in chunks)
+        assert told == []
         assert not _receiving()
         assert [record.connection for record in server.log] == [1]
 
@@ -244,12 +270,21 @@ def origin(tmp_path_factory):
         yield ca, server
 
 
-async def _source_chunks(url: str, options: HttpOptions) -> list[bytes | memoryview]:
+async def _source_chunks(url: str, options: HttpOptions) -> tuple[list[bytes | memoryview], Told]:
+    """The source's stream of DATA[3:], and the CRC-32s it told of (checked right: asserted)."""
     source = await HttpSource.open(url, options=options)
+    told: Told = []
     try:
-        return [chunk async for chunk in source.stream(3, SIZE)]
+        chunks = [
+            chunk
+            async for chunk in source.stream(
+                3, SIZE, checked=lambda at, nbytes, crc: told.append((at, nbytes, crc))
+            )
+        ]
     finally:
         await source.close()
+    _told_right(told)
+    return chunks, told
 
 
 async def test_a_plain_http_proxy_carries_a_threaded_body(origin, monkeypatch) -> None:
@@ -259,9 +294,9 @@ async def test_a_plain_http_proxy_carries_a_threaded_body(origin, monkeypatch) -
         monkeypatch.delenv(name.upper(), raising=False)
     async with ForwardProxy() as proxy:
         monkeypatch.setenv("HTTP_PROXY", proxy.url)
-        chunks = await _source_chunks(server.base_url + "/blob.bin", HttpOptions(parallel_parts=1))
+        chunks, told = await _source_chunks(server.base_url + "/blob.bin", HttpOptions(parallel_parts=1))
     assert b"".join(chunks) == DATA[3:]
-    assert any(received.known_crc(chunk) is not None for chunk in chunks)  # the thread's buffers
+    assert told  # the thread's buffers
     assert proxy.log and all(entry["method"] == "GET" for entry in proxy.log)  # through the proxy
     await _quiet()
 
@@ -270,9 +305,9 @@ async def test_a_tls_body_stays_on_the_event_loop(origin) -> None:
     """TLS state lives in asyncio's SSL protocol: such a body is not handed to a thread."""
     ca, server = origin
     options = HttpOptions(parallel_parts=1, ca_bundle=str(ca.ca_file))
-    chunks = await _source_chunks(server.tls_base_url + "/blob.bin", options)
+    chunks, told = await _source_chunks(server.tls_base_url + "/blob.bin", options)
     assert b"".join(chunks) == DATA[3:]
-    assert all(received.known_crc(chunk) is None for chunk in chunks)
+    assert told == []
 
 
 def test_under_uvloop_as_the_service_runs_tls_stays_and_plain_tcp_is_handed_over(origin) -> None:
@@ -286,7 +321,7 @@ def test_under_uvloop_as_the_service_runs_tls_stays_and_plain_tcp_is_handed_over
         plain = await _source_chunks(server.base_url + "/blob.bin", HttpOptions(parallel_parts=1))
         return secure, plain
 
-    secure, plain = uvloop.run(both())
+    (secure, told_secure), (plain, told_plain) = uvloop.run(both())
     assert b"".join(secure) == DATA[3:] == b"".join(plain)
-    assert all(received.known_crc(chunk) is None for chunk in secure)
-    assert any(received.known_crc(chunk) is not None for chunk in plain)
+    assert told_secure == []
+    assert told_plain

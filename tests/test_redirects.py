@@ -1,6 +1,6 @@
 """Archives behind a redirect across two origins: nginx (`return 302` to a signed URL) in front of the
-FaultServer holding the bytes. Exact bytes on every body path (aiohttp for small reads, bulk.py for
-ranges of 1 MiB and more, httpx's own on `http2=True`); later reads straight to the target; the
+FaultServer holding the bytes. Exact bytes on both transports (http1/, and
+httpx's own on `http2=True`); later reads straight to the target; the
 origin's credentials never sent to the target; an expired target resolved again, pinned to the
 version opened; a fresh refusal, a loop or an odd target a clear SourceError."""
 
@@ -14,7 +14,6 @@ import pytest
 
 import reader
 from reader.sources import HttpOptions, HttpSource
-from reader.sources.bulk import BULK_MIN
 from reader.sources.redirects import keeps_credentials, origin_of
 from testing.cli import acli
 from testing.fakehub import NginxSite
@@ -25,7 +24,7 @@ pytestmark = pytest.mark.emulator
 
 FLOAT32 = 7
 SMALL = np.arange(256, dtype=np.float32).tobytes()
-BIG = np.random.default_rng(26).standard_normal(3 * BULK_MIN // 4 + 1000, dtype=np.float32).tobytes()
+BIG = np.random.default_rng(26).standard_normal(3 * (1 << 20) // 4 + 1000, dtype=np.float32).tobytes()
 STORED = "/store/model.pt2"
 SIGNED = "?X-Amz-Signature=s3cr3t&Expires=1"  # what a CDN's signed URL carries: never in an error
 
@@ -45,7 +44,7 @@ def archive(tmp_path_factory) -> pathlib.Path:
 
 @pytest.fixture(params=["http1", "http2"])
 def path(request) -> str:
-    """http1: aiohttp, and bulk.py for ranges of BULK_MIN and more; http2: httpx's own transport."""
+    """http1: reader/sources/http1/; http2: httpx's own transport."""
     return request.param
 
 
@@ -92,7 +91,7 @@ async def test_reads_follow_the_redirect_and_then_go_straight_to_the_target(
     ar = await _open(origin.url("models/model.pt2"), fast(path), credential)
     async with ar:
         assert await ar.read("small") == SMALL
-        assert await ar.read("big") == BIG  # one range of 3 MiB: bulk.py on http1
+        assert await ar.read("big") == BIG  # one range of 3 MiB
         assert await _stream(ar, "big") == BIG
     assert [(r["status"], r["auth"]) for r in origin.take_log()] == [(302, True)]  # only the open asked it
     assert target.log[0].target == STORED + SIGNED and target.log[0].range == "bytes=-4096"
@@ -115,11 +114,11 @@ async def test_an_expired_target_is_resolved_again_and_the_stream_resumes(target
     assert (cut.status, refused.status, resumed.status) == (206, 403, 206)
     resumed_at = int(resumed.range.removeprefix("bytes=").split("-")[0])
     assert resumed.range == refused.range and resumed_at == int(cut.range[6:].split("-")[0]) + 300_000
-    # resolved again through the origin, pinned by If-Match; a range of 1 MiB or more: bulk.py on http1
+    # resolved again through the origin, pinned by If-Match; a range of 1 MiB or more
     assert [(r["status"], r["range"], r["if_match"]) for r in origin.take_log()] == [
         (302, resumed.range, target.etag(STORED))
     ]
-    assert int(resumed.range.split("-")[1]) + 1 - resumed_at >= BULK_MIN
+    assert int(resumed.range.split("-")[1]) + 1 - resumed_at >= 1 << 20
 
 
 async def test_an_object_replaced_behind_the_redirect_is_source_changed(

@@ -295,7 +295,6 @@ def test_a_handle_dropped_unclosed_stops_its_thread(shared_linear):
     assert threading.active_count() == before
 
 
-
 def test_bad_arguments_are_clear_errors(shared_linear):
     with pytest.raises(ValueError, match="framework 'jax'"):
         reader.safe_open(shared_linear, "jax")

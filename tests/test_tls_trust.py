@@ -1,8 +1,8 @@
 """Which https servers remote reads trust (reader/sources/tls.py), against nginx with a certificate of a
 private CA that `trustme` issues: refused by default with a SourceError that names the host and says
 "certificate"; trusted through SSL_CERT_FILE, SSL_CERT_DIR (the `openssl rehash` layout) or the extra
-bundle (HttpOptions.ca_bundle, PT2SERVE_CA_BUNDLE, --ca-bundle), on every body path (aiohttp, bulk.py,
-HTTP/2), in the library, the service's registry and the CLI."""
+bundle (HttpOptions.ca_bundle, PT2SERVE_CA_BUNDLE, --ca-bundle), on both transports (http1/ and
+HTTP/2), small reads and big ranges, in the library, the service's registry and the CLI."""
 
 from __future__ import annotations
 
@@ -53,10 +53,10 @@ def _blob(origin) -> str:
 
 
 async def _read_every_path(url: str, options: HttpOptions) -> None:
-    source = await HttpSource.open(url, options=options)  # aiohttp (or HTTP/2)
+    source = await HttpSource.open(url, options=options)
     try:
         assert await source.read(10, 5000) == DATA[10:5000]
-        assert await source.read(1 << 20, 3 << 20) == DATA[1 << 20 : 3 << 20]  # bulk.py (or HTTP/2)
+        assert await source.read(1 << 20, 3 << 20) == DATA[1 << 20 : 3 << 20]  # in parts
     finally:
         await source.close()
 
@@ -71,8 +71,8 @@ async def test_a_private_ca_is_refused_with_a_clear_source_error(origin, http2):
     assert origin[1].take_log() == []  # no request was sent over the untrusted connection
 
 
-async def test_the_bulk_path_refuses_it_too(origin):
-    """bulk.py's own connections verify with the same context, and their failure is recognised."""
+async def test_the_client_refuses_it_too(origin):
+    """The transport's own connections verify with the same context, and their failure is recognised."""
     async with make_client(FAST) as client:
         with pytest.raises(httpx.ConnectError) as raised:
             await client.get(_blob(origin), headers={"Range": f"bytes=0-{(2 << 20) - 1}"})

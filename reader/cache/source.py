@@ -28,7 +28,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import NotCached, OriginUnreachable, SourceChanged
-from ..sources.base import DEFAULT_CHUNK_SIZE, ByteSource, Landed, SourceStats, check_range, fresh_buffer
+from ..sources.base import (
+    DEFAULT_CHUNK_SIZE,
+    ByteSource,
+    Checked,
+    Landed,
+    SourceStats,
+    check_range,
+    fresh_buffer,
+)
 from .store import CachedVersion, CacheStore
 
 if TYPE_CHECKING:
@@ -154,12 +162,18 @@ class CachedSource(ByteSource):
         self.stats.record("cache", end - start, requests=0)
 
     async def stream(
-        self, start: int, end: int, *, chunk_size: int = DEFAULT_CHUNK_SIZE, purpose: str = "data"
+        self,
+        start: int,
+        end: int,
+        *,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        purpose: str = "data",
+        checked: Checked | None = None,
     ) -> AsyncIterator[bytes]:
         check_range(self, start, end)
         if self.version.missing(start, end) and await self._remote() is not None:
             # a miss streams as it arrives (the bytes are written on the way) rather than after all of it
-            async for chunk in self._through(start, end, chunk_size, purpose):
+            async for chunk in self._through(start, end, chunk_size, purpose, checked):
                 yield chunk
             return
         for at in range(start, end, chunk_size):
@@ -236,7 +250,9 @@ class CachedSource(ByteSource):
     def mark_verified(self, name: str, crc: int) -> None:
         self.version.mark_verified(name, crc)
 
-    async def _through(self, start: int, end: int, chunk_size: int, purpose: str) -> AsyncIterator[bytes]:
+    async def _through(
+        self, start: int, end: int, chunk_size: int, purpose: str, checked: Checked | None
+    ) -> AsyncIterator[bytes]:
         """[start, end) from the remote source, yielded as it arrives and written to the cache
         WRITE_SIZE at a time (big writes: see CachedVersion.write), each batch counted as in once it
         is written whole. A cut stream keeps what arrived whole; a caller that stops early too."""
@@ -244,7 +260,8 @@ class CachedSource(ByteSource):
         written = at = start
         pending: list[bytes] = []
         try:
-            async for chunk in self.remote.stream(start, end, chunk_size=chunk_size, purpose=purpose):
+            chunks = self.remote.stream(start, end, chunk_size=chunk_size, purpose=purpose, checked=checked)
+            async for chunk in chunks:
                 if not isinstance(chunk, bytes):  # kept until written: the caller may not change it
                     chunk = memoryview(chunk).toreadonly()
                 pending.append(chunk)

@@ -12,7 +12,7 @@ from contextlib import aclosing
 
 from .. import zipfmt
 from ..errors import IntegrityError
-from ..sources import DEFAULT_CHUNK_SIZE, ByteSource
+from ..sources import DEFAULT_CHUNK_SIZE, ByteSource, Checked
 from ..zipfmt import ZipEntry
 from .ranges import coalesce, containing
 from .running_crc import InOrder, RunningCrc
@@ -160,24 +160,25 @@ class EntryFetcher:
             return _nothing()
         if stored and (start > 0 or end < entry.size):
             return self._stored_chunks(entry, start, end, chunk_size)  # part of an entry: no CRC covers it
-        pieces = (
-            self._stored_chunks(entry, start, end, chunk_size)
-            if stored
-            else self._inflated(entry, start, end, chunk_size)
+        if not stored:
+            return self._verified(entry, self._inflated(entry, start, end, chunk_size), None)
+        running = RunningCrc(entry)
+        return self._verified(
+            entry, self._stored_chunks(entry, start, end, chunk_size, running.checked), running
         )
-        return self._verified(entry, pieces, crc=stored)
 
     async def _verified(
-        self, entry: ZipEntry, pieces: AsyncIterator[bytes | memoryview], crc: bool
+        self, entry: ZipEntry, pieces: AsyncIterator[bytes | memoryview], running: RunningCrc | None
     ) -> AsyncIterator[bytes | memoryview]:
         """Chunks that reach the entry's end, the last one held back until the entry is verified
-        (its CRC-32 here, taken on a worker while the next chunk arrives, or by the inflater), so a
-        consumer that forwards chunks (the service) never completes a corrupt body."""
-        running = RunningCrc(entry) if crc else None
+        (its CRC-32 in `running`, taken on a worker while the next chunk arrives, or by the
+        inflater), so a consumer that forwards chunks (the service) never completes a corrupt body."""
         held: bytes | memoryview | None = None
         async with aclosing(pieces) as chunks:
             async for chunk in chunks:
                 if running is not None:
+                    if running.at is None:  # the first chunk: the data offset is known by now
+                        running.at = self._data_offsets.get(entry.name)
                     running.add(chunk)
                 if held is not None:
                     yield held
@@ -188,28 +189,29 @@ class EntryFetcher:
             yield held
 
     def _stored_chunks(
-        self, entry: ZipEntry, start: int, end: int, chunk_size: int
+        self, entry: ZipEntry, start: int, end: int, chunk_size: int, checked: Checked | None = None
     ) -> AsyncIterator[bytes | memoryview]:
+        """`checked`: told of CRC-32s the source took as it received the bytes (RunningCrc.checked)."""
         known = self._data_offsets.get(entry.name)
         if known is not None:
-            return self.source.stream(known + start, known + end, chunk_size=chunk_size)
+            return self.source.stream(known + start, known + end, chunk_size=chunk_size, checked=checked)
         if start <= HEADER_PIGGYBACK_LIMIT:
-            return self._chunks_with_header(entry, start, end, chunk_size)
-        return self._chunks_after_header(entry, start, end, chunk_size)
+            return self._chunks_with_header(entry, start, end, chunk_size, checked)
+        return self._chunks_after_header(entry, start, end, chunk_size, checked)
 
     async def _chunks_after_header(
-        self, entry: ZipEntry, start: int, end: int, chunk_size: int
+        self, entry: ZipEntry, start: int, end: int, chunk_size: int, checked: Checked | None
     ) -> AsyncIterator[bytes | memoryview]:
         """Resolve the data offset first (one small read), then stream the range."""
         offset = await self.data_offset(entry)
         async with aclosing(
-            self.source.stream(offset + start, offset + end, chunk_size=chunk_size)
+            self.source.stream(offset + start, offset + end, chunk_size=chunk_size, checked=checked)
         ) as chunks:
             async for chunk in chunks:
                 yield chunk
 
     async def _chunks_with_header(
-        self, entry: ZipEntry, start: int, end: int, chunk_size: int
+        self, entry: ZipEntry, start: int, end: int, chunk_size: int, checked: Checked | None
     ) -> AsyncIterator[bytes | memoryview]:
         """Stream from the local header on, so one request covers header and data.
 
@@ -220,7 +222,9 @@ class EntryFetcher:
         stop = min(first + zipfmt.local_header_guess(entry) + end, entry.region_end)
         pending = b""
         position = None  # data position of the chunk in hand, once the header is parsed
-        async with aclosing(self.source.stream(first, stop, chunk_size=chunk_size)) as chunks:
+        async with aclosing(
+            self.source.stream(first, stop, chunk_size=chunk_size, checked=checked)
+        ) as chunks:
             async for chunk in chunks:
                 if position is None:
                     pending += bytes(chunk)
@@ -239,7 +243,8 @@ class EntryFetcher:
                     return
         offset = await self.data_offset(entry)
         resume = max(start, position or 0)
-        async with aclosing(self.source.stream(offset + resume, offset + end, chunk_size=chunk_size)) as rest:
+        rest = self.source.stream(offset + resume, offset + end, chunk_size=chunk_size, checked=checked)
+        async with aclosing(rest) as rest:
             async for chunk in rest:
                 yield chunk
 

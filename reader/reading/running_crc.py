@@ -6,6 +6,10 @@ socket reads do), a chunk is checked while the next one arrives, and a stream co
 the two. The check still comes before the entry's last byte is released: `verify()` awaits what
 is pending and raises IntegrityError, and the caller holds the last chunk until it returns.
 
+Where the source took a piece's CRC-32 where it received it (HttpSource's receive thread), it says
+so through `ByteSource.stream(checked=...)`: `RunningCrc.checked` keeps those values by archive
+offset, and a chunk those pieces cover exactly is joined (`zipfmt.crc32_combine`), not read again.
+
 Chunks are checked after they are handed on, so a consumer must not write into a chunk it was
 given (none does: every source hands out buffers of their own, never reused). Chunks are batched
 into `BATCH` bytes per task, so a small chunk costs no thread hop of its own; an entry's tasks are
@@ -21,7 +25,6 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from .. import zipfmt
-from ..sources import received
 from ..zipfmt import ZipEntry
 
 Known = tuple[int, int]  # a piece whose CRC-32 is already known: (crc, length)
@@ -31,6 +34,7 @@ Known = tuple[int, int]  # a piece whose CRC-32 is already known: (crc, length)
 # same run); an entry's last batch (under BATCH) is checked on the receiving thread
 BATCH = 4 << 20
 WORKERS = 2
+KNOWN_MAX = 64  # pieces told of and not yet met: past this, those behind the next chunk are dropped
 
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
@@ -68,10 +72,14 @@ def _chained(before: Future[int] | None, value: int, pieces: Sequence[bytes | me
 
 
 class RunningCrc:
-    """The CRC-32 of an entry's whole content, fed in order with `add`, checked with `verify`."""
+    """The CRC-32 of an entry's whole content, fed in order with `add`, checked with `verify`.
+    `at`: the archive offset of the next byte `add` takes, once known (the entry's data offset);
+    `checked` (a `ByteSource.stream` argument) is told of pieces whose CRC-32 the source took."""
 
-    def __init__(self, entry: ZipEntry) -> None:
+    def __init__(self, entry: ZipEntry, at: int | None = None) -> None:
         self.entry = entry
+        self.at = at
+        self._known: dict[int, tuple[int, int]] = {}  # archive offset -> (crc, length) of a piece
         self._value = 0  # the CRC-32 so far, while no task is pending
         self._pending: Future[int] | None = None
         self._batch: list[bytes | memoryview | Known] = []
@@ -83,7 +91,9 @@ class RunningCrc:
             return
         if self._pending is not None and self._pending.done():
             self._value, self._pending = self._pending.result(), None
-        crc = received.known_crc(data)  # taken on the thread that received it: joined, not recomputed
+        crc = self._known_crc(len(data))  # taken where it was received: joined, not recomputed
+        if self.at is not None:
+            self.at += len(data)
         if crc is not None and self._pending is None and not self._batch:
             self._value = zipfmt.crc32_combine(self._value, crc, len(data))
             return
@@ -92,6 +102,25 @@ class RunningCrc:
         if self._batched >= BATCH:
             self._pending = _workers().submit(_chained, self._pending, self._value, self._batch)
             self._batch, self._batched = [], 0
+
+    def checked(self, at: int, nbytes: int, crc: int) -> None:
+        """Archive bytes [at, at + nbytes) have CRC-32 `crc` (told before the chunk holding them)."""
+        if len(self._known) >= KNOWN_MAX and self.at is not None:
+            self._known = {start: piece for start, piece in self._known.items() if start >= self.at}
+        self._known[at] = (crc, nbytes)
+
+    def _known_crc(self, nbytes: int) -> int | None:
+        """The CRC-32 of the next `nbytes`, if pieces told of cover them exactly."""
+        if not self._known or self.at is None:
+            return None
+        value, at, end = None, self.at, self.at + nbytes
+        while at < end:
+            piece = self._known.pop(at, None)
+            if piece is None or at + piece[1] > end:
+                return None
+            value = piece[0] if value is None else zipfmt.crc32_combine(value, piece[0], piece[1])
+            at += piece[1]
+        return value
 
     async def verify(self) -> None:
         """Raise IntegrityError unless the bytes added are the entry's content (its CRC-32)."""

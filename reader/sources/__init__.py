@@ -3,8 +3,9 @@
 Every source is a `ByteSource` (base.py): its reads, and the capabilities its callers ask of it
 instead of testing its type (local, mappable, reports_landed, serves_multiple_ranges, ...).
 
-The remote sources (httpx, aiohttp, botocore and the cloud SDKs under them) are imported when a
-remote location is first opened, so reading local archives does not pay for them at start.
+The remote sources (httpx and the HTTP/1.1 client under it, http1/; botocore and the cloud SDKs)
+are imported when a remote location is first opened, so reading local archives does not pay for
+them at start.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from .base import (
     DEFAULT_TAIL_SIZE,
     LOCAL_TAIL_SIZE,
     ByteSource,
+    Checked,
     SourceStats,
     fresh_buffer,
     redact_location,
@@ -55,7 +57,7 @@ def is_remote(location: str) -> bool:
 
 
 def __getattr__(name: str) -> Any:
-    """`HttpSource` (it brings httpx and aiohttp) and `verified_context` (the TLS trust of every
+    """`HttpSource` (it brings httpx and h11) and `verified_context` (the TLS trust of every
     remote read, for a client of one's own) imported on first use."""
     if name == "HttpSource":
         from .http import HttpSource
@@ -136,6 +138,7 @@ __all__ = [
     "SCHEMES",
     "ByteSource",
     "BytesSource",
+    "Checked",
     "HttpOptions",
     "HttpSource",
     "LocalFileSource",

@@ -68,6 +68,8 @@ class SourceStats:
 
 # told of archive bytes [at, at + nbytes) as they land in a read_into's buffer (HttpSource's)
 Landed = Callable[[int, int], None]
+# told of archive bytes [at, at + nbytes) and their CRC-32, taken where they were received (stream's)
+Checked = Callable[[int, int, int], None]
 
 
 class ByteSource(Protocol):
@@ -96,9 +98,18 @@ class ByteSource(Protocol):
         ...
 
     def stream(
-        self, start: int, end: int, *, chunk_size: int = DEFAULT_CHUNK_SIZE, purpose: str = "data"
+        self,
+        start: int,
+        end: int,
+        *,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        purpose: str = "data",
+        checked: Checked | None = None,
     ) -> AsyncIterator[bytes]:
-        """Bytes [start, end) in chunks of at most chunk_size, exactly."""
+        """Bytes [start, end) in chunks of at most chunk_size, exactly. `checked(at, nbytes, crc)`
+        hears, before the chunk holding them is handed on, of archive bytes whose CRC-32 the source
+        took where it received them (HttpSource's receive thread; others never call it), so whoever
+        checks the bytes joins those values instead of reading the bytes again."""
         ...
 
     async def revalidate(self) -> bool:

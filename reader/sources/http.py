@@ -8,10 +8,10 @@
 - Connect errors, 408/429/5xx and bodies cut mid-stream are retried with capped,
   jittered exponential backoff (Retry-After honoured) within attempt and time
   budgets; a cut body resumes from the next byte.
-- `read_into` receives the body straight into the caller's memory (bulk.py's
-  `BodyStream.receive_into`), as parts over several connections when `stream` would use them
-  (parallel.py's `parts_into`), with the same checks, pinning and retries; a cut body resumes
-  writing at the first byte it did not receive. `read_ranges_into` of long ranges receives a
+- `read_into` receives the body straight into the caller's memory (body.py, over http1/'s
+  connections), as parts over several connections when `stream` would use them (parallel.py's
+  `parts_into`), with the same checks, pinning and retries; a cut body resumes writing at the
+  first byte it did not receive. `read_ranges_into` of long ranges receives a
   multi-range answer the same way, each part straight into its view (its heads checked after).
 - Redirects are followed; later reads go straight to the final URL, without the
   origin's credentials, and an expired signed target is resolved again (redirects.py).
@@ -19,11 +19,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
-import random
 import re
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import aclosing
 from typing import Any, Self, TypeVar
@@ -31,12 +28,13 @@ from typing import Any, Self, TypeVar
 import httpx
 import numpy as np
 
-from ..errors import OriginUnreachable, SourceChanged, SourceError
-from . import bulk, multirange
+from ..errors import SourceChanged, SourceError
+from . import multirange
 from .base import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_TAIL_SIZE,
     ByteSource,
+    Checked,
     Landed,
     SourceStats,
     check_range,
@@ -46,15 +44,17 @@ from .base import (
     read_ranges_apart,
     redact_location,
 )
+from .body import Body, TooLong
 from .held import HeldBytes
+from .http1 import Http1Transport
 from .options import HttpOptions
 from .parallel import ordered_parts, parts_into
 from .proxies import Proxy, refusal
 from .proxies import mounts as proxy_mounts
 from .redirects import EXPIRED_STATUS, keeps_credentials, origin_of, without_credentials
+from .retry import Retry, back_off, check_deadline, deadline, retry_after, retrying
 from .scatter import gather
 from .tls import certificate_refusal, verified_context
-from .transport import AiohttpTransport
 
 CONTENT_RANGE = re.compile(r"bytes (\d+)-(\d+)/(\d+|\*)")
 UNSATISFIED_RANGE = re.compile(r"bytes \*/(\d+)")
@@ -65,19 +65,7 @@ SUFFIX_REFUSED_STATUS = {405, 416, 501}
 # are copied out, fewer reads than parts
 SCATTER_MIN = 64 << 10
 
-
 T = TypeVar("T")
-
-
-class _Retry(Exception):
-    """A failure worth another attempt (after `delay` seconds if the server said so); `unreachable`:
-    no answer came at all (the request never got a response), as opposed to an HTTP status or a
-    body cut short."""
-
-    def __init__(self, message: str, delay: float | None = None, *, unreachable: bool = False) -> None:
-        super().__init__(message)
-        self.delay = delay
-        self.unreachable = unreachable
 
 
 class HttpSource(ByteSource):
@@ -134,7 +122,7 @@ class HttpSource(ByteSource):
         try:
             if pinned is not None and await source._still(pinned):
                 return source
-            await source._retrying(lambda: source._open_with_tail(max(tail_size, 1)))
+            await retrying(lambda: source._open_with_tail(max(tail_size, 1)), options, source.location)
         except BaseException:
             await source.close()
             raise
@@ -203,7 +191,7 @@ class HttpSource(ByteSource):
             if end != total - 1:
                 raise SourceError(f"{self.location}: suffix range answered with bytes {start}-{end}/{total}")
             self.size = total
-            self._held = HeldBytes(start, await self._body(response, end + 1 - start, "open"))
+            self._held = HeldBytes(start, await self._body(response, "open").read(end + 1 - start))
         finally:
             await response.aclose()
 
@@ -247,10 +235,9 @@ class HttpSource(ByteSource):
     async def read_into(
         self, start: int, buffer: memoryview, *, purpose: str = "data", landed: Landed | None = None
     ) -> None:
-        """Bytes [start, start + len(buffer)) into `buffer`: received straight into it (bulk.py's
-        sink, whatever the range's length: its h11 exchange costs less CPU a request than aiohttp's
-        client), a big range in parts over several connections as `stream` fetches it, each part
-        retried and resumed into its own slice. `landed(at, nbytes)` hears of archive bytes
+        """Bytes [start, start + len(buffer)) into `buffer`: received straight into it (body.py),
+        a big range in parts over several connections as `stream` fetches it, each part retried and
+        resumed into its own slice. `landed(at, nbytes)` hears of archive bytes
         [at, at + nbytes) as they land (so a caller can check what is in while the rest arrives)."""
         end = start + len(buffer)
         check_range(self, start, end)
@@ -260,7 +247,7 @@ class HttpSource(ByteSource):
                 landed(start, end - start)
             return
         receive = functools.partial(
-            self._receive_once, purpose=purpose, deadline=self._deadline(), landed=landed
+            self._receive_once, purpose=purpose, deadline=deadline(self.options), landed=landed
         )
         parts = self._parts(end - start)
         if parts is not None:
@@ -298,15 +285,21 @@ class HttpSource(ByteSource):
                         if landed is not None:
                             landed(start + filled, nbytes)
                         filled += nbytes
-                        _check_deadline(deadline, self.location)
+                        check_deadline(deadline, self.location)
                 if filled < len(buffer):
-                    raise _Retry(f"body ended after {filled} of {len(buffer)} bytes")
-            except _Retry as problem:
+                    raise Retry(f"body ended after {filled} of {len(buffer)} bytes")
+            except Retry as problem:
                 attempt += 1
-                await self._back_off(problem, attempt, deadline)
+                await back_off(problem, attempt, deadline, self.options, self.location)
 
     async def stream(
-        self, start: int, end: int, *, chunk_size: int = DEFAULT_CHUNK_SIZE, purpose: str = "data"
+        self,
+        start: int,
+        end: int,
+        *,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        purpose: str = "data",
+        checked: Checked | None = None,
     ) -> AsyncIterator[bytes]:
         check_range(self, start, end)
         if self._held and self._held.covers(start, end):
@@ -314,41 +307,46 @@ class HttpSource(ByteSource):
             for at in range(0, len(data), chunk_size):
                 yield data[at : at + chunk_size]
             return
-        deadline = self._deadline()
+        once = functools.partial(
+            self._stream_once,
+            chunk_size=chunk_size,
+            purpose=purpose,
+            deadline=deadline(self.options),
+            checked=checked,
+        )
         parts = self._parts(end - start)
-        if parts is not None:
-            chunks = ordered_parts(
-                functools.partial(
-                    self._stream_once, chunk_size=chunk_size, purpose=purpose, deadline=deadline
-                ),
-                start,
-                end,
-                **parts,
-            )
-        else:
-            chunks = self._stream_once(start, end, chunk_size=chunk_size, purpose=purpose, deadline=deadline)
+        chunks = once(start, end) if parts is None else ordered_parts(once, start, end, **parts)
         async with aclosing(chunks) as pieces:
             async for chunk in pieces:
                 yield chunk
 
     async def _stream_once(
-        self, start: int, end: int, *, chunk_size: int, purpose: str, deadline: float | None
+        self,
+        start: int,
+        end: int,
+        *,
+        chunk_size: int,
+        purpose: str,
+        deadline: float | None,
+        checked: Checked | None,
     ) -> AsyncIterator[bytes]:
         """[start, end) over one connection at a time: retried, resumed from the next byte."""
         position = start
         attempt = 0
         while position < end:
             try:
-                async with aclosing(self._range_chunks(position, end, chunk_size, purpose)) as chunks:
+                async with aclosing(
+                    self._range_chunks(position, end, chunk_size, purpose, checked)
+                ) as chunks:
                     async for chunk in chunks:
                         position += len(chunk)
-                        _check_deadline(deadline, self.location)
+                        check_deadline(deadline, self.location)
                         yield chunk
                 if position < end:
-                    raise _Retry(f"body ended after {position - start} of {end - start} bytes")
-            except _Retry as problem:
+                    raise Retry(f"body ended after {position - start} of {end - start} bytes")
+            except Retry as problem:
                 attempt += 1
-                await self._back_off(problem, attempt, deadline)
+                await back_off(problem, attempt, deadline, self.options, self.location)
 
     async def _fetch(self, start: int, end: int, purpose: str) -> bytes:
         parts = [chunk async for chunk in self.stream(start, end, chunk_size=1 << 20, purpose=purpose)]
@@ -359,10 +357,9 @@ class HttpSource(ByteSource):
 
     async def _range_into(self, start: int, view: memoryview, purpose: str) -> AsyncIterator[int]:
         """One ranged GET whose body goes into `view`; yields how many bytes landed as they land (so
-        a cut loses nothing already here); raises _Retry for transient trouble."""
+        a cut loses nothing already here); raises Retry for transient trouble."""
         end = start + len(view)
         request = self._request("GET", {"Range": f"bytes={start}-{end - 1}", **self._pin()})
-        request.extensions[bulk.BULK] = True  # into `view` through bulk.py's sink, however short
         response = await self._send(request, purpose)
         try:
             if response.status_code == 200:
@@ -372,26 +369,8 @@ class HttpSource(ByteSource):
                 yield len(view)
                 return
             self._check_partial(response, start, end)
-            body = response.extensions.get(bulk.BODY_INTO)
-            received = 0
-            try:
-                if body is None:  # the aiohttp path: its chunks, copied in
-                    async for data in response.aiter_raw():
-                        if received + len(data) > len(view):
-                            raise SourceError(
-                                f"{self.location}: body longer than the range {start}-{end - 1}"
-                            )
-                        view[received : received + len(data)] = data
-                        received += len(data)
-                        self.stats.add_bytes(purpose, len(data))
-                        yield len(data)
-                else:
-                    async for nbytes in body.receive_into(view):
-                        received += nbytes
-                        self.stats.add_bytes(purpose, nbytes)
-                        yield nbytes
-            except httpx.TransportError as exc:
-                raise _Retry(f"body cut after {received} bytes ({type(exc).__name__})") from None
+            async for nbytes in self._body(response, purpose).into(view):
+                yield nbytes
         finally:
             await response.aclose()
 
@@ -411,9 +390,9 @@ class HttpSource(ByteSource):
             )
 
     async def _range_chunks(
-        self, start: int, end: int, chunk_size: int, purpose: str
+        self, start: int, end: int, chunk_size: int, purpose: str, checked: Checked | None = None
     ) -> AsyncIterator[bytes]:
-        """One ranged GET; yields body chunks; raises _Retry for transient trouble."""
+        """One ranged GET; yields body chunks; raises Retry for transient trouble."""
         request = self._request("GET", {"Range": f"bytes={start}-{end - 1}", **self._pin()})
         response = await self._send(request, purpose)
         try:
@@ -423,56 +402,32 @@ class HttpSource(ByteSource):
                 yield whole[start:end]
                 return
             self._check_partial(response, start, end)
-            received = 0
-            try:
-                async for data in response.aiter_raw():
-                    received += len(data)
-                    if received > end - start:
-                        raise SourceError(f"{self.location}: body longer than the range {start}-{end - 1}")
-                    self.stats.add_bytes(purpose, len(data))
-                    # as received (so a cut loses nothing already here), at most chunk_size each
-                    for at in range(0, len(data), chunk_size):
-                        yield data[at : at + chunk_size]
-            except httpx.TransportError as exc:
-                raise _Retry(f"body cut after {received} bytes ({type(exc).__name__})") from None
+            archive = None if checked is None else functools.partial(_shifted, checked, start)
+            async for data in self._body(response, purpose).chunks(end - start, archive):
+                # as received (so a cut loses nothing already here), at most chunk_size each
+                for at in range(0, len(data), chunk_size):
+                    yield data[at : at + chunk_size]
         finally:
             await response.aclose()
+
+    def _body(self, response: httpx.Response, purpose: str) -> Body:
+        return Body(response, functools.partial(self.stats.add_bytes, purpose), self.location)
 
     async def _whole_body(self, response: httpx.Response, purpose: str) -> bytes:
         """A 200 where a range was asked: fine for small objects, refused for big ones."""
         cap = self.options.full_body_cap
-        length = response.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > cap:
+        body = self._body(response, purpose)
+        if body.length is not None and body.length > cap:
             raise SourceError(
-                f"{self.location} ignores Range and is {int(length)} bytes; refusing to download "
+                f"{self.location} ignores Range and is {body.length} bytes; refusing to download "
                 f"more than {cap} (HttpOptions.full_body_cap)"
             )
-        parts, received = [], 0
         try:
-            async for chunk in response.aiter_raw():
-                received += len(chunk)
-                if received > cap:
-                    raise SourceError(
-                        f"{self.location} ignores Range and sends more than {cap} bytes; refusing"
-                    )
-                self.stats.add_bytes(purpose, len(chunk))
-                parts.append(chunk)
-        except httpx.TransportError as exc:
-            raise _Retry(f"full body cut after {received} bytes ({type(exc).__name__})") from None
-        return b"".join(parts)
-
-    async def _body(self, response: httpx.Response, expected: int, purpose: str) -> bytes:
-        parts, received = [], 0
-        try:
-            async for chunk in response.aiter_raw():
-                received += len(chunk)
-                self.stats.add_bytes(purpose, len(chunk))
-                parts.append(chunk)
-        except httpx.TransportError as exc:
-            raise _Retry(f"body cut after {received} bytes ({type(exc).__name__})") from None
-        if received != expected:
-            raise _Retry(f"body of {received} bytes, expected {expected}")
-        return b"".join(parts)
+            return b"".join([chunk async for chunk in body.chunks(cap)])
+        except TooLong:
+            raise SourceError(
+                f"{self.location} ignores Range and sends more than {cap} bytes; refusing"
+            ) from None
 
     # -- several ranges a request (multirange.py) ------------------------------
 
@@ -519,7 +474,6 @@ class HttpSource(ByteSource):
         buffer, its heads compared and its parts gathered out (scatter.gather). Anything else is
         parsed: its parts copied in, or the parser's error."""
         request = self._request("GET", {"Range": multirange.range_header(ranges), **self._pin()})
-        request.extensions[bulk.BULK] = True  # the bulk path whatever the ranges' lengths
         response = await self._send(request, purpose)
         try:
             boundary = multirange.boundary_of(response.headers.get("content-type"))
@@ -531,39 +485,36 @@ class HttpSource(ByteSource):
             self._check_same_object(response, None)
             assert boundary is not None
             self.multirange = True
-            body = response.extensions.get(bulk.BODY_INTO)
-            length = response.headers.get("content-length", "")
+            body = self._body(response, purpose)
             views = per_range(into, ranges)
-            try:
-                laid = None
-                if body is not None and length.isdigit():
-                    window = await body.peek(multirange.HEAD_WINDOW)
+            laid = None
+            if body.length is not None:
+                window = await body.peek(multirange.HEAD_WINDOW)
+                if window is not None:
                     laid = multirange.layout(window, boundary, ranges, self.size)
-                if laid is None or laid.length != int(length):
-                    chunks = self._multipart_body(response, purpose)
-                elif int(laid.sizes.sum()) >= SCATTER_MIN * len(ranges):
-                    frame = memoryview(bytearray(len(laid.frame)))
-                    sink, at = [], 0
-                    for head, view in zip(laid.heads.tolist(), views):
-                        sink += [frame[at : at + head], view]
-                        at += head
-                    sink.append(frame[at:])
-                    async for nbytes in body.receive_into(sink):
-                        self.stats.add_bytes(purpose, nbytes)
-                    if frame == laid.frame:
-                        return True
-                    chunks = _one(_joined(sink))  # not laid out as its first head said
-                else:
-                    whole = fresh_buffer(laid.length)
-                    async for nbytes in body.receive_into(whole):
-                        self.stats.add_bytes(purpose, nbytes)
-                    if laid.check(whole):
-                        gather(np.frombuffer(whole, np.uint8), laid.starts, laid.sizes, into)
-                        return True
-                    chunks = _one(whole)
-                await self._parse_parts(chunks, boundary, ranges, views)
-            except httpx.TransportError as exc:
-                raise _Retry(f"multipart body cut ({type(exc).__name__})") from None
+            if laid is None or laid.length != body.length:
+                chunks = self._multipart_body(body)
+            elif int(laid.sizes.sum()) >= SCATTER_MIN * len(ranges):
+                frame = memoryview(bytearray(len(laid.frame)))
+                sink, at = [], 0
+                for head, view in zip(laid.heads.tolist(), views):
+                    sink += [frame[at : at + head], view]
+                    at += head
+                sink.append(frame[at:])
+                async for _ in body.into(sink):
+                    pass
+                if frame == laid.frame:
+                    return True
+                chunks = _one(_joined(sink))  # not laid out as its first head said
+            else:
+                whole = fresh_buffer(laid.length)
+                async for _ in body.into(whole):
+                    pass
+                if laid.check(whole):
+                    gather(np.frombuffer(whole, np.uint8), laid.starts, laid.sizes, into)
+                    return True
+                chunks = _one(whole)
+            await self._parse_parts(chunks, boundary, ranges, views)
             return True
         finally:
             await response.aclose()
@@ -582,22 +533,16 @@ class HttpSource(ByteSource):
                 views[index][at : at + len(piece)] = piece
         parser.finish()  # every range came, whole
 
-    async def _multipart_body(
-        self, response: httpx.Response, purpose: str
-    ) -> AsyncIterator[memoryview | bytes]:
+    async def _multipart_body(self, body: Body) -> AsyncIterator[memoryview | bytes]:
         """A multipart body's chunks; one with a Content-Length received whole into one buffer first
-        (bulk.py's receive_into: one allocation, huge pages, where each socket read would fault in a
-        fresh one)."""
-        body = response.extensions.get(bulk.BODY_INTO)
-        length = response.headers.get("content-length", "")
-        if body is None or not length.isdigit():
-            async for chunk in response.aiter_raw():
-                self.stats.add_bytes(purpose, len(chunk))
+        (one allocation, huge pages, where each socket read would fault in a fresh one)."""
+        if body.length is None:
+            async for chunk in body.chunks():
                 yield chunk
             return
-        whole = fresh_buffer(int(length))
-        async for nbytes in body.receive_into(whole):
-            self.stats.add_bytes(purpose, nbytes)
+        whole = fresh_buffer(body.length)
+        async for _ in body.into(whole):
+            pass
         yield whole
 
     # -- validation ----------------------------------------------------------
@@ -634,7 +579,7 @@ class HttpSource(ByteSource):
         if status in allow:
             return
         if status in RETRYABLE_STATUS:
-            raise _Retry(f"HTTP {status}", _retry_after(response, self.options.max_retry_after))
+            raise Retry(f"HTTP {status}", retry_after(response, self.options.max_retry_after))
         if status == 412:
             raise SourceChanged(f"{self.location} changed since it was opened (412 Precondition Failed)")
         if status == 404 and self.size:
@@ -648,7 +593,7 @@ class HttpSource(ByteSource):
             # straight to a redirect target remembered from an earlier answer: its signature may
             # have expired, so resolve again from the origin (a fresh one refusing is final, below)
             self.read_url = self.resolve_url
-            raise _Retry(f"HTTP {status} from the redirect target {response.url.host}; resolving again", 0.0)
+            raise Retry(f"HTTP {status} from the redirect target {response.url.host}; resolving again", 0.0)
         raise SourceError(f"{self.location}: HTTP {status} ({self._refusal(response)})")
 
     def _refusal(self, response: httpx.Response) -> str:
@@ -690,7 +635,7 @@ class HttpSource(ByteSource):
             refused = certificate_refusal(exc, _failed_host(exc)) or refusal(exc)
             if refused:  # another attempt would meet the same answer
                 raise SourceError(f"{self.location}: {refused}") from None
-            raise _Retry(f"{type(exc).__name__}: {exc}", unreachable=True) from None
+            raise Retry(f"{type(exc).__name__}: {exc}", unreachable=True) from None
         if response.history:  # each hop was a request
             self.stats.record(purpose, 0, requests=len(response.history))
             if response.is_success:  # later reads go straight to the final URL
@@ -698,36 +643,7 @@ class HttpSource(ByteSource):
         return response
 
     async def _retrying(self, attempt_once: Callable[[], Awaitable[T]]) -> T:
-        deadline = self._deadline()
-        attempt = 0
-        last: _Retry | None = None
-        while True:
-            try:
-                return await asyncio.wait_for(attempt_once(), _remaining(deadline))
-            except TimeoutError:
-                failed = OriginUnreachable if last is None or last.unreachable else SourceError
-                raise failed(f"{self.location}: time budget of {self.options.time_budget}s spent") from None
-            except _Retry as problem:
-                attempt += 1
-                last = problem
-                await self._back_off(problem, attempt, deadline)
-
-    def _deadline(self) -> float | None:
-        budget = self.options.time_budget
-        return None if budget is None else time.monotonic() + budget
-
-    async def _back_off(self, problem: _Retry, attempt: int, deadline: float | None) -> None:
-        options = self.options
-        failed = OriginUnreachable if problem.unreachable else SourceError  # no answer, or a bad one
-        if attempt >= options.max_attempts:
-            raise failed(f"{self.location}: giving up after {attempt} attempts: {problem}")
-        delay = problem.delay
-        if delay is None:
-            delay = min(options.backoff_cap, options.backoff_base * 2 ** (attempt - 1))
-            delay *= random.uniform(0.5, 1.0)
-        if deadline is not None and time.monotonic() + delay > deadline:
-            raise failed(f"{self.location}: time budget of {options.time_budget}s spent: {problem}")
-        await asyncio.sleep(delay)
+        return await retrying(attempt_once, self.options, self.location)
 
     async def revalidate(self) -> bool:
         """True if the object is still the one opened (a conditional HEAD; 304 when ETags allow),
@@ -760,13 +676,13 @@ def make_client(options: HttpOptions, auth: httpx.Auth | None = None) -> httpx.A
     context = verified_context(options.ca_bundle, http2=options.http2)
 
     def transport_for(proxy: Proxy | None) -> httpx.AsyncBaseTransport:
-        if options.http2:  # httpcore speaks HTTP/2 (negotiated by ALPN, else HTTP/1.1); aiohttp does not
+        if options.http2:  # httpcore speaks HTTP/2 (negotiated by ALPN, else HTTP/1.1)
             through = None
             if proxy is not None:  # an https:// proxy's own certificate: verified as any server's
                 to_proxy = verified_context(options.ca_bundle) if proxy.scheme == "https" else None
                 through = httpx.Proxy(proxy.url, headers=proxy.headers, ssl_context=to_proxy)
             return httpx.AsyncHTTPTransport(http2=True, verify=context, proxy=through)
-        return AiohttpTransport(
+        return Http1Transport(
             verify=context,
             proxy=proxy,
             receive_thread=options.receive_thread,
@@ -786,20 +702,9 @@ def _failed_host(error: httpx.TransportError) -> str | None:
         return None
 
 
-def _remaining(deadline: float | None) -> float | None:
-    return None if deadline is None else max(0.0, deadline - time.monotonic())
-
-
-def _check_deadline(deadline: float | None, location: str) -> None:
-    if deadline is not None and time.monotonic() > deadline:
-        raise SourceError(f"{location}: time budget spent before the transfer finished")
-
-
-def _retry_after(response: httpx.Response, cap: float) -> float | None:
-    value = response.headers.get("retry-after", "").strip()
-    if value.isdigit():
-        return min(float(value), cap)
-    return None
+def _shifted(checked: Checked, start: int, at: int, nbytes: int, crc: int) -> None:
+    """`checked` told of body offsets as the archive's (the body starts at `start`)."""
+    checked(start + at, nbytes, crc)
 
 
 def _joined(buffers: list[memoryview]) -> memoryview:

@@ -22,7 +22,7 @@ from typing import TypeVar
 import aiofiles.os
 
 from ..errors import SourceChanged, SourceError
-from .base import DEFAULT_CHUNK_SIZE, ByteSource, Landed, SourceStats, check_range, fresh_buffer
+from .base import DEFAULT_CHUNK_SIZE, ByteSource, Checked, Landed, SourceStats, check_range, fresh_buffer
 
 T = TypeVar("T")
 
@@ -121,7 +121,13 @@ class LocalFileSource(ByteSource):
         self.stats.record(purpose, len(buffer))
 
     async def stream(
-        self, start: int, end: int, *, chunk_size: int = DEFAULT_CHUNK_SIZE, purpose: str = "data"
+        self,
+        start: int,
+        end: int,
+        *,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        purpose: str = "data",
+        checked: Checked | None = None,
     ) -> AsyncIterator[memoryview]:
         check_range(self, start, end)
         if chunk_size <= 0:

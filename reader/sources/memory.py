@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import AsyncIterator
 
-from .base import DEFAULT_CHUNK_SIZE, ByteSource, Landed, SourceStats, check_range
+from .base import DEFAULT_CHUNK_SIZE, ByteSource, Checked, Landed, SourceStats, check_range
 
 
 class BytesSource(ByteSource):
@@ -32,7 +32,13 @@ class BytesSource(ByteSource):
         self.stats.record(purpose, end - start)
 
     async def stream(
-        self, start: int, end: int, *, chunk_size: int = DEFAULT_CHUNK_SIZE, purpose: str = "data"
+        self,
+        start: int,
+        end: int,
+        *,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        purpose: str = "data",
+        checked: Checked | None = None,
     ) -> AsyncIterator[bytes]:
         check_range(self, start, end)
         for position in range(start, end, chunk_size):

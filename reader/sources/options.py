@@ -2,7 +2,7 @@
 
 They live apart from the sources that use them so that naming them (a signature, a service's
 settings, `open_archive(http_options=...)`) imports no HTTP client and no AWS SDK: a process that
-only reads local archives never loads httpx, aiohttp or botocore.
+only reads local archives never loads httpx, h11 or botocore.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class HttpOptions:
     # parts, 246 ms as rows). None: timed once a source, with the link's rate (sources/speed.py);
     # 0: a column block's parts always.
     part_cost: float | None = None
-    # A long streamed body is received on a thread (receiver.py): the consumer's work on the loop
+    # A long streamed body is received on a thread (http1/receiver.py): the consumer's work on the loop
     # overlaps the socket reads. A consumer that only relays each chunk (the service writing it to
     # its own client) runs faster with the body received on the loop: False.
     receive_thread: bool = True

@@ -13,7 +13,7 @@ A context trusts, together:
 - an extra bundle (`HttpOptions.ca_bundle`: a PEM file or such a directory).
 
 Building one costs ~30 ms, so one context per configuration is kept for the life of the process
-and shared by every connection of its protocol (aiohttp's and bulk.py's HTTP/1.1; httpx's HTTP/2).
+and shared by every connection of its protocol (http1/'s HTTP/1.1; httpx's HTTP/2).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def verified_context(ca_bundle: str | None = None, *, http2: bool = False) -> ss
     """The verified client context for this configuration (the environment read now).
 
     HTTP/2 clients get a context of their own: httpcore sets the ALPN protocols of the context
-    it is given, and a shared one would then offer h2 to aiohttp's and bulk.py's HTTP/1.1."""
+    it is given, and a shared one would then offer h2 to http1/'s HTTP/1.1 connections."""
     cert_file, cert_dir = os.environ.get("SSL_CERT_FILE") or None, os.environ.get("SSL_CERT_DIR") or None
     return _context(ca_bundle, cert_file, cert_dir, ("h2", "http/1.1") if http2 else ("http/1.1",))
 
@@ -88,9 +88,8 @@ def untrusted_certificate(error: BaseException) -> str | None:
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        found = getattr(current, "certificate_error", current)  # aiohttp keeps the ssl error there
-        if isinstance(found, ssl.SSLCertVerificationError):
-            return getattr(found, "verify_message", None) or str(found)
+        if isinstance(current, ssl.SSLCertVerificationError):
+            return getattr(current, "verify_message", None) or str(current)
         current = current.__cause__ or current.__context__
     return None
 

@@ -1,62 +1,47 @@
-"""Big ranged GET bodies received straight into the buffers that are handed on.
+"""One HTTP/1.1 connection: a request written and its response received, the body into buffers.
 
-Under uvloop, aiohttp (transport.py) receives each socket read of at most 256 KiB into the loop's
-buffer, copies it into a `bytes`, and its parser copies the body out of that again. Profiled with
-the service relaying a remote tensor, those copies were 11% of its CPU, and the 256 KiB reads set
-the size of every write to the client. A minimal relay receiving into 1 MiB buffers measured 1.71
-GB/s against 1.33 GB/s at 256 KiB (nginx `proxy_pass`: 1.82 GB/s, same run).
+h11 (sans-IO) writes the request and parses the response head. A Content-Length body then
+bypasses h11: an asyncio `BufferedProtocol` receives it into 1 MiB buffers, and each socket read is
+handed on as a memoryview of the buffer it filled. Nothing is copied in Python, and a buffer is
+never reused (a consumer may keep a chunk, and a transport may hold one it has not finished
+writing). Under uvloop a stream client that copies each read into a `bytes` and parses it again
+(aiohttp) spent 11% of the service's CPU relaying a remote tensor on those copies, and its 256 KiB
+reads set the size of every write to the client: a minimal relay receiving into 1 MiB buffers
+measured 1.71 GB/s against 1.33 GB/s at 256 KiB (nginx `proxy_pass`: 1.82 GB/s, same run). A body
+without a Content-Length (chunked, or read until close) is parsed by h11 and its connection is
+closed afterwards.
 
-So a ranged GET of at least `BULK_MIN` bytes runs over a connection of its own: h11 (sans-IO)
-writes the request and parses the response head; then an asyncio `BufferedProtocol` receives the
-body into 1 MiB buffers, and each socket read is handed on as a memoryview of the buffer it
-filled. Nothing is copied in Python, and a buffer is never reused (a consumer may keep a chunk, and
-a transport may hold one it has not finished writing). A body without a Content-Length (chunked,
-or read until close) is parsed by h11 and its connection is closed afterwards.
-
-`Pool` keeps a connection whose Content-Length body was read to its end, exactly, for the next
-big range to the same origin (a new TLS connection per body would cost round trips over a
-WAN); any other ending (cut, cancelled, extra bytes, `Connection: close`) closes it, so a
-pooled connection never has a byte of an earlier response left in it. A pooled connection the
-server closed meanwhile is replaced by a new one before any byte of the response is taken.
-
-A consumer that has the body's final memory (`HttpSource.read_into`) gets no chunks at all: the
-response's extension `BODY_INTO` is its `BodyStream`, whose `receive_into` hands the caller's
-buffer to the socket reads (`get_buffer`), so the body lands where it is kept, with no buffer and
-no copy in between; given several buffers (a multi-range answer: each part's head and bytes), it
-fills them one after another (scatter.py). `peek` looks at a body's first bytes first.
+A consumer that has the body's final memory gets no chunks at all: its buffers (`sink`) are handed
+to the socket reads (`get_buffer`), so the body lands where it is kept (stream.py's `receive_into`).
 
 A read of a body waits until up to `GATHER` bytes of it are queued in the kernel (`SO_RCVLOWAT`,
 which Linux honours in epoll and grows the receive buffer for), so a fast body costs one trip
 through the event loop per MiB instead of one per ~170 KiB; a body that arrives slower than that is
-read as it comes (`GATHER_WAIT` without a read lowers the mark to a byte).
+read as it comes (`GATHER_WAIT` without a read lowers the mark to a byte). A long streamed body is
+received on a thread of its own instead (receiver.py: `hand_over`).
 
-Errors are httpx's types, as in transport.py.
+Errors are httpx's types (`httpx.ReadError`, `RemoteProtocolError`, `ReadTimeout`, ...), so the
+retry logic above does not depend on how the bytes were received.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import functools
-import re
 import socket
-import ssl
-from collections.abc import AsyncIterator, Callable, Sequence
 
 import h11
 import httpx
 
-from .base import fresh_buffer
-from .options import ResolveHost
-from .proxies import Proxy
+from ..base import fresh_buffer
+from ..proxies import Proxy
+from ..scatter import Scatter
 from .receiver import Receiver
-from .scatter import Scatter
 
-BULK_MIN = 1 << 20  # ranged GETs of at least this many bytes take this path
 BUFFER_SIZE = 1 << 20  # receive buffer; a read fills at most what is left of one
 BUFFER_MIN_LEFT = 64 << 10  # below this much room, the next read gets a fresh buffer
-# received but not yet consumed, per connection, before the socket stops being read (here and,
-# as aiohttp's read_bufsize, in transport.py; aiohttp's own default of 64 KiB throttles bulk reads)
+# received but not yet consumed, per connection, before the socket stops being read (64 KiB, as
+# aiohttp's default, throttled bulk reads)
 READ_AHEAD = 4 << 20
 HEAD_BUFFER = 64 << 10
 # A waiting consumer is woken once WAKE_AT bytes wait for it, or WAKE_DELAY seconds after the first
@@ -76,177 +61,11 @@ GATHER_WAIT = 0.002
 
 # A streamed body with at least this much still to come is received on a thread (receiver.py)
 THREAD_MIN = 8 << 20
-
-_RANGE = re.compile(rb"bytes=(\d+)-(\d+)")
-BODY_INTO = "pt2serve.body_into"  # the response extension holding the BodyStream
-
-
-BULK = "pt2serve.bulk"  # a request extension: this path whatever the Range (a big multi-range GET)
+# a response to these has no body, whatever its Content-Length says (RFC 9110 6.4.1)
+BODYLESS_STATUS = (204, 304)
 
 
-def wants(request: httpx.Request) -> bool:
-    """A GET of one explicit byte range of at least BULK_MIN bytes over http(s), or one that asks
-    for this path (`BULK`)."""
-    if request.method != "GET" or request.url.scheme not in ("http", "https"):
-        return False
-    if request.extensions.get(BULK):
-        return True
-    asked = _RANGE.fullmatch(request.headers.get("range", "").encode("latin-1"))
-    return asked is not None and int(asked[2]) - int(asked[1]) + 1 >= BULK_MIN
-
-
-Origin = tuple[str, str, int, str]
-
-
-class _Stale(Exception):
-    """A pooled connection closed before any byte of the response came back."""
-
-
-class Pool:
-    """Connections for bulk bodies, by origin: idle ones are reused, at most `max_idle` each.
-    `receive_thread`: long streamed bodies are received on a thread (HttpOptions.receive_thread)."""
-
-    def __init__(
-        self,
-        verify: ssl.SSLContext,
-        proxy: Proxy | None = None,
-        max_idle: int = 8,
-        *,
-        receive_thread: bool = True,
-        resolve_host: ResolveHost | None = None,
-    ) -> None:
-        self.verify = verify
-        self.proxy = proxy  # every connection goes through it (proxies.py)
-        self.resolve_host = resolve_host  # HttpOptions.resolve_host: the addresses to connect to
-        self.max_idle = max_idle
-        self.receive_thread = receive_thread
-        self.idle: dict[Origin, list[BodyProtocol]] = {}
-
-    async def send(self, request: httpx.Request) -> httpx.Response:
-        """Send `request`; the response's body streams from the connection's `BodyProtocol`."""
-        origin = _origin(request)
-        idle = self.idle.get(origin, [])
-        while idle:
-            protocol = idle.pop()
-            if not protocol.usable:
-                protocol.close()
-                continue
-            try:
-                return await self._exchange(protocol, request, origin, reused=True)
-            except _Stale:
-                continue
-        protocol = await self._connect(request, origin)
-        return await self._exchange(protocol, request, origin, reused=False)
-
-    async def _connect(self, request: httpx.Request, origin: Origin) -> BodyProtocol:
-        protocol = BodyProtocol(asyncio.get_running_loop())
-        where = f"{origin[1]}:{origin[2]}" if self.proxy is None else f"proxy {self.proxy.url}"
-        try:
-            await asyncio.wait_for(
-                self._open(protocol, origin), request.extensions.get("timeout", {}).get("connect")
-            )
-        except BaseException as exc:
-            protocol.close()
-            if isinstance(exc, TimeoutError):
-                raise httpx.ConnectTimeout(f"connecting to {where} timed out") from exc
-            if isinstance(exc, (OSError, ssl.SSLError, httpx.RemoteProtocolError)):
-                raise httpx.ConnectError(f"{type(exc).__name__}: {exc}") from exc
-            raise
-        return protocol
-
-    async def _open(self, protocol: BodyProtocol, origin: Origin) -> None:
-        """Connect: straight to the origin, or to the proxy (then a CONNECT tunnel for https)."""
-        scheme, host, port, sni = origin
-        loop, proxy, https = protocol.loop, self.proxy, scheme == "https"
-        if proxy is None:
-            addresses = [host] if self.resolve_host is None else await self.resolve_host(host, port)
-            for index, address in enumerate(addresses):  # the addresses the hook checked, in turn
-                try:
-                    await loop.create_connection(
-                        lambda: protocol,
-                        address,
-                        port,
-                        ssl=self.verify if https else None,
-                        server_hostname=sni if https else None,
-                    )
-                    return
-                except OSError:
-                    if index == len(addresses) - 1:
-                        raise
-            raise OSError(f"{host} resolved to no address")
-        if self.resolve_host is not None:  # the proxy connects: the hook is asked about the target
-            await self.resolve_host(host, port)
-        to_proxy_tls = proxy.scheme == "https"
-        await loop.create_connection(
-            lambda: protocol,
-            proxy.host,
-            proxy.port,
-            ssl=self.verify if to_proxy_tls else None,
-            server_hostname=proxy.host if to_proxy_tls else None,
-        )
-        if https:
-            await protocol.tunnel(host, port, proxy)
-            assert protocol.transport is not None
-            tls = await loop.start_tls(protocol.transport, protocol, self.verify, server_hostname=sni)
-            protocol.connection_made(tls)
-
-    async def _exchange(
-        self, protocol: BodyProtocol, request: httpx.Request, origin: Origin, *, reused: bool
-    ) -> httpx.Response:
-        read_timeout = request.extensions.get("timeout", {}).get("read")
-        try:
-            protocol.send_request(request, self.proxy)
-            head = await protocol.wait_head(read_timeout)
-        except h11.LocalProtocolError as exc:  # a request h11 will not write
-            protocol.close()
-            raise httpx.LocalProtocolError(str(exc)) from exc
-        except httpx.RemoteProtocolError:
-            protocol.close()
-            if reused and not protocol.answered:
-                raise _Stale() from None
-            raise
-        except BaseException:
-            protocol.close()
-            raise
-        release = functools.partial(self._release, origin, protocol)
-        body = BodyStream(protocol, read_timeout, release, receive_thread=self.receive_thread)
-        return httpx.Response(
-            status_code=head.status_code,
-            headers=list(head.headers.raw_items()),
-            stream=body,
-            request=request,
-            extensions={"http_version": b"HTTP/1.1", "reason_phrase": head.reason, BODY_INTO: body},
-        )
-
-    def _release(self, origin: Origin, protocol: BodyProtocol) -> None:
-        """A body read to its end: keep its connection if it can carry another exchange."""
-        idle = self.idle.setdefault(origin, [])
-        if protocol.reusable and len(idle) < self.max_idle:
-            protocol.idle()
-            idle.append(protocol)
-        else:
-            protocol.close()
-
-    def close(self) -> None:
-        for idle in self.idle.values():
-            for protocol in idle:
-                protocol.close()
-        self.idle.clear()
-
-
-def _origin(request: httpx.Request) -> Origin:
-    url = request.url
-    https = url.scheme == "https"
-    return url.scheme, url.host, url.port or (443 if https else 80), sni_hostname(request) or url.host
-
-
-def sni_hostname(request: httpx.Request) -> str | None:
-    """The TLS server name httpx was asked to use instead of the URL's host, if any."""
-    value = request.extensions.get("sni_hostname")
-    return value.decode() if isinstance(value, bytes) else value
-
-
-class BodyProtocol(asyncio.BufferedProtocol):
+class Connection(asyncio.BufferedProtocol):
     """One request and its response on one connection: the head through h11, then the body."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
@@ -269,12 +88,14 @@ class BodyProtocol(asyncio.BufferedProtocol):
     def idle(self) -> None:
         """Between exchanges: no response expected; any byte from the server ends the connection."""
         self.h11: h11.Connection | None = None
+        self.method = b""  # the request's: a HEAD's answer has no body
         self.head: h11.Response | None = None
         self.answered = False  # a byte of the response arrived
         self.remaining: int | None = None  # body bytes still to come, when the length is known
-        # received, not yet taken: bytes (a head's tail, an h11-parsed body) or [buffer, start, end]
-        # runs, a run growing while the consumer lags (fewer, bigger chunks when it is behind)
-        self.chunks: collections.deque[bytes | bytearray | list] = collections.deque()
+        # received, not yet taken: bytes (a head's tail, an h11-parsed body), [buffer, start, end]
+        # runs (a run grows while the consumer lags: fewer, bigger chunks when it is behind), or
+        # (view, crcs) from the receive thread
+        self.chunks: collections.deque[bytes | bytearray | list | tuple] = collections.deque()
         self.held = 0  # bytes in `chunks`
         self.done = False  # the whole body arrived
         self.reusable = False  # ... exactly, and the server keeps the connection open
@@ -297,20 +118,26 @@ class BodyProtocol(asyncio.BufferedProtocol):
 
     # -- the request and the head --------------------------------------------------------------
 
-    def send_request(self, request: httpx.Request, proxy: Proxy | None = None) -> None:
+    def send_request(self, request: httpx.Request, content: bytes = b"", proxy: Proxy | None = None) -> None:
+        """Write `request` with its body `content` (httpx framed it: Content-Length, or chunks)."""
         url = request.url
         target = url.raw_path  # as httpx built it (and SigV4 signed it)
         headers = list(request.headers.raw)
         if proxy is not None and url.scheme == "http":  # to the proxy itself: the absolute form
             target = b"%s://%s%s" % (url.raw_scheme, url.netloc, target)
             headers += [(name.encode(), value.encode()) for name, value in proxy.headers.items()]
-        self._send_head(request.method.encode(), target, headers)
+        self._send_head(request.method.encode(), target, headers, content)
 
-    def _send_head(self, method: bytes, target: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+    def _send_head(
+        self, method: bytes, target: bytes, headers: list[tuple[bytes, bytes]], content: bytes = b""
+    ) -> None:
         assert self.transport is not None
         self.h11 = h11.Connection(h11.CLIENT)  # one per exchange: its body bypasses h11
-        event = h11.Request(method=method, target=target, headers=headers)
-        self.transport.write(self.h11.send(event) + self.h11.send(h11.EndOfMessage()))
+        self.method = method
+        data = self.h11.send(h11.Request(method=method, target=target, headers=headers))
+        if content:
+            data += self.h11.send(h11.Data(data=content))
+        self.transport.write(data + self.h11.send(h11.EndOfMessage()))
 
     async def tunnel(self, host: str, port: int, proxy: Proxy) -> None:
         """Ask the proxy for a tunnel to host:port (CONNECT); then the connection is the origin's."""
@@ -415,8 +242,9 @@ class BodyProtocol(asyncio.BufferedProtocol):
                         trailing, _ = self.h11.trailing_data
                         if trailing:
                             self._body(memoryview(trailing), 0, len(trailing))
-                        self.buffer, self.filled = _fresh(), 0
-                        self._gather()
+                        if not self.done:
+                            self.buffer, self.filled = _fresh(), 0
+                            self._gather()
                         return
                 elif isinstance(event, h11.Data):
                     self._queue(event.data)
@@ -431,10 +259,12 @@ class BodyProtocol(asyncio.BufferedProtocol):
             self._stop()
 
     def _raw_body(self, head: h11.Response) -> bool:
-        """A Content-Length body (not chunked): its length is all there is to parse."""
+        """A Content-Length body (not chunked), or none at all: its length is all there is to parse."""
         headers = dict(head.headers)
         length = headers.get(b"content-length")
-        if length is None or b"transfer-encoding" in headers or not length.isdigit():
+        if self.method == b"HEAD" or head.status_code in BODYLESS_STATUS:
+            length = b"0"
+        elif length is None or b"transfer-encoding" in headers or not length.isdigit():
             return False
         self.remaining = int(length)
         connection = headers.get(b"connection", b"").lower()
@@ -551,7 +381,7 @@ class BodyProtocol(asyncio.BufferedProtocol):
         self.receiver = receiver
         receiver.start()
 
-    def _arrived(self, view: memoryview) -> None:
+    def _arrived(self, view: memoryview, crcs: list[int] | None) -> None:
         if self.receiver is None or self.remaining is None:  # dropped meanwhile
             return
         self.answered = True
@@ -559,7 +389,7 @@ class BodyProtocol(asyncio.BufferedProtocol):
         self.done = self.remaining == 0
         if self.done and self.receiver.trailing:
             self.reusable = False
-        self.chunks.append(view)
+        self.chunks.append((view, crcs))
         self.held += len(view)
         self._wake()
 
@@ -573,20 +403,27 @@ class BodyProtocol(asyncio.BufferedProtocol):
 
     # -- the consumer's side ----------------------------------------------------------------------
 
-    def take(self) -> memoryview | bytes | None:
-        """The next chunk (all that arrived in a row in one buffer), or None if none is here yet."""
+    def take(self) -> tuple[memoryview | bytes, list[int] | None] | None:
+        """The next chunk (all that arrived in a row in one buffer) with the CRC-32 of each of its
+        receiver.PIECEs if the receive thread took them, or None if no chunk is here yet."""
         if not self.chunks:
             return None
         taken = self.chunks.popleft()
-        chunk = taken[0][taken[1] : taken[2]] if isinstance(taken, list) else taken
+        crcs = None
+        if isinstance(taken, list):
+            chunk = taken[0][taken[1] : taken[2]]
+        elif isinstance(taken, tuple):  # posted by the receiver
+            chunk, crcs = taken
+        else:
+            chunk = taken
         self.held -= len(chunk)
         if self.receiver is not None:  # the socket is the receiver's: the transport stays paused
-            if type(taken) is memoryview:  # posted by the receiver
+            if isinstance(taken, tuple):
                 self.receiver.taken(len(chunk))
         elif self.paused and self.held < READ_AHEAD // 2 and self.transport is not None:
             self.paused = False
             self.transport.resume_reading()
-        return chunk
+        return chunk, crcs
 
     async def wait(self, timeout: float | None) -> None:
         """Until more arrives (or the body ends, or fails: then raise its error). One timer per
@@ -638,98 +475,3 @@ def _time_out(waiter: asyncio.Future[None]) -> None:
 def _fresh() -> memoryview:
     """A receive buffer of its own, uninitialised (the socket read fills what is handed on)."""
     return fresh_buffer(BUFFER_SIZE)
-
-
-class BodyStream(httpx.AsyncByteStream):
-    """The body as `BodyProtocol` received it: memoryviews of what each socket read filled.
-    Read to its end, the connection goes back to the pool (`release`); else it is dropped."""
-
-    def __init__(
-        self,
-        protocol: BodyProtocol,
-        timeout: float | None,
-        release: Callable[[], None],
-        *,
-        receive_thread: bool = True,
-    ) -> None:
-        self.protocol = protocol
-        self.timeout = timeout
-        self.release: Callable[[], None] | None = release
-        self.receive_thread = receive_thread  # a long body is received on a thread (hand_over)
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:  # memoryviews, in fact: bytes-like
-        protocol = self.protocol
-        if self.receive_thread:
-            protocol.hand_over()
-        while True:
-            chunk = protocol.take()
-            if chunk is not None:
-                yield chunk
-            elif protocol.done:
-                self._finish()
-                return
-            else:
-                await protocol.wait(self.timeout)
-
-    async def receive_into(self, view: memoryview | Sequence[memoryview]) -> AsyncIterator[int]:
-        """The body written straight into `view` (or into several buffers one after another: a body
-        whose pieces each have a place of their own), as long as the body: the caller checked its
-        Content-Length. Yields how many more bytes landed at each wake. A body without a
-        Content-Length is copied in from its chunks. Its end releases the connection as `__aiter__`'s
-        does; a failure raises as `__aiter__`'s does, after the bytes that did land were yielded."""
-        protocol = self.protocol
-        sink = Scatter([view] if isinstance(view, memoryview) else view)
-        if protocol.remaining is not None:  # what came with the head first, then the sink
-            while (chunk := protocol.take()) is not None:
-                sink.write(chunk)
-            if sink.filled:
-                yield sink.filled
-            if sink.size - sink.filled != protocol.remaining:
-                raise ValueError(
-                    f"a body of {sink.filled + protocol.remaining} bytes for {sink.size} bytes of memory"
-                )
-            protocol.sink, protocol.sunk = sink, 0
-            reported = 0
-            while True:
-                if protocol.sunk > reported:
-                    yield protocol.sunk - reported
-                    reported = protocol.sunk
-                if protocol.done:
-                    self._finish()
-                    return
-                try:
-                    await protocol.wait(self.timeout)
-                except Exception:
-                    if protocol.sunk > reported:  # what landed before the failure counts
-                        yield protocol.sunk - reported
-                    raise
-        async for chunk in self:
-            sink.write(chunk)  # a body longer than the memory: ValueError
-            yield len(chunk)
-
-    async def peek(self, size: int) -> bytes:
-        """The body's first `size` bytes (all of it, if shorter), left to be received: a look at
-        how it is laid out before saying where it goes. Only before anything was taken."""
-        protocol = self.protocol
-        while True:
-            queued = b"".join(
-                bytes(item[0][item[1] : item[2]]) if isinstance(item, list) else bytes(item)
-                for item in protocol.chunks
-            )
-            if len(queued) >= size or protocol.done:
-                return queued[:size]
-            await protocol.wait(self.timeout)
-
-    def _finish(self) -> None:
-        if self.release is not None:
-            release, self.release = self.release, None
-            release()
-
-    async def aclose(self) -> None:
-        if self.release is None:  # back in the pool already (or dropped)
-            return
-        if self.protocol.done and not self.protocol.chunks:
-            self._finish()
-        else:
-            self.release = None
-            self.protocol.close()

@@ -7,15 +7,17 @@ a thread that reads the socket in a loop (the GIL released in each read) and tak
 buffer's CRC-32 right after it fills measured 0.90x, and 0.77x with the CRC-32 left to the consumer
 (same runs). So `BodyProtocol` pauses its transport once the head is parsed and hands the socket's
 remaining body bytes to a `Receiver`: exactly that many bytes are read (a byte past the body stays
-in the kernel, and the pool's check catches it), each buffer is posted to the loop with its
-CRC-32 (received.py), and at most `READ_AHEAD` bytes wait for the consumer. Bytes that wait
+in the kernel, and the pool's check catches it), each full buffer is posted to the loop with the
+CRC-32 of each `PIECE` of it (taken right after it filled, while its bytes are in this core's
+cache; the body stream reports them to whoever checks the bytes: `ByteSource.stream(checked=)`),
+and at most `READ_AHEAD` bytes wait for the consumer. Bytes that wait
 `HAND_ON` for more are handed on as they are, so a slow or stalled body reaches its consumer as it
 comes (checked by the consumer: a part-filled buffer has no CRC-32s).
 
 The thread reads a duplicate of the connection's descriptor, blocking (one system call a read):
 closing it never closes the connection, and `stop()` shuts the connection down so a blocked read
 returns at once. Timeouts
-stay with the consumer's waits (bulk.py), as on the loop. TLS connections are not handed over:
+stay with the consumer's waits (connection.py), as on the loop. TLS connections are not handed over:
 their state lives in asyncio's SSL protocol.
 """
 
@@ -30,27 +32,30 @@ import threading
 from collections.abc import Callable
 
 import httpx
+import numpy as np
 
-from . import received
+from ... import zipfmt
 
 BUFFER_SIZE = 4 << 20  # each buffer filled, checked and posted whole (1 MiB: 1.3x the CPU a GiB)
+PIECE = 1 << 20  # a CRC-32 is taken of each piece of a full buffer
 READ_AHEAD = 8 << 20  # received and not yet taken before the thread waits
-# bytes that waited this long for more are handed on (as bulk.py's WAKE_DELAY on the loop: a slow
+# bytes that waited this long for more are handed on (as connection.py's WAKE_DELAY on the loop: a slow
 # or stalled body still reaches its consumer as it comes, and the service its first chunk)
 HAND_ON = 0.002
 POLL = 0.5  # with nothing to hand on: how often a silent socket's thread looks whether it was stopped
 
 
 class Receiver:
-    """Receive `length` body bytes from the socket `fileno` on a thread; `arrived(view)` and then
-    `ended(error or None)` are called on `loop`."""
+    """Receive `length` body bytes from the socket `fileno` on a thread; `arrived(view, crcs)` (the
+    CRC-32 of each PIECE of a full buffer, or None) and then `ended(error or None)` are called on
+    `loop`."""
 
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
         fileno: int,
         length: int,
-        arrived: Callable[[memoryview], None],
+        arrived: Callable[[memoryview, list[int] | None], None],
         ended: Callable[[Exception | None], None],
     ) -> None:
         self.loop = loop
@@ -92,7 +97,7 @@ class Receiver:
         error: Exception | None = None
         try:
             while self.left and self._room():
-                self._fill(received.fresh(min(BUFFER_SIZE, self.left)))
+                self._fill(np.empty(min(BUFFER_SIZE, self.left), dtype=np.uint8))
         except Exception as exc:
             error = exc
         finally:
@@ -109,7 +114,7 @@ class Receiver:
                 self.lock.wait()
             return not self.stopped
 
-    def _fill(self, buffer: received.Received) -> None:
+    def _fill(self, buffer: np.ndarray) -> None:
         """Fill `buffer` and hand it on with its CRC-32s; a wire slower than HAND_ON hands on what
         arrived meanwhile (without CRC-32s: the consumer checks those bytes itself)."""
         view = memoryview(buffer)
@@ -139,9 +144,10 @@ class Receiver:
             if got > posted:
                 self._hand(view[posted:got])
             raise
-        if not posted:
-            received.check(buffer)
-        self._hand(view[posted:])
+        crcs = None
+        if not posted:  # the whole buffer in one piece: its CRC-32s now, while it is in this cache
+            crcs = [zipfmt.crc32(view[at : at + PIECE]) for at in range(0, len(view), PIECE)]
+        self._hand(view[posted:], crcs)
 
     def _wait_at_most(self, seconds: float) -> None:
         """A blocking read returns empty-handed (EAGAIN) after `seconds` (SO_RCVTIMEO)."""
@@ -149,14 +155,14 @@ class Receiver:
             self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _timeval(seconds))
             self.waits = seconds
 
-    def _hand(self, view: memoryview) -> None:
+    def _hand(self, view: memoryview, crcs: list[int] | None = None) -> None:
         with self.lock:
             self.held += len(view)
         self.left -= len(view)
         if not self.left:  # the body's end: the connection may be reused once this is taken
             self._give_back()
             self.trailing = self._more_queued()
-        self._post(self.arrived, view)
+        self._post(self.arrived, view, crcs)
 
     def _more_queued(self) -> bool:
         """Whether the server sent anything past the body (or closed) by now: such a connection is
@@ -175,9 +181,9 @@ class Receiver:
             self.socket.setblocking(False)
             self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _timeval(0))
 
-    def _post(self, callback: Callable, value: object) -> None:
+    def _post(self, callback: Callable, *values: object) -> None:
         try:
-            self.loop.call_soon_threadsafe(callback, value)
+            self.loop.call_soon_threadsafe(callback, *values)
         except RuntimeError:  # the loop is closed: nobody is waiting
             self.stopped = True
 

@@ -1,6 +1,7 @@
-"""Big ranged bodies over their own connection (reader/sources/bulk.py): exact bytes handed on as
-received, the connection released however the consumer ends, httpx's error types for every
-misbehaviour. (tests/test_http_source.py runs every fault through this path too.)"""
+"""The HTTP/1.1 client under httpx (reader/sources/http1/): exact bytes handed on as received, the
+connection released however the consumer ends, httpx's error types for every misbehaviour; every
+request kind the sources send (HEAD, a body, bodiless answers, chunked answers) over the same pool.
+(tests/test_http_source.py runs every fault through it too.)"""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ import httpx
 import pytest
 
 from reader.sources import HttpOptions
-from reader.sources.bulk import BODY_INTO, BULK_MIN
 from reader.sources.http import make_client
 from testing.faultserver import Drip, DropAfter, FaultServer, ResetConnection, StallAfter
 
 pytestmark = pytest.mark.emulator
+
+BULK_MIN = 1 << 20  # a receive buffer
 
 SIZE = 3 * BULK_MIN + 12345
 DATA = bytes(range(256)) * (SIZE // 256) + bytes(SIZE % 256)
@@ -46,8 +48,9 @@ async def test_a_big_range_arrives_exact_in_buffers_of_its_own() -> None:
             assert b"".join(await _get(client, server.url("/blob"), 0, SIZE)) == DATA
             assert bytes(chunks[0]) == kept  # a later body never reuses an earlier one's buffers
             assert [record.connection for record in server.log] == [1, 1]  # read to its end: kept
-            small = await _get(client, server.url("/blob"), 0, 1000)  # below BULK_MIN: aiohttp's path
-            assert b"".join(small) == DATA[:1000] and not isinstance(small[0], memoryview)
+            small = await _get(client, server.url("/blob"), 0, 1000)  # the same path, however short
+            assert b"".join(small) == DATA[:1000] and isinstance(small[0], memoryview)
+            assert [record.connection for record in server.log] == [1, 1, 1]
         await _released(server)  # closing the client closes the pooled connections
 
 
@@ -70,7 +73,7 @@ async def test_a_consumer_that_stops_early_releases_the_connection() -> None:
                 assert bytes(chunk) == DATA[: len(chunk)]
                 break
         await _released(server)
-        assert not [task for task in asyncio.all_tasks() if "bulk" in repr(task.get_coro())]
+        assert not [task for task in asyncio.all_tasks() if "http1" in repr(task.get_coro())]
 
 
 @pytest.mark.parametrize("rst", [False, True], ids=["FIN", "RST"])
@@ -155,9 +158,9 @@ async def test_a_consumer_that_lags_gets_fewer_bigger_chunks() -> None:
 
 
 async def _receive(client: httpx.AsyncClient, url: str, buffer: memoryview) -> list[int]:
-    """The whole object received into `buffer` through the response's BODY_INTO; what each wake added."""
+    """The whole object received into `buffer` (the response's `body`); what each wake added."""
     async with client.stream("GET", url, headers={"Range": f"bytes=0-{len(buffer) - 1}"}) as response:
-        return [nbytes async for nbytes in response.extensions[BODY_INTO].receive_into(buffer)]
+        return [nbytes async for nbytes in response.body.receive_into(buffer)]
 
 
 async def test_a_body_received_into_the_callers_memory_is_exact_and_keeps_its_connection() -> None:
@@ -181,7 +184,7 @@ async def test_a_body_cut_short_counts_what_landed_then_fails(rst: bool) -> None
             async with client.stream(
                 "GET", server.url("/blob"), headers={"Range": f"bytes=0-{SIZE - 1}"}
             ) as response:
-                async for nbytes in response.extensions[BODY_INTO].receive_into(memoryview(buffer)):
+                async for nbytes in response.body.receive_into(memoryview(buffer)):
                     landed.append(nbytes)
         assert sum(landed) <= BULK_MIN + 5 and buffer[: sum(landed)] == DATA[: sum(landed)]
         if not rst:  # a FIN: every byte sent was read
@@ -195,3 +198,72 @@ async def test_a_stalled_body_into_memory_times_out() -> None:
         server.faults.append(StallAfter(BULK_MIN // 2))
         with pytest.raises(httpx.ReadTimeout):
             await _receive(client, server.url("/blob"), memoryview(bytearray(SIZE)))
+
+
+async def _scripted(answers: list[bytes], seen: list[bytes]):
+    """A server that answers each request on a connection with the next of `answers` (raw bytes)
+    and records each request (head and body) in `seen`; returns the server and its port."""
+    connections = [0]
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections[0] += 1
+        try:
+            while answers:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                seen.append(head + await reader.readexactly(length))
+                writer.write(answers.pop(0))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1], connections
+
+
+async def test_head_bodiless_answers_and_a_request_body_share_one_kept_connection() -> None:
+    """A HEAD's Content-Length, a 204 and a 304 carry no body (the next answer on the connection is
+    read right); a POST's body goes out exact; all over one kept connection."""
+    answers = [
+        b'HTTP/1.1 200 OK\r\nContent-Length: 12345\r\nETag: "a"\r\n\r\n',
+        b"HTTP/1.1 204 No Content\r\nContent-Length: 99\r\n\r\n",
+        b"HTTP/1.1 304 Not Modified\r\nContent-Length: 12345\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello",
+    ]
+    seen: list[bytes] = []
+    server, port, connections = await _scripted(answers, seen)
+    url = f"http://127.0.0.1:{port}/x"
+    try:
+        async with make_client(HttpOptions(read_timeout=5.0)) as client:
+            head = await client.head(url)
+            assert head.status_code == 200 and head.headers["content-length"] == "12345"
+            assert (await client.get(url)).status_code == 204
+            assert (await client.get(url, headers={"If-None-Match": '"a"'})).status_code == 304
+            posted = await client.post(url, content=b"payload \x00\xff")
+            assert posted.content == b"hello"
+    finally:
+        server.close()
+    assert seen[0].startswith(b"HEAD /x ") and seen[3].startswith(b"POST /x ")
+    assert seen[3].endswith(b"\r\n\r\npayload \x00\xff")
+    assert connections[0] == 1
+
+
+async def test_a_chunked_answer_is_exact_and_its_connection_not_kept() -> None:
+    answers = [
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+    ]
+    seen: list[bytes] = []
+    server, port, connections = await _scripted(answers, seen)
+    try:
+        async with make_client(HttpOptions(read_timeout=5.0)) as client:
+            assert (await client.get(f"http://127.0.0.1:{port}/a")).content == b"hello world"
+            assert (await client.get(f"http://127.0.0.1:{port}/b")).content == b"ok"
+    finally:
+        server.close()
+    assert connections[0] == 2  # a body framed by chunks: its connection closed after it

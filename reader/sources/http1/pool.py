@@ -1,0 +1,172 @@
+"""Connections by origin: opened (straight, or through a proxy and its CONNECT tunnel), verified
+(tls.py's context), kept alive and reused.
+
+A connection is kept only after an exchange whose body was read to its end exactly (a
+Content-Length body) and whose server keeps it open; any other ending (cut, cancelled, extra
+bytes, `Connection: close`, a body framed by chunks or by the close) drops it, so a pooled
+connection never holds a byte of an earlier response. A pooled connection the server closed
+meanwhile is replaced by a new one before any byte of the response is taken.
+
+`HttpOptions.resolve_host`, when set, answers the addresses to connect to, for every host and every
+redirect hop (IP literals included), and the connection goes to one of those very addresses, so a
+name that resolves differently a moment later (DNS rebinding) changes nothing. Through a proxy it is
+asked about the target host, and the proxy connects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import ssl
+
+import h11
+import httpx
+
+from ..options import ResolveHost
+from ..proxies import Proxy
+from .connection import Connection
+from .stream import BodyStream
+
+Origin = tuple[str, str, int, str]
+
+
+class _Stale(Exception):
+    """A pooled connection closed before any byte of the response came back."""
+
+
+class Pool:
+    """Connections by origin: idle ones are reused, at most `max_idle` each. `receive_thread`:
+    long streamed bodies are received on a thread (HttpOptions.receive_thread)."""
+
+    def __init__(
+        self,
+        verify: ssl.SSLContext,
+        proxy: Proxy | None = None,
+        max_idle: int = 8,
+        *,
+        receive_thread: bool = True,
+        resolve_host: ResolveHost | None = None,
+    ) -> None:
+        self.verify = verify
+        self.proxy = proxy  # every connection goes through it (proxies.py)
+        self.resolve_host = resolve_host  # HttpOptions.resolve_host: the addresses to connect to
+        self.max_idle = max_idle
+        self.receive_thread = receive_thread
+        self.idle: dict[Origin, list[Connection]] = {}
+
+    async def send(self, request: httpx.Request, content: bytes) -> tuple[h11.Response, BodyStream]:
+        """Send `request` (its body: `content`); the response's head, and its body as it streams
+        from the connection."""
+        origin = _origin(request)
+        idle = self.idle.get(origin, [])
+        while idle:
+            connection = idle.pop()
+            if not connection.usable:
+                connection.close()
+                continue
+            try:
+                return await self._exchange(connection, request, content, origin, reused=True)
+            except _Stale:
+                continue
+        connection = await self._connect(request, origin)
+        return await self._exchange(connection, request, content, origin, reused=False)
+
+    async def _connect(self, request: httpx.Request, origin: Origin) -> Connection:
+        protocol = Connection(asyncio.get_running_loop())
+        where = f"{origin[1]}:{origin[2]}" if self.proxy is None else f"proxy {self.proxy.url}"
+        try:
+            await asyncio.wait_for(
+                self._open(protocol, origin), request.extensions.get("timeout", {}).get("connect")
+            )
+        except BaseException as exc:
+            protocol.close()
+            if isinstance(exc, TimeoutError):
+                raise httpx.ConnectTimeout(f"connecting to {where} timed out") from exc
+            if isinstance(exc, (OSError, ssl.SSLError, httpx.RemoteProtocolError)):
+                raise httpx.ConnectError(f"{type(exc).__name__}: {exc}") from exc
+            raise
+        return protocol
+
+    async def _open(self, protocol: Connection, origin: Origin) -> None:
+        """Connect: straight to the origin, or to the proxy (then a CONNECT tunnel for https)."""
+        scheme, host, port, sni = origin
+        loop, proxy, https = protocol.loop, self.proxy, scheme == "https"
+        if proxy is None:
+            addresses = [host] if self.resolve_host is None else await self.resolve_host(host, port)
+            for index, address in enumerate(addresses):  # the addresses the hook checked, in turn
+                try:
+                    await loop.create_connection(
+                        lambda: protocol,
+                        address,
+                        port,
+                        ssl=self.verify if https else None,
+                        server_hostname=sni if https else None,
+                    )
+                    return
+                except OSError:
+                    if index == len(addresses) - 1:
+                        raise
+            raise OSError(f"{host} resolved to no address")
+        if self.resolve_host is not None:  # the proxy connects: the hook is asked about the target
+            await self.resolve_host(host, port)
+        to_proxy_tls = proxy.scheme == "https"
+        await loop.create_connection(
+            lambda: protocol,
+            proxy.host,
+            proxy.port,
+            ssl=self.verify if to_proxy_tls else None,
+            server_hostname=proxy.host if to_proxy_tls else None,
+        )
+        if https:
+            await protocol.tunnel(host, port, proxy)
+            assert protocol.transport is not None
+            tls = await loop.start_tls(protocol.transport, protocol, self.verify, server_hostname=sni)
+            protocol.connection_made(tls)
+
+    async def _exchange(
+        self, protocol: Connection, request: httpx.Request, content: bytes, origin: Origin, *, reused: bool
+    ) -> tuple[h11.Response, BodyStream]:
+        read_timeout = request.extensions.get("timeout", {}).get("read")
+        try:
+            protocol.send_request(request, content, self.proxy)
+            head = await protocol.wait_head(read_timeout)
+        except h11.LocalProtocolError as exc:  # a request h11 will not write
+            protocol.close()
+            raise httpx.LocalProtocolError(str(exc)) from exc
+        except httpx.RemoteProtocolError:
+            protocol.close()
+            if reused and not protocol.answered:
+                raise _Stale() from None
+            raise
+        except BaseException:
+            protocol.close()
+            raise
+        release = functools.partial(self._release, origin, protocol)
+        return head, BodyStream(protocol, read_timeout, release, receive_thread=self.receive_thread)
+
+    def _release(self, origin: Origin, protocol: Connection) -> None:
+        """A body read to its end: keep its connection if it can carry another exchange."""
+        idle = self.idle.setdefault(origin, [])
+        if protocol.reusable and len(idle) < self.max_idle:
+            protocol.idle()
+            idle.append(protocol)
+        else:
+            protocol.close()
+
+    def close(self) -> None:
+        for idle in self.idle.values():
+            for protocol in idle:
+                protocol.close()
+        self.idle.clear()
+
+
+def _origin(request: httpx.Request) -> Origin:
+    url = request.url
+    https = url.scheme == "https"
+    return url.scheme, url.host, url.port or (443 if https else 80), sni_hostname(request) or url.host
+
+
+def sni_hostname(request: httpx.Request) -> str | None:
+    """The TLS server name httpx was asked to use instead of the URL's host, if any."""
+    value = request.extensions.get("sni_hostname")
+    return value.decode() if isinstance(value, bytes) else value
