@@ -5,7 +5,7 @@ every host such a connection goes to, redirect targets included, is resolved her
 any of its addresses is loopback, private, link-local, multicast, unspecified, reserved or a
 cloud metadata address, unless an --allow-open pattern names that host explicitly. The guard is
 the reader's `HttpOptions.resolve_host` hook: the connection then goes to the addresses checked
-here (reader/sources/resolving.py), so a name resolving elsewhere a moment later changes nothing.
+here (reader/sources/http1/pool.py), so a name resolving elsewhere a moment later changes nothing.
 """
 
 from __future__ import annotations

@@ -17,10 +17,8 @@ import os
 import urllib.parse
 from collections.abc import Iterator, Sequence
 
-import httpx
-
 import reader
-from reader.sources import HttpOptions, verified_context
+from reader.sources import HttpOptions, make_client
 
 from .direct import FromArchive
 from .mirror import Mirror
@@ -55,8 +53,7 @@ async def pull(
     mirror = Mirror(directory)
     with _locked(mirror):
         if is_served_url(url):
-            trust = verified_context(http_options.ca_bundle if http_options else None)
-            async with httpx.AsyncClient(timeout=httpx.Timeout(60.0, connect=10.0), verify=trust) as client:
+            async with make_client(http_options or HttpOptions()) as client:
                 server = FromServer(client, url)
                 return await update(mirror, await server.manifest(model, prefix, names), server, progress)
         async with reader.open_archive(url, http_options=http_options) as archive:

@@ -251,7 +251,7 @@ class CachedSource(ByteSource):
         self.version.mark_verified(name, crc)
 
     async def _through(
-        self, start: int, end: int, chunk_size: int, purpose: str, checked: Checked | None
+        self, start: int, end: int, chunk_size: int, purpose: str, checked: Checked | None = None
     ) -> AsyncIterator[bytes]:
         """[start, end) from the remote source, yielded as it arrives and written to the cache
         WRITE_SIZE at a time (big writes: see CachedVersion.write), each batch counted as in once it

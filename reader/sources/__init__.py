@@ -57,12 +57,17 @@ def is_remote(location: str) -> bool:
 
 
 def __getattr__(name: str) -> Any:
-    """`HttpSource` (it brings httpx and h11) and `verified_context` (the TLS trust of every
-    remote read, for a client of one's own) imported on first use."""
+    """`HttpSource` (it brings httpx and h11), `make_client` (an httpx client on the transport,
+    proxies and TLS trust of every remote read, for requests of one's own) and `verified_context`
+    (that TLS trust alone) imported on first use."""
     if name == "HttpSource":
         from .http import HttpSource
 
         return HttpSource
+    if name == "make_client":
+        from .http import make_client
+
+        return make_client
     if name == "verified_context":
         from .tls import verified_context
 
@@ -146,6 +151,7 @@ __all__ = [
     "SourceStats",
     "fresh_buffer",
     "is_remote",
+    "make_client",
     "open_source",
     "redact_location",
     "tail_size_for",
