@@ -79,7 +79,8 @@ async def retrying(attempt_once: Callable[[], Awaitable[T]], options: HttpOption
     last: Retry | None = None
     while True:
         try:
-            return await asyncio.wait_for(attempt_once(), remaining(until))
+            async with asyncio.timeout(remaining(until)):  # not wait_for: see http1/pool.py
+                return await attempt_once()
         except TimeoutError:
             failed = OriginUnreachable if last is None or last.unreachable else SourceError
             raise failed(f"{location}: time budget of {options.time_budget}s spent") from None

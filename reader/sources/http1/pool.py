@@ -75,9 +75,10 @@ class Pool:
         protocol = Connection(asyncio.get_running_loop())
         where = f"{origin[1]}:{origin[2]}" if self.proxy is None else f"proxy {self.proxy.url}"
         try:
-            await asyncio.wait_for(
-                self._open(protocol, origin), request.extensions.get("timeout", {}).get("connect")
-            )
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for swallows a cancellation that
+            # meets a connection just made, and the cancelled read would carry on
+            async with asyncio.timeout(request.extensions.get("timeout", {}).get("connect")):
+                await self._open(protocol, origin)
         except BaseException as exc:
             protocol.close()
             if isinstance(exc, TimeoutError):
