@@ -5,7 +5,6 @@ selection.py the one typed Selection a load carries (its fields: the keyword-onl
             imports the archive
 shards.py   (sans-IO) tensor-parallel shards: which block of which tensor a rank loads
 plan.py     (sans-IO) which payload entries a selection needs, grouped into coalesced ranges
-demux.py    (sans-IO) archive bytes of one range -> each entry's content pieces, CRC-checked
 storages.py (I/O) the storages' bytes: memory-mapped locally, received in place remotely
 prefault.py a fresh buffer's pages faulted in on a thread while a receive fills it
 arrays.py   NumPy views of the storages with each tensor's sizes, strides and offset
