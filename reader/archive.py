@@ -10,6 +10,8 @@ import numpy as np
 
 from .backed import SourceBacked
 from .embedded import EntryBytes
+from .entries.fetcher import EntryFetcher
+from .entries.opening import OpenedIndex
 from .errors import (
     ArchiveFormatError,
     FileNotFound,
@@ -25,8 +27,6 @@ from .pt2.executorch import EmbeddedFile, executorch_files
 from .pt2.graph import MAX_PROGRAM_BYTES, Graph, TensorConsumers, consumers_of, parse_graph
 from .pt2.slicing import Index
 from .pt2.tensorinfo import TensorInfo
-from .reading.entries import EntryFetcher
-from .reading.opening import OpenedIndex
 from .sliced import SliceBytes
 from .sources import ByteSource
 from .tensor import Order, TensorBytes, WritableBuffer, read_all

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from . import zipfmt
-from .reading.entries import EntryFetcher
+from .entries.fetcher import EntryFetcher
 from .verified import entry_chunks, entry_read
 from .zipfmt import ZipEntry
 

@@ -12,9 +12,9 @@ from typing import Any
 from .archive import Archive
 from .archive_like import ArchiveLike
 from .cache import CacheStore, cache_store, offline_for, open_cached, stale_if_error_for
+from .entries.fetcher import EntryFetcher
+from .entries.opening import OpenedIndex, read_index
 from .errors import NotCached, SourceChanged
-from .reading.entries import EntryFetcher
-from .reading.opening import OpenedIndex, read_index
 from .sharded import is_shard_index, open_sharded
 from .sources import (
     DEFAULT_CHUNK_SIZE,

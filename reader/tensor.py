@@ -16,10 +16,10 @@ from typing import Literal, get_args
 import numpy as np
 
 from . import zipfmt
+from .entries.fetcher import EntryFetcher
 from .errors import UnsupportedPayload
 from .pt2 import strided
 from .pt2.tensorinfo import TensorInfo
-from .reading.entries import EntryFetcher
 from .verified import entry_chunks, entry_read, entry_read_into
 from .zipfmt import ZipEntry
 

@@ -22,8 +22,8 @@ from contextlib import aclosing
 from typing import TYPE_CHECKING, Protocol
 
 from . import zipfmt
+from .entries.fetcher import EntryFetcher
 from .errors import ReaderError
-from .reading.entries import EntryFetcher
 from .sources import LocalFileSource
 from .zipfmt import ZipEntry
 

@@ -24,8 +24,8 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from ..entries.fetcher import HEADER_PIGGYBACK_LIMIT, EntryFetcher
 from ..loading.plan import RANGE_GAP
-from ..reading.entries import HEADER_PIGGYBACK_LIMIT, EntryFetcher
 from ..tensor import TensorBytes
 from ..zipfmt.structs import METHOD_STORED
 from .body import Body, BytesBody, Chunk, ConcatBody

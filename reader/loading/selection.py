@@ -13,8 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any, Protocol
 
+from ..entries.fetcher import EntryFetcher
 from ..pt2.tensorinfo import TensorInfo
-from ..reading.entries import EntryFetcher
 from ..sources import ByteSource
 from ..tensor import ORDERS, Order
 from ..zipfmt import ZipEntry
