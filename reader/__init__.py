@@ -16,6 +16,7 @@ checkpoint's index); docs/api.md says which read to use when.
 
 from .archive import Archive
 from .archive_like import ArchiveLike
+from .bodies.tensor import Order
 from .compare import compare
 from .errors import (
     ArchiveFormatError,
@@ -41,7 +42,6 @@ from .pt2.slicing import Index
 from .pt2.tensorinfo import StorageRef, TensorInfo
 from .safe_open_handle import safe_open
 from .sharded import ShardedArchive
-from .tensor import Order
 
 __all__ = [
     "Archive",

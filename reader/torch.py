@@ -19,15 +19,15 @@ import os
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .bodies.tensor import Order
+from .bodies.tensor_slice import SliceBytes
 from .loading.load import iter_storages, load_storages
 from .loading.selection import Selection
 from .loading.shards import Shard
 from .loading.sync import open_options, with_archive
 from .pt2.slicing import Index
 from .pt2.tensorinfo import TensorInfo
-from .sliced import SliceBytes
 from .sources import DEFAULT_CHUNK_SIZE, ByteSource, HttpOptions, S3Settings
-from .tensor import Order
 from .torchviews import storage_of, tensor_on
 
 if TYPE_CHECKING:

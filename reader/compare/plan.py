@@ -20,7 +20,7 @@ from .model import Proof, TensorDiff
 
 if TYPE_CHECKING:
     from ..archive_like import ArchiveLike
-    from ..tensor import Order
+    from ..bodies.tensor import Order
 
 SAMPLE_ABOVE = 16 << 20  # bytes: larger tensors are first compared on a sample (if it is smaller)
 SAMPLE_BLOCKS = 64  # the sample: this many evenly spaced blocks ...

@@ -24,9 +24,9 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from ..bodies.tensor import TensorBytes
 from ..entries.fetcher import HEADER_PIGGYBACK_LIMIT, EntryFetcher
 from ..loading.plan import RANGE_GAP
-from ..tensor import TensorBytes
 from ..zipfmt.structs import METHOD_STORED
 from .body import Body, BytesBody, Chunk, ConcatBody
 from .demux import Demux, Target, range_bounds

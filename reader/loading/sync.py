@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from ..bodies.tensor import Order
 from ..sources import DEFAULT_CHUNK_SIZE, ByteSource, HttpOptions, S3Settings
-from ..tensor import Order
 from .selection import Selection
 from .shards import Shard
 

@@ -50,12 +50,12 @@ from .index import INDEX_SUFFIX, MAX_INDEX_BYTES, ShardIndex, parse_shard_index,
 
 if TYPE_CHECKING:
     from ..archive import Archive
+    from ..bodies.entry import EntryBytes
+    from ..bodies.tensor import Order, TensorBytes, WritableBuffer
     from ..cache import Stale
-    from ..embedded import EntryBytes
     from ..pt2.executorch import EmbeddedFile
     from ..pt2.graph import Graph, TensorConsumers
     from ..pt2.slicing import Index
-    from ..tensor import Order, TensorBytes, WritableBuffer
 
 CONTAINER = "sharded-checkpoint"
 OPEN_CONCURRENCY = 16  # shards opened at once (each open is two small reads)
