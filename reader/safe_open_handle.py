@@ -29,20 +29,20 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .archives.opener import open_archive
+from .archives.sharded import ShardedArchive
 from .bodies.tensor_slice import SliceBytes
 from .errors import TensorNotFound, UnsupportedPayload
 from .formats import safetensors as safetensors_format
 from .formats.selection import select
 from .loading.background import BackgroundLoop, LoopClosed
-from .opener import open_archive
 from .pt2.dtypes import BY_NAME
 from .pt2.tensorinfo import TensorInfo
-from .sharded import ShardedArchive
 from .sources import DEFAULT_CHUNK_SIZE, ByteSource, HttpOptions, S3Settings, redact_location
 from .versions import source_version
 
 if TYPE_CHECKING:
-    from .archive import Archive
+    from .archives.archive import Archive
     from .cache import CacheStore
 
 # framework names as safetensors spells them -> which one

@@ -33,9 +33,9 @@ from .torchviews import storage_of, tensor_on
 if TYPE_CHECKING:
     import torch as _torch
 
-    from .archive import Archive
-    from .archive_like import ArchiveLike
-    from .sharded import ShardedArchive
+    from .archives.archive import Archive
+    from .archives.archive_like import ArchiveLike
+    from .archives.sharded import ShardedArchive
 
 
 async def load_archive(
@@ -71,7 +71,7 @@ def iter_load(
 async def _tensors(archive: Archive | ShardedArchive, selection: Selection) -> dict[str, _torch.Tensor]:
     import torch
 
-    from .sharded import ShardedArchive
+    from .archives.sharded import ShardedArchive
 
     if isinstance(archive, ShardedArchive):  # each shard's part as from its own file, merged
         return await archive.load_with(selection, _tensors)
@@ -85,7 +85,7 @@ async def _iter_tensors(
 ) -> AsyncIterator[tuple[str, _torch.Tensor]]:
     import torch
 
-    from .sharded import ShardedArchive
+    from .archives.sharded import ShardedArchive
 
     if isinstance(archive, ShardedArchive):  # shard after shard, each part as it lands
         for shard, part in archive.parts(selection):

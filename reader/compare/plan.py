@@ -19,7 +19,7 @@ from ..pt2.tensorinfo import TensorInfo
 from .model import Proof, TensorDiff
 
 if TYPE_CHECKING:
-    from ..archive_like import ArchiveLike
+    from ..archives.archive_like import ArchiveLike
     from ..bodies.tensor import Order
 
 SAMPLE_ABOVE = 16 << 20  # bytes: larger tensors are first compared on a sample (if it is smaller)

@@ -39,7 +39,7 @@ from .plan import (
 )
 
 if TYPE_CHECKING:
-    from ..archive_like import ArchiveLike
+    from ..archives.archive_like import ArchiveLike
     from ..bodies.tensor import TensorBytes
 
 CHUNK_BYTES = 1 << 20  # the streamed pass's chunk

@@ -19,7 +19,7 @@ from .selection import Selection
 from .shards import Shard
 
 if TYPE_CHECKING:
-    from ..archive_like import ArchiveLike
+    from ..archives.archive_like import ArchiveLike
     from ..cache import CacheStore
 
 T = TypeVar("T")
@@ -108,7 +108,7 @@ def with_archive(
     use: Callable[[ArchiveLike], Awaitable[T]],
 ) -> T:
     """Open `location` (`options` go to `open_archive`), run `use` on it, close it: synchronously."""
-    from ..opener import open_archive
+    from ..archives.opener import open_archive
 
     async def run() -> T:
         async with open_archive(location, **options) as archive:
