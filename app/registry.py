@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
 import reader
+from reader.bodies import verify_ahead
 from reader.digests import Digests
 from reader.sources import HttpOptions, redact_location
-from reader.verified import verify_ahead
 from reader.versions import source_version
 
 from .settings import ArchiveSpec, Settings
@@ -348,7 +348,7 @@ class Registry:
     @staticmethod
     async def _compute_ahead(archive_id: str, opened: Opened, digests: bool, verify: bool) -> None:
         """The digests (if asked for), then the CRC-32 of each local payload the digests' reads did
-        not cover (reader.verified: what may then be sent with sendfile)."""
+        not cover (reader.bodies.verified: what may then be sent with sendfile)."""
         try:
             if digests:
                 await opened.digests.compute_ahead(opened.archive.tensors())

@@ -26,10 +26,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from reader.bodies import TensorBytes
 from reader.formats.body import Body, Chunk, read_body
 from reader.formats.runs import FileRun, Piece, Streamed, body_pieces, has_file_runs
 from reader.sources import fresh_buffer
-from reader.tensor import TensorBytes
 
 from .errors import error_response
 from .fields import Fields, encoded

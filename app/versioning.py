@@ -23,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 import reader
-from reader.tensor import TensorBytes
+from reader.bodies import TensorBytes
 
 from .caching import (
     IMMUTABLE,

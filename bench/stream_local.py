@@ -7,7 +7,7 @@ generated once with torch.export and cached under --cache-dir. The file is read
 once to warm the page cache, then runs alternate (pt2serve, first read, pread, ...)
 and medians are reported in GB/s (1 GB = 1e9 bytes). An archive's first whole-entry
 stream verifies the entry's CRC-32 as it goes ("first read": a fresh open each run);
-later ones of a verified entry (reader.verified) skip that pass and check the file's
+later ones of a verified entry (reader.bodies.verified) skip that pass and check the file's
 identity instead ("pt2serve": the archive kept open, as a service or a loop keeps it).
 The baseline preads exactly the same byte range with the same chunk size.
 

@@ -17,7 +17,7 @@ aiohttp.ClientSession (a new one per run, CRC-32 as pt2serve does): data for cho
 Another informational contender, the asyncio floor (bench/asyncio_floor.py), is the least an asyncio
 client can do to hand the same range to an `async for` (a bare BufferedProtocol, CRC-32 in the
 consumer); pt2serve's multiple of it is what its own layers cost. A last informational contender,
-"inline CRC", is pt2serve with the CRC-32 taken on the receiving thread (reader/reading/running_crc.py's
+"inline CRC", is pt2serve with the CRC-32 taken on the receiving thread (reader/entries/running_crc.py's
 worker replaced by one that runs each task where it is submitted): what the worker saves.
 Each contender's CPU (user + system, all its threads) is also printed per GiB received.
 
@@ -108,7 +108,7 @@ class _Inline:
 
 
 async def run_inline_crc(ar: reader.Archive, chunk_size: int) -> dict:
-    with mock.patch("reader.reading.running_crc._workers", _Inline):
+    with mock.patch("reader.entries.running_crc._workers", _Inline):
         return await run_pt2serve(ar, chunk_size)
 
 

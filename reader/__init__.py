@@ -14,8 +14,11 @@ with reader.safe_open("s3://bucket/model.pt2") as f:  # safetensors' surface, fo
 checkpoint's index); docs/api.md says which read to use when.
 """
 
-from .archive import Archive
-from .archive_like import ArchiveLike
+from .archives.archive import Archive
+from .archives.archive_like import ArchiveLike
+from .archives.opener import open_archive
+from .archives.sharded import ShardedArchive
+from .bodies.tensor import Order
 from .compare import compare
 from .errors import (
     ArchiveFormatError,
@@ -35,13 +38,10 @@ from .errors import (
 )
 from .loading.shards import InvalidShard, Shard
 from .loading.sync import load
-from .opener import open_archive
 from .pt2.executorch import EmbeddedFile
 from .pt2.slicing import Index
 from .pt2.tensorinfo import StorageRef, TensorInfo
 from .safe_open_handle import safe_open
-from .sharded import ShardedArchive
-from .tensor import Order
 
 __all__ = [
     "Archive",

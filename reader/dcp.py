@@ -42,15 +42,15 @@ from torch.distributed.checkpoint.metadata import (
 from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPlanner, ReadItem
 from torch.futures import Future
 
-from .archive import Archive
+from .archives.archive import Archive
+from .archives.opener import open_archive
+from .archives.sharded import ShardedArchive
 from .cache import CacheStore
 from .errors import UnsupportedPayload
 from .loading.background import BackgroundLoop
 from .loading.regions import Region, RegionOutOfRange, read_regions
 from .loading.sync import open_options
-from .opener import open_archive
 from .pt2.tensorinfo import TensorInfo
-from .sharded import ShardedArchive
 from .sources import DEFAULT_CHUNK_SIZE, HttpOptions, S3Settings, is_remote
 from .torchviews import storage_of, tensor_on
 

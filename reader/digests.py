@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from .pt2.tensorinfo import TensorInfo
 
 if TYPE_CHECKING:
-    from .archive_like import ArchiveLike
+    from .archives.archive_like import ArchiveLike
 
 THREAD_HASH_MIN = 256 << 10  # chunks from this size up are hashed off the event loop
 ChunkSource = Callable[[], AsyncIterator[bytes | memoryview]]

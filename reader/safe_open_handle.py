@@ -8,8 +8,8 @@ and container: a `.pt2`, a `torch.save` checkpoint (`pytorch_model.bin`), a shar
 
 - The archive is opened once, in `__init__`, on an event loop in a thread the handle owns
   (reader.loading.background); `get_tensor` reads the tensor's row-major bytes and a slice reads
-  only the byte runs it covers (reader.sliced), never opening again. Calls from several threads run
-  concurrently. `close()` / leaving the `with` closes the archive and stops the loop.
+  only the byte runs it covers (reader.bodies.tensor_slice), never opening again. Calls from
+  several threads run concurrently. `close()` / leaving the `with` closes the archive and stops the loop.
 - Names: one model's tensors (`model=`, else the default one). Those safetensors has no dtype for
   (complex32, complex128, float8_e8m0fnu) or that the reader cannot serve (pickled subclasses,
   symbolic sizes) are left out of `keys()`, as the bundle leaves them out, and named in
@@ -29,20 +29,20 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .archives.opener import open_archive
+from .archives.sharded import ShardedArchive
+from .bodies.tensor_slice import SliceBytes
 from .errors import TensorNotFound, UnsupportedPayload
 from .formats import safetensors as safetensors_format
 from .formats.selection import select
 from .loading.background import BackgroundLoop, LoopClosed
-from .opener import open_archive
 from .pt2.dtypes import BY_NAME
 from .pt2.tensorinfo import TensorInfo
-from .sharded import ShardedArchive
-from .sliced import SliceBytes
 from .sources import DEFAULT_CHUNK_SIZE, ByteSource, HttpOptions, S3Settings, redact_location
 from .versions import source_version
 
 if TYPE_CHECKING:
-    from .archive import Archive
+    from .archives.archive import Archive
     from .cache import CacheStore
 
 # framework names as safetensors spells them -> which one

@@ -19,23 +19,23 @@ import os
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .bodies.tensor import Order
+from .bodies.tensor_slice import SliceBytes
 from .loading.load import iter_storages, load_storages
 from .loading.selection import Selection
 from .loading.shards import Shard
 from .loading.sync import open_options, with_archive
 from .pt2.slicing import Index
 from .pt2.tensorinfo import TensorInfo
-from .sliced import SliceBytes
 from .sources import DEFAULT_CHUNK_SIZE, ByteSource, HttpOptions, S3Settings
-from .tensor import Order
 from .torchviews import storage_of, tensor_on
 
 if TYPE_CHECKING:
     import torch as _torch
 
-    from .archive import Archive
-    from .archive_like import ArchiveLike
-    from .sharded import ShardedArchive
+    from .archives.archive import Archive
+    from .archives.archive_like import ArchiveLike
+    from .archives.sharded import ShardedArchive
 
 
 async def load_archive(
@@ -71,7 +71,7 @@ def iter_load(
 async def _tensors(archive: Archive | ShardedArchive, selection: Selection) -> dict[str, _torch.Tensor]:
     import torch
 
-    from .sharded import ShardedArchive
+    from .archives.sharded import ShardedArchive
 
     if isinstance(archive, ShardedArchive):  # each shard's part as from its own file, merged
         return await archive.load_with(selection, _tensors)
@@ -85,7 +85,7 @@ async def _iter_tensors(
 ) -> AsyncIterator[tuple[str, _torch.Tensor]]:
     import torch
 
-    from .sharded import ShardedArchive
+    from .archives.sharded import ShardedArchive
 
     if isinstance(archive, ShardedArchive):  # shard after shard, each part as it lands
         for shard, part in archive.parts(selection):

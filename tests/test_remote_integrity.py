@@ -1,5 +1,5 @@
 """One flipped byte in a remote entry is an IntegrityError on every remote path, with the CRC-32
-taken on a worker thread while the next bytes arrive (reader/reading/running_crc.py): a stream
+taken on a worker thread while the next bytes arrive (reader/entries/running_crc.py): a stream
 never hands out the entry's last byte, `read`, `read_into` and `load` raise, and a bundle of the
 service never completes its body."""
 
@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import reader
-from reader.reading import running_crc
+from reader.entries import running_crc
 from reader.sources import HttpOptions
 from testing.faultserver import FaultServer
 from testing.service import make_app, real_server
@@ -150,7 +150,7 @@ async def test_a_bundle_of_a_corrupt_remote_archive_never_completes(archives, ro
 FORKED = r"""
 import asyncio, os
 from reader import zipfmt
-from reader.reading.running_crc import BATCH, RunningCrc
+from reader.entries.running_crc import BATCH, RunningCrc
 
 data = os.urandom(3 * BATCH)
 entry = zipfmt.ZipEntry("x", b"x", 0, 0, zipfmt.crc32(data), len(data), len(data), 0, 0, "stored")
@@ -189,7 +189,7 @@ def test_a_forked_child_checks_with_workers_of_its_own() -> None:
 @pytest.mark.parametrize("order", ["in order", "reversed", "interleaved"])
 async def test_spans_landing_in_any_order_are_checked_in_the_archives_order(order: str) -> None:
     from reader import zipfmt
-    from reader.reading.running_crc import InOrder, RunningCrc
+    from reader.entries.running_crc import InOrder, RunningCrc
 
     data = np.random.default_rng(7).integers(0, 256, 5 * running_crc.BATCH + 123, dtype=np.uint8)
     base = 1000  # archive offset of the buffer's first byte

@@ -52,7 +52,7 @@ async def client():
 
 
 def expected(values: np.ndarray) -> dict:
-    """The statistics as app/stats.py documents them, computed directly with numpy."""
+    """The statistics as app/values.py documents them, computed directly with numpy."""
     flat = values.reshape(-1)
     real = np.abs(flat).astype(np.float64) if flat.dtype.kind == "c" else flat.astype(np.float64)
     finite = real[np.isfinite(real)]

@@ -1,4 +1,4 @@
-"""Zero-copy local serving (app/protocol.py's sendfile, reader.verified, reader.formats.runs), under a
+"""Zero-copy local serving (app/protocol.py's sendfile, reader.bodies.verified, reader.formats.runs), under a
 real uvicorn on loopback with the protocol `pt2serve serve` runs: verified local bytes go out with
 sendfile(2), every answer is byte-identical to the streamed path's, and a file rewritten in place or
 an entry that fails its CRC is never sent unread."""
@@ -19,7 +19,7 @@ import uvicorn
 
 import reader
 from app.protocol import HTTP_PROTOCOL, SENDFILE, JoiningHttpToolsProtocol
-from reader.verified import is_verified
+from reader.bodies.verified import is_verified
 from reader.versions import source_version
 from testing.paths import ARCHIVES
 from testing.service import free_port, make_app

@@ -16,9 +16,9 @@ from contextlib import aclosing
 import reader
 from reader.digests import Digests, sha256_of, tensor_key
 from reader.formats.planned import PlannedBody
-from reader.manifest import build_manifest, select_tensors
 from reader.versions import source_version
 
+from ..manifest import build_manifest, select_tensors
 from .mirror import Mirror
 from .update import Advance, Entry, Manifest
 

@@ -13,8 +13,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import Response
 
-from reader.manifest import build_manifest, select_tensors
-
+from ..manifest import build_manifest, select_tensors
 from ..openapi import ARCHIVE, TENSOR, answers, json_resource
 from ..registry import Served
 from ..versioning import caching_headers, data_url, json_etag_response

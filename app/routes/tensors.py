@@ -12,12 +12,11 @@ from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import Response
 
 import reader
+from reader.bodies import SliceBytes, TensorBytes
 from reader.digests import repr_digest, tensor_key
 from reader.formats.body import Body
 from reader.formats.npy import npy_body
 from reader.pt2.index_syntax import INDEX_SYNTAX, parse_index
-from reader.sliced import SliceBytes
-from reader.tensor import TensorBytes
 
 from ..errors import ApiError
 from ..fields import Fields

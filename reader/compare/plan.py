@@ -19,8 +19,8 @@ from ..pt2.tensorinfo import TensorInfo
 from .model import Proof, TensorDiff
 
 if TYPE_CHECKING:
-    from ..archive_like import ArchiveLike
-    from ..tensor import Order
+    from ..archives.archive_like import ArchiveLike
+    from ..bodies.tensor import Order
 
 SAMPLE_ABOVE = 16 << 20  # bytes: larger tensors are first compared on a sample (if it is smaller)
 SAMPLE_BLOCKS = 64  # the sample: this many evenly spaced blocks ...

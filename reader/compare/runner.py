@@ -39,8 +39,8 @@ from .plan import (
 )
 
 if TYPE_CHECKING:
-    from ..archive_like import ArchiveLike
-    from ..tensor import TensorBytes
+    from ..archives.archive_like import ArchiveLike
+    from ..bodies.tensor import TensorBytes
 
 CHUNK_BYTES = 1 << 20  # the streamed pass's chunk
 STREAMED_AT_ONCE = 2  # large tensors streamed at once (each holds a few chunks)

@@ -1,6 +1,6 @@
 """Bodies: outputs of known length that can be produced from any byte offset.
 
-A tensor (`reader.TensorBytes`), an .npy file (header + tensor) and a safetensors
+A tensor (`reader.bodies.TensorBytes`), an .npy file (header + tensor) and a safetensors
 file (header + tensors) are all concatenations of these, so Range support, resume
 and the service's responses are written once, against this protocol.
 """

@@ -9,8 +9,8 @@ The real dtype is in the X-Tensor-Dtype response header.
 
 from __future__ import annotations
 
+from ..bodies.tensor import TensorBytes
 from ..pt2.tensorinfo import TensorInfo
-from ..tensor import TensorBytes
 from .body import BytesBody, ConcatBody
 
 MAGIC = b"\x93NUMPY\x01\x00"

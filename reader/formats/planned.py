@@ -6,7 +6,7 @@ one before: a GPT-2-shaped archive streamed at 0.4x of what the storage gives. H
 parts that follow each other in the archive (each after the one before, less than a gap apart)
 make one run, read as one range (`source.stream`: parallel parts over several connections,
 resumed and retried, pinned to the object) and demultiplexed across the local headers in
-between (reader.loading.demux), with the in-memory parts in between sent in their place. Memory
+between (formats/demux.py), with the in-memory parts in between sent in their place. Memory
 stays what one stream holds; every whole payload is CRC-checked before its last byte goes out.
 Any byte range of the body maps onto the same runs, so Range requests are served by them too.
 Bytes a body sends twice (a tied weight in a safetensors file) are read once: the first copy is
@@ -24,12 +24,12 @@ from contextlib import aclosing
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from ..loading.demux import Demux, Target, range_bounds
+from ..bodies.tensor import TensorBytes
+from ..entries.fetcher import HEADER_PIGGYBACK_LIMIT, EntryFetcher
 from ..loading.plan import RANGE_GAP
-from ..reading.entries import HEADER_PIGGYBACK_LIMIT, EntryFetcher
-from ..tensor import TensorBytes
 from ..zipfmt.structs import METHOD_STORED
 from .body import Body, BytesBody, Chunk, ConcatBody
+from .demux import Demux, Target, range_bounds
 from .spool import Spool
 
 

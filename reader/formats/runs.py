@@ -2,7 +2,7 @@
 
 A server that can send a file's bytes with sendfile(2) asks `body_pieces` how a range of a body
 is made: in-memory bytes (headers, padding), `FileRun`s (bytes of a *verified* stored entry of a
-local archive, reader.verified: CRC-checked once, so they may be sent unread while the file keeps
+local archive, reader.bodies.verified: CRC-checked once, so they may be sent unread while the file keeps
 its identity), and `Streamed` parts (everything else: read and checked as `chunks` does).
 """
 
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..embedded import EntryBytes
+from ..bodies.entry import EntryBytes
+from ..bodies.tensor import TensorBytes
+from ..bodies.verified import is_verified
 from ..sources import LocalFileSource
-from ..tensor import TensorBytes
-from ..verified import is_verified
 from .body import Body, BytesBody, ConcatBody
 
 

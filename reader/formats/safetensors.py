@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 
+from ..bodies.tensor import TensorBytes
 from ..pt2.tensorinfo import TensorInfo
-from ..tensor import TensorBytes
 from .body import BytesBody
 from .planned import PlannedBody
 

@@ -15,7 +15,7 @@ from ..errors import UnsupportedPayload
 from ..pt2.tensorinfo import TensorInfo
 
 if TYPE_CHECKING:
-    from ..archive import Archive
+    from ..archives.archive import Archive
 
 
 @dataclass(frozen=True)

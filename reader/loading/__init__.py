@@ -1,14 +1,21 @@
-"""Whole models into memory: a read plan of a few large ranges, each storage read once.
+"""Many tensors into memory at once (whole models, a prefix, a rank's blocks): a read plan of a few
+large ranges, each storage read once. One entry's bytes on their own are `reader.entries`.
 
 selection.py the one typed Selection a load carries (its fields: the keyword-only parameters of
             every public load), and the seam to the archive (Catalog, Payloads): the loader never
             imports the archive
 shards.py   (sans-IO) tensor-parallel shards: which block of which tensor a rank loads
 plan.py     (sans-IO) which payload entries a selection needs, grouped into coalesced ranges
-demux.py    (sans-IO) archive bytes of one range -> each entry's content pieces, CRC-checked
 storages.py (I/O) the storages' bytes: memory-mapped locally, received in place remotely
+landing.py  each entry of a range checked on a thread as its bytes land
 prefault.py a fresh buffer's pages faulted in on a thread while a receive fills it
+blockplan.py (sans-IO) a rank's blocks cut, each column block's way (parts or rows) chosen by cost,
+            what is wanted grouped into requests
+blocks.py   the executor of that plan: the link timed where the choice needs it, requests run
+rowchunks.py a column block's rows read a chunk at a time
+regions.py  boxes of tensors (DCP's ReadItems): whole ones as storages, the rest as blocks
 arrays.py   NumPy views of the storages with each tensor's sizes, strides and offset
 load.py     Archive.load: selection -> plan -> storages -> arrays
 sync.py     reader.load: the same from synchronous code, one call
+background.py BackgroundLoop: an event loop in a thread a synchronous handle owns
 """

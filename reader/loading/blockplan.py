@@ -31,10 +31,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .. import zipfmt
+from ..entries.ranges import coalesce
 from ..errors import UnsupportedPayload
 from ..pt2.slicing import SlicePlan, plan_slice
 from ..pt2.tensorinfo import TensorInfo
-from ..reading.ranges import coalesce
 from ..sources import multirange
 from ..zipfmt import ZipEntry
 from ..zipfmt.structs import METHOD_STORED

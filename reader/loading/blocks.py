@@ -40,9 +40,9 @@ from collections.abc import Callable, Mapping
 import numpy as np
 
 from .. import zipfmt
+from ..entries.fetcher import EntryFetcher
 from ..errors import IntegrityError
 from ..pt2.slicing import gather_into
-from ..reading.entries import EntryFetcher
 from ..sources import ByteSource, speed
 from ..tasks import task_group
 from ..zipfmt import ZipEntry

@@ -25,8 +25,8 @@ from .plan import plan_load
 from .selection import Selection
 
 if TYPE_CHECKING:
-    from ..archive import Archive
-    from ..sharded import ShardedArchive
+    from ..archives.archive import Archive
+    from ..archives.sharded import ShardedArchive
 
 
 class RegionOutOfRange(ReaderError, IndexError):
@@ -81,7 +81,7 @@ async def read_regions(
     """Every region's bytes, handed to `landed` as they land; a region of no bytes (a length 0) is
     handed over at once. TensorNotFound for a name the model lacks, RegionOutOfRange for a region
     outside its tensor, both before anything is read."""
-    from ..sharded import ShardedArchive
+    from ..archives.sharded import ShardedArchive
 
     if isinstance(archive, ShardedArchive):
         by_shard: dict[str, tuple[Archive, list[Region]]] = {}

@@ -13,10 +13,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any, Protocol
 
+from ..bodies.tensor import ORDERS, Order
+from ..entries.fetcher import EntryFetcher
 from ..pt2.tensorinfo import TensorInfo
-from ..reading.entries import EntryFetcher
 from ..sources import ByteSource
-from ..tensor import ORDERS, Order
 from ..zipfmt import ZipEntry
 from .shards import Shard
 

@@ -28,8 +28,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from .. import zipfmt
+from ..entries.fetcher import EntryFetcher
 from ..errors import IntegrityError
-from ..reading.entries import EntryFetcher
 from ..sources import ByteSource
 from ..tasks import task_group
 from ..zipfmt import ZipEntry

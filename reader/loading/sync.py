@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
+from ..bodies.tensor import Order
 from ..sources import DEFAULT_CHUNK_SIZE, ByteSource, HttpOptions, S3Settings
-from ..tensor import Order
 from .selection import Selection
 from .shards import Shard
 
 if TYPE_CHECKING:
-    from ..archive_like import ArchiveLike
+    from ..archives.archive_like import ArchiveLike
     from ..cache import CacheStore
 
 T = TypeVar("T")
@@ -108,7 +108,7 @@ def with_archive(
     use: Callable[[ArchiveLike], Awaitable[T]],
 ) -> T:
     """Open `location` (`options` go to `open_archive`), run `use` on it, close it: synchronously."""
-    from ..opener import open_archive
+    from ..archives.opener import open_archive
 
     async def run() -> T:
         async with open_archive(location, **options) as archive:

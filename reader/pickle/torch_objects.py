@@ -18,7 +18,7 @@ from .errors import MalformedPickle
 from .limits import DEFAULT_LIMITS, Limits
 from .machine import OrderedDictValue, Reducer, load
 
-# torch.<Name>Storage → dtype name (torch's own name, as reader.dtypes spells it).
+# torch.<Name>Storage → dtype name (torch's own name, as reader.pt2.dtypes spells it).
 STORAGE_DTYPES = {
     "DoubleStorage": "float64",
     "FloatStorage": "float32",

@@ -37,7 +37,7 @@ AOTI_DIR = "data/aotinductor/"
 WEIGHTS_CONFIG = "weights_config.json"
 WEIGHTS_DIR = "data/weights/"
 MODEL_PREFIX = "aoti/"
-NESTED_SEPARATOR = "!/"  # "<outer entry>!/<nested entry>": how nested entries are named (reading.nested)
+NESTED_SEPARATOR = "!/"  # "<outer entry>!/<nested entry>": how nested entries are named (entries.nested)
 
 
 @dataclass(frozen=True, slots=True)

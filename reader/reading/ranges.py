@@ -1,25 +1,5 @@
-"""Byte-range planning shared by opening and batched reads."""
+"""The old path of `reader.entries.ranges`, kept only while reader/sources/base.py imports it."""
 
-from __future__ import annotations
+from ..entries.ranges import coalesce
 
-import bisect
-from collections.abc import Sequence
-
-# Ranges closer than this are fetched as one: a gap costs less than a round trip.
-COALESCE_GAP = 64 << 10
-
-
-def coalesce(ranges: Sequence[tuple[int, int]], gap: int = COALESCE_GAP) -> list[tuple[int, int]]:
-    """Merge [start, end) ranges that overlap or lie within `gap` of each other, sorted."""
-    merged: list[list[int]] = []
-    for start, end in sorted(ranges):
-        if merged and start - merged[-1][1] <= gap:
-            merged[-1][1] = max(merged[-1][1], end)
-        else:
-            merged.append([start, end])
-    return [(start, end) for start, end in merged]
-
-
-def containing(groups: Sequence[tuple[int, int]], start: int) -> int:
-    """Index of the coalesced group holding `start` (groups sorted and disjoint)."""
-    return bisect.bisect_right(groups, (start, float("inf"))) - 1
+__all__ = ["coalesce"]

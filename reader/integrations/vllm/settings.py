@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ...sharded import is_shard_index
+from ...archives.sharded import is_shard_index
 from ...sources import HttpOptions, S3Settings
 
 # what transformers' Trainer saves beside the weights (vLLM leaves the same files out)

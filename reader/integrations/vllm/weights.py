@@ -13,9 +13,9 @@ import queue
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ...archives.opener import open_archive
 from ...errors import ReaderError
 from ...loading.background import BackgroundLoop
-from ...opener import open_archive
 from ...torch import iter_load
 
 if TYPE_CHECKING:

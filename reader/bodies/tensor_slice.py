@@ -17,13 +17,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import replace
 
-from . import zipfmt
-from .errors import UnsupportedPayload
-from .pt2 import strided
-from .pt2.slicing import SlicePlan, assemble, plan_slice
-from .pt2.tensorinfo import TensorInfo
-from .reading.entries import HEADER_PIGGYBACK_LIMIT
-from .reading.ranges import coalesce
+from .. import zipfmt
+from ..entries.fetcher import HEADER_PIGGYBACK_LIMIT
+from ..entries.ranges import coalesce
+from ..errors import UnsupportedPayload
+from ..pt2 import strided
+from ..pt2.slicing import SlicePlan, assemble, plan_slice
+from ..pt2.tensorinfo import TensorInfo
 from .tensor import MAX_UNBACKED_OUTPUT, TensorBytes
 
 

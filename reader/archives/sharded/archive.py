@@ -27,8 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..backed import SourceBacked
-from ..errors import (
+from ...errors import (
     ArchiveFormatError,
     FileNotFound,
     LocationError,
@@ -38,24 +37,25 @@ from ..errors import (
     SourceError,
     TensorNotFound,
 )
-from ..loading.selection import Selection
-from ..loading.shards import Shard
-from ..pt2.checkpoint import CHECKPOINT_MODEL
-from ..pt2.graph import MAX_PROGRAM_BYTES
-from ..pt2.tensorinfo import TensorInfo
-from ..sources import ByteSource, SourceStats, redact_location
-from ..tasks import task_group
-from ..versions import version_basis
+from ...loading.selection import Selection
+from ...loading.shards import Shard
+from ...pt2.checkpoint import CHECKPOINT_MODEL
+from ...pt2.graph import MAX_PROGRAM_BYTES
+from ...pt2.tensorinfo import TensorInfo
+from ...sources import ByteSource, SourceStats, redact_location
+from ...tasks import task_group
+from ...versions import version_basis
+from ..source_backed import SourceBacked
 from .index import INDEX_SUFFIX, MAX_INDEX_BYTES, ShardIndex, parse_shard_index, shard_location
 
 if TYPE_CHECKING:
+    from ...bodies.entry import EntryBytes
+    from ...bodies.tensor import Order, TensorBytes, WritableBuffer
+    from ...cache import Stale
+    from ...pt2.executorch import EmbeddedFile
+    from ...pt2.graph import Graph, TensorConsumers
+    from ...pt2.slicing import Index
     from ..archive import Archive
-    from ..cache import Stale
-    from ..embedded import EntryBytes
-    from ..pt2.executorch import EmbeddedFile
-    from ..pt2.graph import Graph, TensorConsumers
-    from ..pt2.slicing import Index
-    from ..tensor import Order, TensorBytes, WritableBuffer
 
 CONTAINER = "sharded-checkpoint"
 OPEN_CONCURRENCY = 16  # shards opened at once (each open is two small reads)

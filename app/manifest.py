@@ -11,8 +11,8 @@ import asyncio
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .digests import Digests
-from .pt2.tensorinfo import TensorInfo
+from reader import TensorInfo
+from reader.digests import Digests
 
 MANIFEST_FORMAT = "pt2serve-manifest/1"
 DIGEST_CONCURRENCY = 4  # tensors hashed at once while building (parallel range requests remotely)

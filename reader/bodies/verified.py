@@ -21,15 +21,15 @@ from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Protocol
 
-from . import zipfmt
-from .errors import ReaderError
-from .reading.entries import EntryFetcher
-from .sources import LocalFileSource
-from .zipfmt import ZipEntry
+from .. import zipfmt
+from ..entries.fetcher import EntryFetcher
+from ..errors import ReaderError
+from ..sources import LocalFileSource
+from ..zipfmt import ZipEntry
 
 if TYPE_CHECKING:
-    from .pt2.executorch import EmbeddedFile
-    from .pt2.tensorinfo import TensorInfo
+    from ..pt2.executorch import EmbeddedFile
+    from ..pt2.tensorinfo import TensorInfo
 
 Chunk = bytes | memoryview
 

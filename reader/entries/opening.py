@@ -6,7 +6,7 @@
    read with its local header, adjacent ones coalesced, independent ones in parallel,
    and served from the bytes already held when the tail covered them;
 4. for AOTInductor pickle_weights models only: the head and tail of every nested
-   torch.save file, all at once, coalesced (see reading.nested).
+   torch.save file, all at once, coalesced (see entries.nested).
 
 Which PyTorch ZIP container the file is decides what step 3 fetches: a PT2 archive
 (`archive_format`; exported programs and/or AOTInductor models) or a torch.save

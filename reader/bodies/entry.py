@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from . import zipfmt
-from .reading.entries import EntryFetcher
+from .. import zipfmt
+from ..entries.fetcher import EntryFetcher
+from ..zipfmt import ZipEntry
 from .verified import entry_chunks, entry_read
-from .zipfmt import ZipEntry
 
 
 class EntryBytes:

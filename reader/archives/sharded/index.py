@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from ..errors import ArchiveFormatError
+from ...errors import ArchiveFormatError
 
 INDEX_SUFFIX = ".index.json"
 MAX_INDEX_BYTES = 64 << 20  # a 1,000-layer model's index is a few MiB

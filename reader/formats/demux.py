@@ -8,7 +8,7 @@ of the reader does), and hands back where each piece of content goes. Stored con
 out as views of the chunk fed in (nothing copied); DEFLATE content is inflated. A target
 that covers a whole entry is checked against its CRC-32 before its last piece is sent on, so a
 consumer that forwards pieces never completes a corrupt entry: a stored entry's CRC-32 is taken on
-a worker thread while the next bytes arrive (reader.reading.running_crc), and its last piece comes
+a worker thread while the next bytes arrive (reader.entries.running_crc), and its last piece comes
 with the `RunningCrc` to await first; a DEFLATE entry is checked by its inflater before its last
 piece is handed back.
 """
@@ -19,8 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from .. import zipfmt
+from ..entries.running_crc import RunningCrc
 from ..errors import IntegrityError
-from ..reading.running_crc import RunningCrc
 from ..zipfmt import ZipEntry
 from ..zipfmt.structs import LOCAL_HEADER, METHOD_STORED
 

@@ -13,14 +13,14 @@ from typing import TYPE_CHECKING, Protocol, Self, runtime_checkable
 if TYPE_CHECKING:
     import numpy as np
 
-    from .embedded import EntryBytes
-    from .loading.shards import Shard
-    from .pt2.executorch import EmbeddedFile
-    from .pt2.graph import Graph, TensorConsumers
-    from .pt2.slicing import Index
-    from .pt2.tensorinfo import TensorInfo
-    from .sources import SourceStats
-    from .tensor import Order, TensorBytes, WritableBuffer
+    from ..bodies.entry import EntryBytes
+    from ..bodies.tensor import Order, TensorBytes, WritableBuffer
+    from ..loading.shards import Shard
+    from ..pt2.executorch import EmbeddedFile
+    from ..pt2.graph import Graph, TensorConsumers
+    from ..pt2.slicing import Index
+    from ..pt2.tensorinfo import TensorInfo
+    from ..sources import SourceStats
 
 
 class SourceLike(Protocol):

@@ -8,29 +8,29 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 
 import numpy as np
 
-from .backed import SourceBacked
-from .embedded import EntryBytes
-from .errors import (
+from ..bodies.entry import EntryBytes
+from ..bodies.tensor import Order, TensorBytes, WritableBuffer, read_all
+from ..bodies.tensor_slice import SliceBytes
+from ..entries.fetcher import EntryFetcher
+from ..entries.opening import OpenedIndex
+from ..errors import (
     ArchiveFormatError,
     FileNotFound,
     ModelNotFound,
     TensorNotFound,
     UnsupportedPayload,
 )
-from .loading.load import iter_arrays, load_arrays
-from .loading.selection import Payloads, Selection
-from .loading.shards import Shard
-from .pt2.dtypes import BY_NAME, to_numpy
-from .pt2.executorch import EmbeddedFile, executorch_files
-from .pt2.graph import MAX_PROGRAM_BYTES, Graph, TensorConsumers, consumers_of, parse_graph
-from .pt2.slicing import Index
-from .pt2.tensorinfo import TensorInfo
-from .reading.entries import EntryFetcher
-from .reading.opening import OpenedIndex
-from .sliced import SliceBytes
-from .sources import ByteSource
-from .tensor import Order, TensorBytes, WritableBuffer, read_all
-from .zipfmt import ZipEntry
+from ..loading.load import iter_arrays, load_arrays
+from ..loading.selection import Payloads, Selection
+from ..loading.shards import Shard
+from ..pt2.dtypes import BY_NAME, to_numpy
+from ..pt2.executorch import EmbeddedFile, executorch_files
+from ..pt2.graph import MAX_PROGRAM_BYTES, Graph, TensorConsumers, consumers_of, parse_graph
+from ..pt2.slicing import Index
+from ..pt2.tensorinfo import TensorInfo
+from ..sources import ByteSource
+from ..zipfmt import ZipEntry
+from .source_backed import SourceBacked
 
 DEFAULT_MODEL = "model"
 
@@ -98,7 +98,7 @@ class Archive(SourceBacked):
     ) -> bytes:
         """The tensor's bytes: memory order ("default") or row-major ("contiguous"). With `index`
         (NumPy basic indexing, e.g. `np.s_[0:128, :, 4:8]`), the row-major bytes of that slice,
-        reading only the byte runs it covers (reader.sliced); a slice is always row-major."""
+        reading only the byte runs it covers (reader.bodies.tensor_slice); a slice is always row-major."""
         if index is not None:
             return await SliceBytes(self.tensor(name, model, "contiguous"), index).read()
         return await self.tensor(name, model, order).read()

@@ -9,14 +9,11 @@ import os
 from collections.abc import Awaitable, Generator, Mapping
 from typing import Any
 
-from .archive import Archive
-from .archive_like import ArchiveLike
-from .cache import CacheStore, cache_store, offline_for, open_cached, stale_if_error_for
-from .errors import NotCached, SourceChanged
-from .reading.entries import EntryFetcher
-from .reading.opening import OpenedIndex, read_index
-from .sharded import is_shard_index, open_sharded
-from .sources import (
+from ..cache import CacheStore, cache_store, offline_for, open_cached, stale_if_error_for
+from ..entries.fetcher import EntryFetcher
+from ..entries.opening import OpenedIndex, read_index
+from ..errors import NotCached, SourceChanged
+from ..sources import (
     DEFAULT_CHUNK_SIZE,
     ByteSource,
     HttpOptions,
@@ -26,6 +23,9 @@ from .sources import (
     redact_location,
     tail_size_for,
 )
+from .archive import Archive
+from .archive_like import ArchiveLike
+from .sharded import is_shard_index, open_sharded
 
 
 class open_archive:  # noqa: N801 - used like a function: `async with open_archive(...)`
@@ -34,7 +34,7 @@ class open_archive:  # noqa: N801 - used like a function: `async with open_archi
     `location` is a path, an http(s):// URL, s3://bucket/key, gs://bucket/object,
     az://container/blob, hf://[datasets/]repo[@revision]/path, or an open ByteSource; a location ending in
     `.index.json` is a sharded checkpoint's index, opened as one `ShardedArchive` over the shards it
-    names (reader.sharded), each opened with these same options. `tail_size` is
+    names (reader.archives.sharded), each opened with these same options. `tail_size` is
     how much of the end the first read takes (enough for typical central directories; by default 256
     KiB remotely, 64 KiB for local files, where one more read is cheap); `chunk_size` is the default
     stream chunk; `http_options` tune remote reads (timeouts, retries, budgets); `s3_settings`

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Self
 
-from .sources import ByteSource
+from ..sources import ByteSource
 
 if TYPE_CHECKING:
-    from .cache import Stale
+    from ..cache import Stale
 
 
 class SourceBacked:
