@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import reader
 from reader import zipfmt
-from reader.reading.running_crc import RunningCrc
+from reader.entries.running_crc import RunningCrc
 from reader.sources import HttpOptions, HttpSource
 from reader.sources.http import make_client
 from reader.sources.http1.connection import THREAD_MIN

@@ -20,8 +20,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ..entries.ranges import coalesce
 from ..errors import SourceError
-from ..reading.ranges import coalesce
 
 # bench/stream_local.py's sweep: 4 MiB streams fastest against a pread loop of the same size
 # (1 MiB within noise, 256 KiB clearly slower); the service sets its own (PT2SERVE_CHUNK_SIZE).

@@ -1,1 +1,0 @@
-"""Only `ranges`, for reader/sources/base.py until it imports `reader.entries.ranges`; then delete."""
