@@ -19,7 +19,7 @@ from .. import zipfmt
 from ..errors import ArchiveFormatError, UnsupportedPayload
 from ..pt2.aoti import NESTED_SEPARATOR
 from ..sources import ByteSource
-from ..sources.held import HeldBytes
+from ..sources.base import BytesAt
 from ..zipfmt import ZipEntry
 from .ranges import coalesce
 
@@ -51,8 +51,8 @@ def _tail_region(entry: ZipEntry) -> tuple[int, int]:
     return max(entry.header_offset, entry.region_end - NESTED_TAIL - 64), entry.region_end
 
 
-async def read_nested_zips(source: ByteSource, runs: list[HeldBytes], outers: Sequence[ZipEntry]) -> tuple[
-    list[NestedZip], list[HeldBytes]
+async def read_nested_zips(source: ByteSource, runs: list[BytesAt], outers: Sequence[ZipEntry]) -> tuple[
+    list[NestedZip], list[BytesAt]
 ]:  # fmt: skip
     """Parse the ZIP inside each outer entry; returns them and every run of bytes now held."""
     for outer in outers:
@@ -72,24 +72,24 @@ async def read_nested_zips(source: ByteSource, runs: list[HeldBytes], outers: Se
 
 
 async def _fetch_missing(
-    source: ByteSource, runs: list[HeldBytes], regions: Iterable[tuple[int, int]]
-) -> list[HeldBytes]:
+    source: ByteSource, runs: list[BytesAt], regions: Iterable[tuple[int, int]]
+) -> list[BytesAt]:
     missing = coalesce([region for region in regions if not any(run.covers(*region) for run in runs)])
     fetched = await asyncio.gather(*(source.read(start, end, purpose="open") for start, end in missing))
-    return [HeldBytes(start, data) for (start, _), data in zip(missing, fetched)]
+    return [BytesAt(start, data) for (start, _), data in zip(missing, fetched)]
 
 
-async def held_slice(source: ByteSource, runs: list[HeldBytes], start: int, end: int) -> memoryview:
+async def held_slice(source: ByteSource, runs: list[BytesAt], start: int, end: int) -> memoryview:
     """Bytes [start, end) from the runs held, reading them (and keeping them) if none covers."""
     for run in runs:
         if run.covers(start, end):
             return run.slice(start, end)
-    run = HeldBytes(start, await source.read(start, end, purpose="open"))
+    run = BytesAt(start, await source.read(start, end, purpose="open"))
     runs.append(run)
     return run.slice(start, end)
 
 
-async def _data_offset(source: ByteSource, runs: list[HeldBytes], outer: ZipEntry) -> int:
+async def _data_offset(source: ByteSource, runs: list[BytesAt], outer: ZipEntry) -> int:
     start, end = _head_region(outer)
     found = zipfmt.locate_data(outer, await held_slice(source, runs, start, end))
     if isinstance(found, zipfmt.NeedUntil):
@@ -99,7 +99,7 @@ async def _data_offset(source: ByteSource, runs: list[HeldBytes], outer: ZipEntr
     return found
 
 
-async def _parse_nested(source: ByteSource, runs: list[HeldBytes], outer: ZipEntry, base: int) -> NestedZip:
+async def _parse_nested(source: ByteSource, runs: list[BytesAt], outer: ZipEntry, base: int) -> NestedZip:
     size = outer.size
     where = f"nested archive {outer.name!r}"
     tail_start = max(0, size - NESTED_TAIL)

@@ -27,7 +27,7 @@ from ..pt2 import aoti, checkpoint
 from ..pt2.index import ARCHIVE_FORMAT, MAX_CONFIG_BYTES, build_index, plan_index
 from ..pt2.tensorinfo import TensorInfo
 from ..sources import ByteSource
-from ..sources.held import HeldBytes
+from ..sources.base import BytesAt
 from ..zipfmt import ZipEntry
 from .nested import read_nested_zips
 from .ranges import coalesce
@@ -73,7 +73,7 @@ async def read_index(source: ByteSource, tail_size: int) -> OpenedIndex:
 
 
 async def _open_checkpoint(
-    source: ByteSource, held: HeldBytes, by_name: dict[str, ZipEntry], plan: checkpoint.CheckpointPlan
+    source: ByteSource, held: BytesAt, by_name: dict[str, ZipEntry], plan: checkpoint.CheckpointPlan
 ) -> OpenedIndex:
     contents, offsets = await _fetch_metadata(source, [held], [by_name[name] for name in plan.needed])
     tensors = checkpoint.build_checkpoint_index(plan, by_name, contents)
@@ -81,7 +81,7 @@ async def _open_checkpoint(
 
 
 async def _open_pt2(
-    source: ByteSource, held: HeldBytes, by_name: dict[str, ZipEntry], first: str
+    source: ByteSource, held: BytesAt, by_name: dict[str, ZipEntry], first: str
 ) -> OpenedIndex:
     plan = plan_index(by_name, first)
     models = aoti.plan_aoti(by_name, plan.root)
@@ -109,7 +109,7 @@ async def _open_pt2(
 
 
 async def _read_aoti(
-    source: ByteSource, held: HeldBytes, by_name: dict[str, ZipEntry], root: str,
+    source: ByteSource, held: BytesAt, by_name: dict[str, ZipEntry], root: str,
     models: list[aoti.AotiModel], contents: dict[str, bytes],
 ) -> tuple[dict[str, dict[str, TensorInfo]], dict[str, int]]:  # fmt: skip
     """pickle_weights models: each FQN's dtype from its nested data.pkl, bytes in its nested storage.
@@ -158,10 +158,10 @@ async def _what_it_is_instead(source: ByteSource, error: ArchiveFormatError) -> 
     return error
 
 
-async def _read_directory(source: ByteSource, tail_size: int) -> tuple[HeldBytes, tuple[ZipEntry, ...]]:
+async def _read_directory(source: ByteSource, tail_size: int) -> tuple[BytesAt, tuple[ZipEntry, ...]]:
     size = source.size
     start = max(0, size - max(tail_size, zipfmt.structs.END_RECORD.size))
-    held = HeldBytes(start, await source.read(start, size, purpose="open"))
+    held = BytesAt(start, await source.read(start, size, purpose="open"))
     while True:
         found = zipfmt.locate_directory(held.data, held.start, size)
         if isinstance(found, zipfmt.DirectorySpan):
@@ -173,10 +173,10 @@ async def _read_directory(source: ByteSource, tail_size: int) -> tuple[HeldBytes
     return held, zipfmt.parse_central_directory(directory, found)
 
 
-async def _extend(source: ByteSource, held: HeldBytes, start: int) -> HeldBytes:
+async def _extend(source: ByteSource, held: BytesAt, start: int) -> BytesAt:
     if start >= held.start:
         raise ArchiveFormatError(f"ZIP end records point back into themselves (at {start})")
-    return HeldBytes(start, await source.read(start, held.start, purpose="open") + held.data)
+    return BytesAt(start, await source.read(start, held.start, purpose="open") + held.data)
 
 
 def _entry_region(entry: ZipEntry) -> tuple[int, int]:
@@ -186,7 +186,7 @@ def _entry_region(entry: ZipEntry) -> tuple[int, int]:
 
 
 async def _fetch_metadata(
-    source: ByteSource, held: list[HeldBytes], entries: list[ZipEntry]
+    source: ByteSource, held: list[BytesAt], entries: list[ZipEntry]
 ) -> tuple[dict[str, bytes], dict[str, int]]:
     """Each entry's content, and where its data starts; `held` are the runs already read."""
     for entry in entries:
@@ -200,7 +200,7 @@ async def _fetch_metadata(
         [region for region in regions.values() if not any(run.covers(*region) for run in held)]
     )
     fetched = await _read_all(source, missing)
-    runs = [*held, *(HeldBytes(start, data) for (start, _), data in zip(missing, fetched))]
+    runs = [*held, *(BytesAt(start, data) for (start, _), data in zip(missing, fetched))]
     contents, offsets = {}, {}
     for entry in entries:
         run = next(run for run in runs if run.covers(*regions[entry.name]))

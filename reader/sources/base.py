@@ -72,6 +72,22 @@ Landed = Callable[[int, int], None]
 Checked = Callable[[int, int, int], None]
 
 
+@dataclass
+class BytesAt:
+    """Bytes of an object starting at offset `start`, already in memory (a source's tail read at
+    open, a directory's runs), so later reads inside them cost nothing."""
+
+    start: int
+    data: bytes
+
+    def covers(self, start: int, end: int) -> bool:
+        return self.start <= start and end <= self.start + len(self.data)
+
+    def slice(self, start: int, end: int) -> memoryview:
+        """A view, not a copy: configs are sliced twice on their way to the JSON parser."""
+        return memoryview(self.data)[start - self.start : end - self.start]
+
+
 class ByteSource(Protocol):
     """Exact byte ranges of one immutable object (a file, a URL, an S3 key).
 

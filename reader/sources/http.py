@@ -33,6 +33,7 @@ from . import multirange
 from .base import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_TAIL_SIZE,
+    BytesAt,
     ByteSource,
     Checked,
     Landed,
@@ -45,7 +46,6 @@ from .base import (
     redact_location,
 )
 from .body import Body, TooLong
-from .held import HeldBytes
 from .http1 import Http1Transport
 from .options import HttpOptions
 from .parallel import ordered_parts, parts_into
@@ -94,7 +94,7 @@ class HttpSource(ByteSource):
         self.size = 0
         self.etag: str | None = None
         self.last_modified: str | None = None
-        self._held: HeldBytes | None = None  # bytes kept from open (the tail, or a small whole object)
+        self._held: BytesAt | None = None  # bytes kept from open (the tail, or a small whole object)
         if not options.multi_range:
             self.multirange = False  # one range a request: never asked
 
@@ -145,7 +145,7 @@ class HttpSource(ByteSource):
         return self.options.part_cost
 
     @property
-    def held(self) -> HeldBytes | None:
+    def held(self) -> BytesAt | None:
         """Bytes the open read and keeps (the tail, or a small whole object)."""
         return self._held
 
@@ -184,14 +184,14 @@ class HttpSource(ByteSource):
             self._check_status(response, allow=(200, 206))
             self._remember_validators(response)
             if response.status_code == 200:
-                self._held = HeldBytes(0, await self._whole_body(response, "open"))
+                self._held = BytesAt(0, await self._whole_body(response, "open"))
                 self.size = len(self._held.data)
                 return
             start, end, total = self._content_range(response)
             if end != total - 1:
                 raise SourceError(f"{self.location}: suffix range answered with bytes {start}-{end}/{total}")
             self.size = total
-            self._held = HeldBytes(start, await self._body(response, "open").read(end + 1 - start))
+            self._held = BytesAt(start, await self._body(response, "open").read(end + 1 - start))
         finally:
             await response.aclose()
 
@@ -205,7 +205,7 @@ class HttpSource(ByteSource):
         self._remember_validators(response)
         self.size = int(length)
         start = max(0, self.size - tail_size)
-        self._held = HeldBytes(start, await self._fetch(start, self.size, "open"))
+        self._held = BytesAt(start, await self._fetch(start, self.size, "open"))
 
     def _remember_validators(self, response: httpx.Response) -> None:
         self.etag = response.headers.get("etag")
