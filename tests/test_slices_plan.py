@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from reader.errors import UnsupportedPayload
 from reader.pt2 import slicing, strided
@@ -45,6 +46,23 @@ def test_equals_numpy(case) -> None:
     assert list(plan.runs) == sorted(plan.runs)
     assert all(end < start for (_, end), (start, _) in zip(plan.runs, plan.runs[1:]))
     assert all(0 <= start < end <= storage.nbytes for start, end in plan.runs)
+
+
+@settings(max_examples=600, deadline=None)
+@given(views_and_indices(), st.sampled_from([0, 110, slicing.GAP_BYTES]))
+def test_counting_the_runs_agrees_with_listing_them(case, gap: int) -> None:
+    """count_runs (what a planner prices blocks by) is the number of runs plan_slice lists and the
+    bytes they cover, for any view, index and gap."""
+    sizes, strides, offset, index = case
+    end = strided.element_extent(sizes, strides, offset)[1]
+    info = _info(sizes, strides, offset, max(end, offset + 1) + 3)
+    try:
+        plan = slicing.plan_slice(info, index, gap)
+    except (IndexError, TypeError, ValueError) as error:
+        with pytest.raises(type(error)):
+            slicing.count_runs(info, index, gap)
+        return
+    assert slicing.count_runs(info, index, gap) == (len(plan.runs), plan.read_bytes)
 
 
 EMBEDDING = (50257, 768)

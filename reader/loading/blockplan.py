@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from .. import zipfmt
 from ..entries.ranges import coalesce
 from ..errors import UnsupportedPayload
-from ..pt2.slicing import SlicePlan, plan_slice
+from ..pt2.slicing import SlicePlan, count_runs, plan_slice
 from ..pt2.tensorinfo import TensorInfo
 from ..sources import multirange
 from ..zipfmt import ZipEntry
@@ -234,12 +234,18 @@ def rows_plan(block: Block) -> SlicePlan | None:
     return plan if len(plan.runs) == 1 else None
 
 
-def price(parts: SlicePlan, rows: SlicePlan, rate: float, part_cost: float) -> Priced:
-    """Seconds to read a block as `parts` (its share and each part's head over the link, plus each
-    part's CPU) and as `rows` (the rows over the link, plus gathering the block out of them)."""
-    count = len(parts.runs)
+def parts_count(block: Block) -> tuple[int, int]:
+    """How many parts `parts_plan(block)` has and the bytes they cover, without listing them."""
+    return count_runs(block.whole, block.index, PART_GAP)
+
+
+def price(parts: tuple[int, int], rows: SlicePlan, rate: float, part_cost: float) -> Priced:
+    """Seconds to read a block as its parts (`parts_count`: its share and each part's head over the
+    link, plus each part's CPU) and as `rows` (the rows over the link, plus gathering the block out
+    of them)."""
+    count, nbytes = parts
     return Priced(
-        parts=(parts.read_bytes + count * PART_HEAD) / rate + count * part_cost,
+        parts=(nbytes + count * PART_HEAD) / rate + count * part_cost,
         rows=rows.read_bytes / rate + rows.nbytes / GATHER_RATE,
     )
 
@@ -264,15 +270,14 @@ def plan_blocks(blocks: Sequence[Block], link: Link) -> BlockPlan:
             else:
                 choices.append(Choice(index, Way.ROWS, rows))
             continue
-        parts = parts_plan(block)
         if rows is None or link.rate is None or link.part_cost is None or link.part_cost == 0:
-            choices.append(Choice(index, Way.PARTS, parts))
+            choices.append(Choice(index, Way.PARTS, parts_plan(block)))
             continue
-        priced = price(parts, rows, link.rate, link.part_cost)
+        priced = price(parts_count(block), rows, link.rate, link.part_cost)  # parts listed if chosen
         if priced.rows < priced.parts:
             choices.append(Choice(index, Way.ROWS, rows, priced))
         else:
-            choices.append(Choice(index, Way.PARTS, parts, priced))
+            choices.append(Choice(index, Way.PARTS, parts_plan(block), priced))
     return BlockPlan(tuple(choices))
 
 
@@ -299,10 +304,11 @@ def probe(blocks: Sequence[Block], count: int = PROBE_PARTS) -> Probe | None:
     if block is None:
         return None
     entry = block.entry
-    runs = [(entry.header_offset + low, entry.header_offset + high) for low, high in parts_plan(block).runs]
-    parts = tuple(
-        run for run in runs[:count] if run[1] <= min(entry.region_end, runs[0][0] + PROBE_PART_BYTES)
-    )
+    runs = [
+        (entry.header_offset + low, entry.header_offset + high)
+        for low, high in parts_plan(block).runs[:count]
+    ]
+    parts = tuple(run for run in runs if run[1] <= min(entry.region_end, runs[0][0] + PROBE_PART_BYTES))
     return Probe(entry.header_offset, entry.region_end, parts)
 
 

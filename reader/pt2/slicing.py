@@ -170,6 +170,45 @@ def plan_slice(info: TensorInfo, index: Index, gap_bytes: int = GAP_BYTES) -> Sl
     UnsupportedPayload for a tensor whose bytes cannot be read (pickled, custom object,
     symbolic sizes); the index errors of `normalize_index`.
     """
+    view = _view(info, index)
+    if view.empty:
+        zero_strides = tuple(0 for _ in view.shape)
+        return SlicePlan(
+            view.shape, (), view.nbytes, view.itemsize, zero_strides, 0, view.nbytes > 0, view.key
+        )
+    return _runs_plan(view, gap_bytes)
+
+
+def count_runs(info: TensorInfo, index: Index, gap_bytes: int = GAP_BYTES) -> tuple[int, int]:
+    """How many runs `plan_slice(info, index, gap_bytes)` has and the bytes they cover, without
+    listing them: a planner pricing every column block of a model (tens of thousands of runs each)
+    spent more time building the runs than reading them."""
+    view = _view(info, index)
+    if view.empty:
+        return 0, 0
+    runs = _run_starts(view, gap_bytes)
+    if runs.interleaved:
+        return 1, runs.end - runs.low * view.itemsize
+    starts = runs.starts
+    joined = 1 + int(np.count_nonzero(starts[1:] != starts[:-1] + runs.extent))
+    return joined, len(starts) * runs.extent
+
+
+@dataclass(frozen=True, slots=True)
+class _View:
+    """The strided view `full[index]` is: its shape, element strides (signed), the element its
+    first item is at, and whether it reads nothing (no bytes, or a zero-byte payload)."""
+
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    first: int
+    itemsize: int
+    nbytes: int
+    key: str
+    empty: bool
+
+
+def _view(info: TensorInfo, index: Index) -> _View:
     if info.unsupported or info.sizes is None or info.strides is None or info.storage_offset is None:
         raise UnsupportedPayload(f"{info.model}/{info.name}: {info.unsupported or 'no strided layout'}")
     itemsize = info.itemsize or 1
@@ -190,20 +229,31 @@ def plan_slice(info: TensorInfo, index: Index, gap_bytes: int = GAP_BYTES) -> Sl
             strides.append(entry.step * stride)
         else:
             first += entry * stride
-    key = index_key(normalized)
     nbytes = math.prod(shape) * itemsize
-    zero_strides = tuple(0 for _ in shape)
-    if nbytes == 0 or info.storage.nbytes == 0:
-        return SlicePlan(tuple(shape), (), nbytes, itemsize, zero_strides, 0, nbytes > 0, key)
-    return _runs_plan(tuple(shape), tuple(strides), first, itemsize, key, gap_bytes)
+    empty = nbytes == 0 or info.storage.nbytes == 0
+    return _View(tuple(shape), tuple(strides), first, itemsize, nbytes, index_key(normalized), empty)
 
 
-def _runs_plan(
-    shape: tuple[int, ...], strides: tuple[int, ...], first: int, itemsize: int, key: str, gap_bytes: int
-) -> SlicePlan:
-    """The runs of a non-empty strided view (element strides, signed) whose result[0...] is at
-    element `first`, and the view over the runs laid end to end."""
-    nbytes = math.prod(shape) * itemsize
+@dataclass(frozen=True, slots=True)
+class _Starts:
+    """Where a view's runs start (bytes, in memory order) and how long each is (`extent`); `low`: its
+    lowest element; `moving` and `outer`: its dims that move, and those left apart as runs;
+    `interleaved`: outer blocks that interleave or overlap (odd as_strided views), read as one run
+    [low * itemsize, end)."""
+
+    starts: np.ndarray
+    extent: int
+    low: int
+    moving: list[int]
+    outer: list[int]
+    interleaved: bool
+    end: int
+
+
+def _run_starts(view: _View, gap_bytes: int) -> _Starts:
+    """The runs of a non-empty strided view, as their starts: dims are joined into one run while
+    the gap to the next step is small (gap_bytes, or a small share of what is read)."""
+    shape, strides, first, itemsize = view.shape, view.strides, view.first, view.itemsize
     moving = [dim for dim, size in enumerate(shape) if size > 1 and strides[dim] != 0]
     # The lowest element touched: each dim walking backwards starts from its far end.
     low = first + sum((shape[dim] - 1) * strides[dim] for dim in moving if strides[dim] < 0)
@@ -226,13 +276,22 @@ def _runs_plan(
             starts[:, None] + np.arange(shape[dim], dtype=np.int64) * abs(strides[dim]) * itemsize
         ).ravel()
     starts += low * itemsize
+    interleaved = len(starts) > 1 and not bool(np.all(np.diff(starts) >= extent))
+    end = low * itemsize + sum((shape[d] - 1) * abs(strides[d]) * itemsize for d in moving) + itemsize
+    return _Starts(starts, extent, low, moving, outer, interleaved, end)
+
+
+def _runs_plan(view: _View, gap_bytes: int) -> SlicePlan:
+    """The runs of a non-empty strided view, and the view over the runs laid end to end."""
+    shape, strides, first, itemsize, key = view.shape, view.strides, view.first, view.itemsize, view.key
+    nbytes = view.nbytes
+    runs = _run_starts(view, gap_bytes)
+    low, outer, extent = runs.low, runs.outer, runs.extent
     byte_strides = [stride * itemsize for stride in strides]
-    if len(starts) > 1 and not bool(np.all(np.diff(starts) >= extent)):
-        # Outer blocks that interleave or overlap (only odd as_strided views do): one run.
-        end = low * itemsize + sum((shape[d] - 1) * abs(strides[d]) * itemsize for d in moving) + itemsize
+    if runs.interleaved:  # one run
         offset = (first - low) * itemsize
         return SlicePlan(
-            shape, ((low * itemsize, end),), nbytes, itemsize, tuple(byte_strides), offset, False, key
+            shape, ((low * itemsize, runs.end),), nbytes, itemsize, tuple(byte_strides), offset, False, key
         )
     # Laid end to end, run r of the outer dims (row-major over `outer`, outermost first) begins at
     # r * extent; inside a run the inner dims keep their storage strides.
@@ -250,8 +309,16 @@ def _runs_plan(
     for dim, size in enumerate(shape):
         if size <= 1:
             byte_strides[dim] = 0
-    runs = _touching_joined(starts, extent)
-    return SlicePlan(shape, runs, nbytes, itemsize, tuple(byte_strides), offset, False, key)
+    return SlicePlan(
+        shape,
+        _touching_joined(runs.starts, extent),
+        nbytes,
+        itemsize,
+        tuple(byte_strides),
+        offset,
+        False,
+        key,
+    )
 
 
 def _touching_joined(starts: np.ndarray, extent: int) -> tuple[tuple[int, int], ...]:
