@@ -110,3 +110,25 @@ def test_a_remote_source_reports_what_lands() -> None:
     from reader.sources.http import HttpSource
 
     assert HttpSource.reports_landed and not HttpSource.local and not HttpSource.mappable
+
+
+class _OwnSource(BytesSource):
+    """A source of one's own whose `stream` predates `checked` (it takes only what it did)."""
+
+    async def stream(self, start: int, end: int, *, chunk_size: int = 1 << 20, purpose: str = "data"):
+        async for chunk in super().stream(start, end, chunk_size=chunk_size, purpose=purpose):
+            yield chunk
+
+
+async def test_a_source_whose_stream_predates_checked_still_streams_whole_entries() -> None:
+    """Only a source that `reports_crcs` is given `checked`: an older `stream` keeps working, and a
+    whole entry streamed from it is still CRC-checked."""
+    import reader
+
+    data = (ARCHIVES / "layouts.pt2").read_bytes()
+    assert not _OwnSource.reports_crcs
+    async with reader.open_archive(_OwnSource(data)) as own, reader.open_archive(BytesSource(data)) as ours:
+        for info in ours.tensors():
+            if info.readable:
+                got = b"".join([bytes(chunk) async for chunk in own.stream(info.name, info.model)])
+                assert got == b"".join([bytes(chunk) async for chunk in ours.stream(info.name, info.model)])

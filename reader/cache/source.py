@@ -73,6 +73,7 @@ class CachedSource(ByteSource):
 
     mappable = True  # what `fill` fetched is read through a mapping of the cached file
     cached = True
+    reports_crcs = True  # a miss streams from the remote source, which tells `checked`
 
     def __init__(
         self,

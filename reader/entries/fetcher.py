@@ -163,9 +163,8 @@ class EntryFetcher:
         if not stored:
             return self._verified(entry, self._inflated(entry, start, end, chunk_size), None)
         running = RunningCrc(entry)
-        return self._verified(
-            entry, self._stored_chunks(entry, start, end, chunk_size, running.checked), running
-        )
+        checked = running.checked if self.source.reports_crcs else None
+        return self._verified(entry, self._stored_chunks(entry, start, end, chunk_size, checked), running)
 
     async def _verified(
         self, entry: ZipEntry, pieces: AsyncIterator[bytes | memoryview], running: RunningCrc | None
@@ -188,13 +187,21 @@ class EntryFetcher:
         if held is not None:
             yield held
 
+    def _stream(
+        self, start: int, end: int, chunk_size: int, checked: Checked | None
+    ) -> AsyncIterator[bytes | memoryview]:
+        """The source's stream; `checked` only where given (a source's own `stream` may not take it)."""
+        if checked is None:
+            return self.source.stream(start, end, chunk_size=chunk_size)
+        return self.source.stream(start, end, chunk_size=chunk_size, checked=checked)
+
     def _stored_chunks(
         self, entry: ZipEntry, start: int, end: int, chunk_size: int, checked: Checked | None = None
     ) -> AsyncIterator[bytes | memoryview]:
         """`checked`: told of CRC-32s the source took as it received the bytes (RunningCrc.checked)."""
         known = self._data_offsets.get(entry.name)
         if known is not None:
-            return self.source.stream(known + start, known + end, chunk_size=chunk_size, checked=checked)
+            return self._stream(known + start, known + end, chunk_size, checked)
         if start <= HEADER_PIGGYBACK_LIMIT:
             return self._chunks_with_header(entry, start, end, chunk_size, checked)
         return self._chunks_after_header(entry, start, end, chunk_size, checked)
@@ -204,9 +211,7 @@ class EntryFetcher:
     ) -> AsyncIterator[bytes | memoryview]:
         """Resolve the data offset first (one small read), then stream the range."""
         offset = await self.data_offset(entry)
-        async with aclosing(
-            self.source.stream(offset + start, offset + end, chunk_size=chunk_size, checked=checked)
-        ) as chunks:
+        async with aclosing(self._stream(offset + start, offset + end, chunk_size, checked)) as chunks:
             async for chunk in chunks:
                 yield chunk
 
@@ -222,9 +227,7 @@ class EntryFetcher:
         stop = min(first + zipfmt.local_header_guess(entry) + end, entry.region_end)
         pending = b""
         position = None  # data position of the chunk in hand, once the header is parsed
-        async with aclosing(
-            self.source.stream(first, stop, chunk_size=chunk_size, checked=checked)
-        ) as chunks:
+        async with aclosing(self._stream(first, stop, chunk_size, checked)) as chunks:
             async for chunk in chunks:
                 if position is None:
                     pending += bytes(chunk)
@@ -243,7 +246,7 @@ class EntryFetcher:
                     return
         offset = await self.data_offset(entry)
         resume = max(start, position or 0)
-        rest = self.source.stream(offset + resume, offset + end, chunk_size=chunk_size, checked=checked)
+        rest = self._stream(offset + resume, offset + end, chunk_size, checked)
         async with aclosing(rest) as rest:
             async for chunk in rest:
                 yield chunk

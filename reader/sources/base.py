@@ -145,6 +145,10 @@ class ByteSource(Protocol):
     # `read_into` calls its `landed` as the bytes arrive (a remote body): checks can overlap the
     # receive. Others fill the buffer and return.
     reports_landed: bool = False
+    # `stream` takes `checked` and tells it of CRC-32s taken as the bytes were received (a remote
+    # body on a receive thread). Others are never given it, so a source of one's own whose `stream`
+    # predates the argument keeps working.
+    reports_crcs: bool = False
     # A local copy of a remote version (reader.cache): a read may find that the origin moved on
     # (SourceChanged), and `current()` then names the version the object is now.
     cached: bool = False

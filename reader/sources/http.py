@@ -72,6 +72,7 @@ class HttpSource(ByteSource):
     """One remote object read by byte ranges over a pooled httpx client."""
 
     reports_landed = True  # read_into tells `landed` of each stretch as it arrives
+    reports_crcs = True  # stream tells `checked` of each piece the receive thread took the CRC-32 of
 
     def __init__(
         self,
