@@ -237,14 +237,13 @@ def _view(info: TensorInfo, index: Index) -> _View:
 @dataclass(frozen=True, slots=True)
 class _Starts:
     """Where a view's runs start (bytes, in memory order) and how long each is (`extent`); `low`: its
-    lowest element; `moving` and `outer`: its dims that move, and those left apart as runs;
+    lowest element; `outer`: the dims left apart as runs;
     `interleaved`: outer blocks that interleave or overlap (odd as_strided views), read as one run
     [low * itemsize, end)."""
 
     starts: np.ndarray
     extent: int
     low: int
-    moving: list[int]
     outer: list[int]
     interleaved: bool
     end: int
@@ -278,7 +277,7 @@ def _run_starts(view: _View, gap_bytes: int) -> _Starts:
     starts += low * itemsize
     interleaved = len(starts) > 1 and not bool(np.all(np.diff(starts) >= extent))
     end = low * itemsize + sum((shape[d] - 1) * abs(strides[d]) * itemsize for d in moving) + itemsize
-    return _Starts(starts, extent, low, moving, outer, interleaved, end)
+    return _Starts(starts, extent, low, outer, interleaved, end)
 
 
 def _runs_plan(view: _View, gap_bytes: int) -> SlicePlan:

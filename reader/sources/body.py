@@ -57,9 +57,10 @@ class Body:
         except httpx.TransportError as exc:
             raise self._cut(exc) from None
 
-    async def read(self, expected: int | None = None) -> bytes:
-        """The whole body; `expected`: its length, else Retry (a body cut short) or SourceError."""
-        parts = [chunk async for chunk in self.chunks(expected)]
+    async def read(self, *, expected: int | None = None, limit: int | None = None) -> bytes:
+        """The whole body: `expected` bytes exactly (else Retry, a body cut short, or TooLong), or at
+        most `limit` (else TooLong)."""
+        parts = [chunk async for chunk in self.chunks(expected if limit is None else limit)]
         if expected is not None and self.received != expected:
             raise Retry(f"body of {self.received} bytes, expected {expected}")
         return b"".join(parts)

@@ -192,7 +192,7 @@ class HttpSource(ByteSource):
             if end != total - 1:
                 raise SourceError(f"{self.location}: suffix range answered with bytes {start}-{end}/{total}")
             self.size = total
-            self._held = BytesAt(start, await self._body(response, "open").read(end + 1 - start))
+            self._held = BytesAt(start, await self._body(response, "open").read(expected=end + 1 - start))
         finally:
             await response.aclose()
 
@@ -424,7 +424,7 @@ class HttpSource(ByteSource):
                 f"more than {cap} (HttpOptions.full_body_cap)"
             )
         try:
-            return b"".join([chunk async for chunk in body.chunks(cap)])
+            return await body.read(limit=cap)
         except TooLong:
             raise SourceError(
                 f"{self.location} ignores Range and sends more than {cap} bytes; refusing"

@@ -72,32 +72,32 @@ class Pool:
         return await self._exchange(connection, request, content, origin, reused=False)
 
     async def _connect(self, request: httpx.Request, origin: Origin) -> Connection:
-        protocol = Connection(asyncio.get_running_loop())
+        connection = Connection(asyncio.get_running_loop())
         where = f"{origin[1]}:{origin[2]}" if self.proxy is None else f"proxy {self.proxy.url}"
         try:
             # asyncio.timeout, not wait_for: Python 3.11's wait_for swallows a cancellation that
             # meets a connection just made, and the cancelled read would carry on
             async with asyncio.timeout(request.extensions.get("timeout", {}).get("connect")):
-                await self._open(protocol, origin)
+                await self._open(connection, origin)
         except BaseException as exc:
-            protocol.close()
+            connection.close()
             if isinstance(exc, TimeoutError):
                 raise httpx.ConnectTimeout(f"connecting to {where} timed out") from exc
             if isinstance(exc, (OSError, ssl.SSLError, httpx.RemoteProtocolError)):
                 raise httpx.ConnectError(f"{type(exc).__name__}: {exc}") from exc
             raise
-        return protocol
+        return connection
 
-    async def _open(self, protocol: Connection, origin: Origin) -> None:
+    async def _open(self, connection: Connection, origin: Origin) -> None:
         """Connect: straight to the origin, or to the proxy (then a CONNECT tunnel for https)."""
         scheme, host, port, sni = origin
-        loop, proxy, https = protocol.loop, self.proxy, scheme == "https"
+        loop, proxy, https = connection.loop, self.proxy, scheme == "https"
         if proxy is None:
             addresses = [host] if self.resolve_host is None else await self.resolve_host(host, port)
             for index, address in enumerate(addresses):  # the addresses the hook checked, in turn
                 try:
                     await loop.create_connection(
-                        lambda: protocol,
+                        lambda: connection,
                         address,
                         port,
                         ssl=self.verify if https else None,
@@ -112,52 +112,52 @@ class Pool:
             await self.resolve_host(host, port)
         to_proxy_tls = proxy.scheme == "https"
         await loop.create_connection(
-            lambda: protocol,
+            lambda: connection,
             proxy.host,
             proxy.port,
             ssl=self.verify if to_proxy_tls else None,
             server_hostname=proxy.host if to_proxy_tls else None,
         )
         if https:
-            await protocol.tunnel(host, port, proxy)
-            assert protocol.transport is not None
-            tls = await loop.start_tls(protocol.transport, protocol, self.verify, server_hostname=sni)
-            protocol.connection_made(tls)
+            await connection.tunnel(host, port, proxy)
+            assert connection.transport is not None
+            tls = await loop.start_tls(connection.transport, connection, self.verify, server_hostname=sni)
+            connection.connection_made(tls)
 
     async def _exchange(
-        self, protocol: Connection, request: httpx.Request, content: bytes, origin: Origin, *, reused: bool
+        self, connection: Connection, request: httpx.Request, content: bytes, origin: Origin, *, reused: bool
     ) -> tuple[h11.Response, BodyStream]:
         read_timeout = request.extensions.get("timeout", {}).get("read")
         try:
-            protocol.send_request(request, content, self.proxy)
-            head = await protocol.wait_head(read_timeout)
+            connection.send_request(request, content, self.proxy)
+            head = await connection.wait_head(read_timeout)
         except h11.LocalProtocolError as exc:  # a request h11 will not write
-            protocol.close()
+            connection.close()
             raise httpx.LocalProtocolError(str(exc)) from exc
         except httpx.RemoteProtocolError:
-            protocol.close()
-            if reused and not protocol.answered:
+            connection.close()
+            if reused and not connection.answered:
                 raise _Stale() from None
             raise
         except BaseException:
-            protocol.close()
+            connection.close()
             raise
-        release = functools.partial(self._release, origin, protocol)
-        return head, BodyStream(protocol, read_timeout, release, receive_thread=self.receive_thread)
+        release = functools.partial(self._release, origin, connection)
+        return head, BodyStream(connection, read_timeout, release, receive_thread=self.receive_thread)
 
-    def _release(self, origin: Origin, protocol: Connection) -> None:
+    def _release(self, origin: Origin, connection: Connection) -> None:
         """A body read to its end: keep its connection if it can carry another exchange."""
         idle = self.idle.setdefault(origin, [])
-        if protocol.reusable and len(idle) < self.max_idle:
-            protocol.idle()
-            idle.append(protocol)
+        if connection.reusable and len(idle) < self.max_idle:
+            connection.idle()
+            idle.append(connection)
         else:
-            protocol.close()
+            connection.close()
 
     def close(self) -> None:
         for idle in self.idle.values():
-            for protocol in idle:
-                protocol.close()
+            for connection in idle:
+                connection.close()
         self.idle.clear()
 
 
