@@ -86,6 +86,11 @@ class Body:
         except httpx.TransportError as exc:
             raise self._cut(exc) from None
 
+    async def land(self, views: memoryview | Sequence[memoryview]) -> None:
+        """The whole body into `views`, as `into` writes it, where nobody waits on its progress."""
+        async for _ in self.into(views):
+            pass
+
     async def peek(self, size: int) -> bytes | None:
         """The body's first `size` bytes, left to be read; None where the transport cannot look."""
         if self.landing is None:

@@ -502,15 +502,13 @@ class HttpSource(ByteSource):
                     sink += [frame[at : at + head], view]
                     at += head
                 sink.append(frame[at:])
-                async for _ in body.into(sink):
-                    pass
+                await body.land(sink)
                 if frame == laid.frame:
                     return True
                 chunks = _one(_joined(sink))  # not laid out as its first head said
             else:
                 whole = fresh_buffer(laid.length)
-                async for _ in body.into(whole):
-                    pass
+                await body.land(whole)
                 if laid.check(whole):
                     gather(np.frombuffer(whole, np.uint8), laid.starts, laid.sizes, into)
                     return True
@@ -542,8 +540,7 @@ class HttpSource(ByteSource):
                 yield chunk
             return
         whole = fresh_buffer(body.length)
-        async for _ in body.into(whole):
-            pass
+        await body.land(whole)
         yield whole
 
     # -- validation ----------------------------------------------------------
