@@ -77,7 +77,9 @@ async def test_a_slow_open_is_not_evicted_by_a_local_one_and_leaves_no_connectio
                 assert answer.status_code == 200, answer.text  # its archive, not a 404
                 tensors = await client.get(f"/archives/{answer.json()['id']}/tensors")
                 assert tensors.status_code == 200 and [t["name"] for t in tensors.json()["tensors"]] == ["w"]
-                listed = [a["id"] for a in (await client.get("/archives")).json()["archives"] if a.get("opened")]
+                listed = [
+                    a["id"] for a in (await client.get("/archives")).json()["archives"] if a.get("opened")
+                ]
                 assert listed == [answer.json()["id"]]  # open_max=1: the local one made room
             last = await open_location(client, str(local / f"l{ROUNDS}.pt2"))  # evicts the last remote
             assert last.status_code == 200, last.text
@@ -102,4 +104,28 @@ async def test_an_archive_whose_slot_was_removed_while_it_opened_is_closed_at_on
             gate.set()
             await opening
             assert slot.archive is None and "m" not in registry.slots
+            assert await until_closed(origin) == 0
+
+
+async def test_two_slow_opens_at_once_each_get_their_archive_and_leave_no_connection(tmp_path):
+    data = small_archive(tmp_path / "remote.pt2")
+    small_archive(tmp_path / "local" / "l.pt2")
+    async with FaultServer() as origin:
+        gates = {name: asyncio.Event() for name in ("a", "b")}
+        for name, gate in gates.items():
+            origin.put(f"/{name}.pt2", data)
+            origin.faults.append(Hang(until=gate, path=f"/{name}.pt2", times=1))
+        app = make_app(allow_open=(f"http://127.0.0.1:{origin.port}/*", f"{tmp_path}/local/*"), open_max=1)
+        async with in_process(app) as client:
+            opens = {
+                name: asyncio.create_task(open_location(client, origin.url(f"/{name}.pt2"))) for name in gates
+            }
+            for name in gates:
+                await started(origin, f"/{name}.pt2")
+            for name, gate in gates.items():  # a finishes while b still opens, then b
+                gate.set()
+                answer = await opens[name]
+                assert answer.status_code == 200, answer.text
+                assert (await client.get(f"/archives/{answer.json()['id']}/tensors")).status_code == 200
+            assert (await open_location(client, str(tmp_path / "local" / "l.pt2"))).status_code == 200
             assert await until_closed(origin) == 0
