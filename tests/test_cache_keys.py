@@ -194,3 +194,20 @@ async def test_an_s3_key_with_a_query_in_its_name_is_another_object(seaweed_s3, 
     assert_same(await load(versioned, tmp_path), arrays_of("layouts.pt2"))
     assert_same(await load(plain, tmp_path), arrays_of("dtypes.pt2"))
     assert_same(await load(versioned, tmp_path, offline=True), arrays_of("layouts.pt2"))
+
+
+async def test_a_version_folder_that_names_another_key_is_an_error_never_read(tmp_path):
+    """A version folder whose meta.json names another key than the folder's (it cannot be told apart
+    from another object's): offline a miss, online a SourceError naming the folder, not a write."""
+    async with FaultServer() as server:
+        server.put("/m.pt2", LAYOUTS)
+        url = server.url("/m.pt2")
+        await load(url, tmp_path)
+        (version,) = CacheStore(tmp_path).list()
+        meta = json.loads((version.path / "meta.json").read_text())
+        meta["key_digest"] = "0" * 64
+        (version.path / "meta.json").write_text(json.dumps(meta))
+        with pytest.raises(reader.NotCached):
+            await load(url, tmp_path, offline=True)
+        with pytest.raises(reader.SourceError, match="holds another object"):
+            await load(url, tmp_path)
