@@ -5,8 +5,11 @@ progress (app/open_limits.py); then it becomes an archive of the registry like a
 (same routes, ETags, versioned URLs), under an id made from its location, so opening it again
 finds the same archive. An http(s) location is read with the address rule as its resolver
 (app/addresses.py): its host and every redirect's are checked at connect time. Past `open_max`
-opened archives the least recently used is closed. Opened archives live in the process that
-opened them (one worker, or sticky sessions, when several serve).
+opened archives the least recently used open one is closed: one still opening, or not yet handed to
+the request that opened it, counts toward the limit but is not evicted (each open evicts again as
+it finishes), so a request always gets the archive it opened, and nothing it opened is left open
+without a slot. Opened archives live in the process that opened them (one worker, or sticky
+sessions, when several serve).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
+from collections import Counter
 
 import reader
 
@@ -38,6 +42,7 @@ class OpenedArchives:
         self.guard = AddressGuard(self.policy.named_hosts, resolve)  # tests give it a resolver of theirs
         self.limits = OpenLimits(settings.open_rate, settings.open_burst, settings.open_concurrency)
         self.max = max(1, settings.open_max)
+        self._handing: Counter[str] = Counter()  # ids whose open() has not returned yet
         self._guarded = dataclasses.replace(registry.http_options, resolve_host=self.guard)
         if self.policy.remote:  # the HTTP stack's import (~1 s) at start, not in the first open
             from reader.sources import HttpSource  # noqa: F401
@@ -51,16 +56,26 @@ class OpenedArchives:
         slot = self.registry.slots.get(archive_id)
         if slot is not None and slot.spec.location != target.location:  # a configured archive's id
             raise refused(f"the id {archive_id!r} is taken by another archive")
-        if slot is None:
-            with self.limits.opening():
-                slot = Slot(ArchiveSpec(archive_id, target.location), opened=True,
-                            http_options=self._guarded if target.http else None)  # fmt: skip
-                self.registry.add_opened(slot)
+        self._handing[archive_id] += 1
+        try:
+            if slot is None:
+                with self.limits.opening():
+                    slot = Slot(ArchiveSpec(archive_id, target.location), opened=True,
+                                http_options=self._guarded if target.http else None)  # fmt: skip
+                    self.registry.add_opened(slot)
+                    await self._open(slot)
+            elif slot.archive is None:
                 await self._open(slot)
-            await self._evict()
-        elif slot.archive is None:
-            await self._open(slot)
-        self.registry.slot(archive_id)  # most recently used
+            if self.registry.serves(slot):
+                self.registry.slot(archive_id)  # most recently used
+        finally:
+            self._handing -= Counter({archive_id: 1})
+            await self._evict(keep=archive_id)
+        if not self.registry.serves(slot) or slot.archive is None:  # others' opens closed it meanwhile
+            message = (
+                f"{archive_id} was closed as it opened (more opened at once than are kept); open it again"
+            )
+            raise ApiError(503, "opens_busy", message, {"retry-after": "2"})
         return slot
 
     async def _open(self, slot: Slot) -> None:
@@ -75,7 +90,20 @@ class OpenedArchives:
             raise ApiError(422, "bad_location", str(failure)) from None
         raise failure
 
-    async def _evict(self) -> None:
-        while len(self.registry.recent) > self.max:
-            oldest = next(iter(self.registry.recent))
-            await self.registry.remove(oldest)
+    async def _evict(self, keep: str) -> None:
+        """Past `max` opened archives, close the least recently used open ones; never `keep`, one
+        still opening, nor one whose open() has not returned. They are chosen and detached at once
+        (no await), then closed."""
+        excess = len(self.registry.recent) - self.max
+        victims = []
+        for archive_id in list(self.registry.recent):
+            if excess <= 0:
+                break
+            slot = self.registry.slots[archive_id]
+            if archive_id == keep or archive_id in self._handing or slot.status == "opening":
+                continue
+            victims.append(self.registry.detach(archive_id))
+            excess -= 1
+        for victim in victims:
+            if victim is not None:
+                await self.registry.close_slot(victim)

@@ -119,7 +119,7 @@ UNKNOWN_VERSION_RECHECK = 1.0  # seconds: an unknown version triggers a revalida
 class Slot:
     spec: ArchiveSpec
     current: Opened | None = None
-    status: str = "pending"  # pending | opening | open | error
+    status: str = "pending"  # pending | opening | open | error | closed (an opened one, removed)
     error: str | None = None
     failed_at: float = 0.0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -226,14 +226,32 @@ class Registry:
         self.slots[slot.spec.id] = slot
         self.recent[slot.spec.id] = None
 
-    async def remove(self, archive_id: str) -> None:
-        """Forget an opened archive and close its versions (requests reading it fail)."""
+    def detach(self, archive_id: str) -> Slot | None:
+        """Forget an opened archive at once (no request finds it after this); `close_slot` closes it.
+        An open of it still under way closes what it opens as soon as it has it (`_open`)."""
         slot = self.slots.pop(archive_id, None)
         self.recent.pop(archive_id, None)
         if slot is not None:
-            for opened in [*slot.retired, *([slot.current] if slot.current else [])]:
-                await opened.close()
-            slot.current, slot.retired = None, []
+            slot.status = "closed"
+        return slot
+
+    @staticmethod
+    async def close_slot(slot: Slot) -> None:
+        """Close a detached slot's versions (requests reading them fail)."""
+        versions = [*slot.retired, *([slot.current] if slot.current else [])]
+        slot.current, slot.retired = None, []
+        for opened in versions:
+            await opened.close()
+
+    async def remove(self, archive_id: str) -> None:
+        """Forget an opened archive and close its versions (requests reading it fail)."""
+        slot = self.detach(archive_id)
+        if slot is not None:
+            await self.close_slot(slot)
+
+    def serves(self, slot: Slot) -> bool:
+        """Whether `slot` is still this registry's (an opened one may have been removed meanwhile)."""
+        return self.slots.get(slot.spec.id) is slot
 
     async def open_now(self, slot: Slot) -> None:
         """Open `slot` (if it is not); its failure is in slot.failure."""
@@ -295,6 +313,9 @@ class Registry:
             return
         slot.current = None
         await self._open(slot)
+        if not self.serves(slot):  # removed while it reopened: nothing would ever retire the old one
+            await old.close()
+            return
         old.retire_at = time.monotonic() + self.settings.version_grace_seconds
         slot.retired = [opened for opened in slot.retired if opened.version != old.version] + [old]
         await self._retire_expired(slot)
@@ -312,7 +333,7 @@ class Registry:
 
     async def _open(self, slot: Slot) -> None:
         async with slot.lock:
-            if slot.current is not None:
+            if slot.current is not None or not self.serves(slot):  # open, or removed meanwhile
                 return
             slot.status = "opening"
             try:
@@ -325,7 +346,14 @@ class Registry:
                 slot.status, slot.error, slot.failure = "error", f"{type(exc).__name__}: {exc}", exc
                 slot.failed_at = time.monotonic()
                 log.warning("archive %s failed to open: %s", slot.spec.id, slot.error)
+            except BaseException:  # cancelled: not opening any more (a later request opens it again)
+                slot.status = "pending" if self.serves(slot) else "closed"
+                raise
             else:
+                if not self.serves(slot):  # removed while it opened: nobody would ever close it
+                    slot.status = "closed"
+                    await archive.close()
+                    return
                 opened = Opened(archive, source_version(archive.source), Digests(archive))
                 digests = self._digests_ahead(archive)
                 # "off": nothing read in the background (an entry is verified by its first whole read)

@@ -12,7 +12,8 @@ purpose. Use it as the test double for "a web server / object store", well behav
 Normal behaviour (no fault applies)
 -----------------------------------
 * GET and HEAD of a known path: 200 with the whole object, ``Content-Length``, ``ETag``, ``Last-Modified``,
-  ``Accept-Ranges: bytes``. Other methods: 405 with ``Allow: GET, HEAD``. Unknown path: 404.
+  ``Accept-Ranges: bytes``. Other methods: 405 with ``Allow: GET, HEAD``. Unknown path: 404. An object put
+  under ``/path?query`` answers a request for exactly that path and query (else the path's object answers).
 * ``Range`` (GET only; RFC 9110 defines range handling for GET alone, so HEAD ignores it and answers 200):
   ``bytes=a-b``, ``bytes=a-``, ``bytes=-n``. The end is clipped to the object; a suffix longer than the
   object selects the whole object (206 ``bytes 0-(N-1)/N``). A satisfiable range gets 206 with
@@ -207,9 +208,10 @@ class RefuseSuffix(Fault):
 @dataclass
 class Hang(Fault):
     """Read the request and say nothing: forever (seconds=None, until the client leaves or the server
-    stops), or for ``seconds`` and then answer normally."""
+    stops), or for ``seconds``, or until ``until`` is set, and then answer normally."""
 
     seconds: float | None = None
+    until: asyncio.Event | None = None
 
 
 @dataclass
@@ -619,7 +621,9 @@ class FaultServer:
         if isinstance(fault, ResetConnection):
             self._abort(writer, rst=fault.rst)
             return False
-        if isinstance(fault, Hang):
+        if isinstance(fault, Hang) and fault.until is not None:
+            await fault.until.wait()
+        elif isinstance(fault, Hang):
             if fault.seconds is None:
                 await self._wait_for_eof(reader)
                 return False
@@ -693,7 +697,8 @@ class FaultServer:
         """The correct answer to ``request`` (body included even for HEAD; the caller omits it)."""
         if request.method not in ("GET", "HEAD"):
             return _plain(405, {"Allow": "GET, HEAD"}, None)
-        obj = self.objects.get(request.path)
+        query = urlsplit(request.target).query
+        obj = (query and self.objects.get(f"{request.path}?{query}")) or self.objects.get(request.path)
         if obj is None:
             return _plain(404, {}, b"not found\n")
         h = request.headers

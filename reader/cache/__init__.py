@@ -7,7 +7,8 @@ reads what is in from disk, memory-mapped for loads as a local archive is. A cha
 new version, never the old bytes. Offline (offline=True, PT2SERVE_OFFLINE=1, or HF_HUB_OFFLINE=1
 for hf://) the version used last opens with no request at all. When the origin cannot be reached
 at all, the last complete version cached opens (stale-if-error; `stale_if_error=False` or
-PT2SERVE_CACHE_STALE_IF_ERROR=0: the open fails instead). See docs/cache.md.
+PT2SERVE_CACHE_STALE_IF_ERROR=0: the open fails instead). A location is kept under its cache key
+(keys.py): all of it that names the object, query included, signatures left out. See docs/cache.md.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 from ..errors import NotCached
 from ..sources import redact_location
+from .keys import KEY_FORMAT, cache_key
 from .source import CachedSource, Stale, keep_version
 from .store import CachedVersion, CacheStore, VersionInfo
 
@@ -73,11 +75,12 @@ async def open_cached(
     `CachedSource.current` once the index is read from disk; `stale_if_error`: the last complete
     version when the origin cannot be reached), an ordinary open when none is, or offline the
     version used last with no request."""
-    key = redact_location(location)
+    key = cache_key(location)
     latest = store.latest(key)
     if offline:
         if latest is None:
-            raise NotCached(f"{key}: offline, and no version of it is in the cache {store.root}")
+            shown = redact_location(location)
+            raise NotCached(f"{shown}: offline, and no version of it is in the cache {store.root}")
         latest.touch()
         return CachedSource(latest, None, key, store)
     if latest is not None:
@@ -115,6 +118,7 @@ def _truthy(value: str | None) -> bool:
 __all__ = [
     "CACHE_DIR_ENV",
     "CACHE_MAX_BYTES_ENV",
+    "KEY_FORMAT",
     "OFFLINE_ENV",
     "STALE_IF_ERROR_ENV",
     "CacheStore",
@@ -122,6 +126,7 @@ __all__ = [
     "CachedVersion",
     "Stale",
     "VersionInfo",
+    "cache_key",
     "cache_store",
     "offline_for",
     "open_cached",

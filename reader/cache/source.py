@@ -36,6 +36,7 @@ from ..sources.base import (
     SourceStats,
     check_range,
     fresh_buffer,
+    redact_location,
 )
 from .store import CachedVersion, CacheStore
 
@@ -79,7 +80,7 @@ class CachedSource(ByteSource):
         self,
         version: CachedVersion,
         remote: HttpSource | None,
-        location: str,
+        key: str,
         store: CacheStore,
         *,
         confirming: asyncio.Future[HttpSource] | None = None,
@@ -90,7 +91,8 @@ class CachedSource(ByteSource):
         self.version = version
         self.remote = remote
         self.store = store
-        self.location = location
+        self.key = key  # the cache key (keys.py): what the store is asked by
+        self.location = redact_location(key)  # what messages show
         self.size = version.size
         self.identity: str = version.meta["version"]
         self.stats = remote.stats if remote is not None else SourceStats()
@@ -117,7 +119,7 @@ class CachedSource(ByteSource):
                 self._adopt(remote)
             else:
                 self.version.close()
-                self._successor = await keep_version(remote, self.location, self.store)
+                self._successor = await keep_version(remote, self.key, self.store)
         return self._successor or self
 
     def _adopt(self, remote: HttpSource) -> None:
@@ -132,7 +134,7 @@ class CachedSource(ByteSource):
     def _fall_back(self, error: OriginUnreachable) -> CachedSource | None:
         """The origin is unreachable: the last complete version cached, read with no remote (None:
         this one), or `error` again when no version is complete."""
-        complete = self.store.latest(self.location, complete=True)
+        complete = self.store.latest(self.key, complete=True)
         if complete is None:
             raise OriginUnreachable(f"{error}; no complete version of it in the cache {self.store.root}")
         stale = Stale(self.location, complete.meta["version"], complete.confirmed_at(), str(error))
@@ -142,9 +144,7 @@ class CachedSource(ByteSource):
             self.stale = stale
             return None
         self.version.close()
-        return CachedSource(
-            complete, None, self.location, self.store, open_remote=self._open_remote, stale=stale
-        )
+        return CachedSource(complete, None, self.key, self.store, open_remote=self._open_remote, stale=stale)
 
     # -- the ByteSource contract -----------------------------------------------------------
 
@@ -182,7 +182,7 @@ class CachedSource(ByteSource):
 
     def _same_version(self, remote: HttpSource) -> bool:
         pinned = remote.pinned()
-        return self.store.folder(self.location, remote.identity, remote.size, pinned) == self.version.path
+        return self.store.folder(self.key, remote.identity, remote.size, pinned) == self.version.path
 
     async def revalidate(self) -> bool:
         """Offline, the cached version is the one opened by definition. A stale one asks the origin
@@ -281,10 +281,10 @@ class CachedSource(ByteSource):
             self.version.mark(start, end)
 
 
-async def keep_version(remote: HttpSource, location: str, store: CacheStore) -> CachedSource:
+async def keep_version(remote: HttpSource, key: str, store: CacheStore) -> CachedSource:
     """The cache's version of what `remote` opened (the tail the open read kept in it)."""
     try:
-        version = store.version(location, remote.identity, remote.size, remote.pinned())
+        version = store.version(key, remote.identity, remote.size, remote.pinned())
         held = remote.held
         if held is not None:  # the tail the open read: the next open finds it here
             version.write(held.start, [held.data])
@@ -295,7 +295,7 @@ async def keep_version(remote: HttpSource, location: str, store: CacheStore) -> 
     except BaseException:
         await remote.close()
         raise
-    return CachedSource(version, remote, location, store)
+    return CachedSource(version, remote, key, store)
 
 
 def _age_text(seconds: float) -> str:

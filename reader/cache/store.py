@@ -1,9 +1,11 @@
 """The cache's files: one folder per version of an object, its bytes in a sparse file, marker files
 naming what is in it.
 
-    <root>/<object>/                   object: SHA-256 of the location (credentials left out)
+    <root>/<object>/                   object: the key's digest (keys.py: the location, its query
+                                       included, without signatures; the key format)
         <version>/                     version: SHA-256 of what the source pinned (ETag, size, commit)
-            meta.json                  the location, the size, the source's pinned validators
+            meta.json                  the location shown (no query, no userinfo), the key's
+                                       digest and format, the size, the source's pinned validators
             data                       the object's bytes at their own offsets (sparse)
             spans/<start>-<end>        bytes [start, end) of `data` are in, whole
             verified/<crc32>-<name>    an entry whose every byte was CRC-checked here once
@@ -36,6 +38,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ..errors import SourceError
+from ..sources.base import redact_location
+from .keys import KEY_FORMAT, key_digest
 
 META = "meta.json"
 DATA = "data"
@@ -231,19 +237,28 @@ class CacheStore:
         self.root = Path(root)
         self.max_bytes = max_bytes
 
-    def object_path(self, location: str) -> Path:
-        return self.root / digest(location)
+    def object_path(self, key: str) -> Path:
+        """The folder of the object a cache key (keys.py) names. The key's format is part of the
+        name, so folders keyed another way are never opened."""
+        return self.root / key_digest(key)[:32]
 
-    def folder(self, location: str, version: str, size: int, pinned: dict[str, Any]) -> Path:
+    def folder(self, key: str, version: str, size: int, pinned: dict[str, Any]) -> Path:
         """Where this version of the object is kept: named by everything the source pinned (a Hub
         file's commit besides its ETag, a GCS generation), not its identity alone."""
-        return self.object_path(location) / digest(json.dumps([version, size, pinned], sort_keys=True))
+        return self.object_path(key) / digest(json.dumps([version, size, pinned], sort_keys=True))
 
-    def version(self, location: str, version: str, size: int, pinned: dict[str, Any]) -> CachedVersion:
+    def version(self, key: str, version: str, size: int, pinned: dict[str, Any]) -> CachedVersion:
         """The folder of this version of the object (`folder`), made if new."""
-        path = self.folder(location, version, size, pinned)
-        meta = {"location": location, "version": version, "size": size, "pinned": pinned}
-        if not (path / META).exists():
+        path = self.folder(key, version, size, pinned)
+        meta = {"location": redact_location(key), "key_format": KEY_FORMAT, "key_digest": key_digest(key),
+                "version": version, "size": size, "pinned": pinned}  # fmt: skip
+        found = _read_meta(path)
+        if found is not None and not _names(found, key):
+            raise SourceError(
+                f"the cache folder {path} holds another object than {redact_location(key)} "
+                "(or one kept another way): remove it (pt2serve cache prune) and open again"
+            )
+        if found is None:
             for folder in (path / SPANS, path / VERIFIED):
                 folder.mkdir(parents=True, exist_ok=True)
             if not (path / DATA).exists():
@@ -254,13 +269,14 @@ class CacheStore:
         cached.touch()
         return cached
 
-    def latest(self, location: str, *, complete: bool = False) -> CachedVersion | None:
-        """The version of `location` used last, or None (what an offline open reads); `complete`:
-        the one used last of those that open with no request (what a stale-if-error open reads)."""
-        found = [(used, path) for path, used in self._versions(self.object_path(location))]
+    def latest(self, key: str, *, complete: bool = False) -> CachedVersion | None:
+        """The version of the object `key` names used last, or None (what an offline open reads);
+        `complete`: the one used last of those that open with no request (what a stale-if-error
+        open reads)."""
+        found = [(used, path) for path, used in self._versions(self.object_path(key))]
         for _, path in sorted(found, reverse=True):
             meta = _read_meta(path)
-            if meta is not None and meta.get("location") == location:
+            if meta is not None and _names(meta, key):
                 if complete and not (path / COMPLETE).exists():
                     continue
                 return CachedVersion(path, meta)
@@ -348,6 +364,12 @@ def _read_meta(path: Path) -> dict[str, Any] | None:
         return json.loads((path / META).read_bytes())
     except (OSError, ValueError):
         return None
+
+
+def _names(meta: dict[str, Any], key: str) -> bool:
+    """Whether a version's meta.json was written for this very key, in this key format (an entry
+    that cannot be told apart from another object's is never read)."""
+    return meta.get("key_format") == KEY_FORMAT and meta.get("key_digest") == key_digest(key)
 
 
 def _read_spans(folder: Path) -> list[tuple[int, int]]:

@@ -225,10 +225,13 @@ class ByteSource(Protocol):
 
 def redact_location(location: str) -> str:
     """A location safe to show in errors and listings: no query string (presigned URLs carry
-    credentials there), no fragment, no user info."""
+    credentials there), no fragment, no user info. An hf:// location carries none of them (its
+    `name@revision` is a repository and a revision): it is shown whole."""
     if "://" not in location:
         return location
     scheme, rest = location.split("://", 1)
+    if scheme.lower() == "hf":
+        return location
     rest = rest.split("#", 1)[0].split("?", 1)[0]
     host, slash, path = rest.partition("/")
     return f"{scheme}://{host.rsplit('@', 1)[-1]}{slash}{path}"
