@@ -13,6 +13,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 import reader
+from reader.sources import redact_location
 
 from .registry import ArchiveNotFound, ArchiveUnavailable, Served, VersionNotServed
 from .routing import allowed_methods
@@ -104,6 +105,31 @@ READER_ERRORS: list[tuple[type[Exception], str]] = [
 ]
 
 
+# What a client is told when a location it opened fails: the rule, never the upstream's statuses,
+# hosts or addresses (else the Open box is an oracle for what lies behind the patterns); the details
+# go to the log. A refusal's (HostRefused) and a malformed location's messages name only the rule or
+# what the client sent. First match wins: subclasses first.
+OPENED_FAILURES: list[tuple[type[Exception], str, str | None]] = [
+    (reader.HostRefused, "open_refused", None),
+    (reader.LocationError, "bad_location", None),
+    (reader.SourceChanged, "archive_changed", "the archive changed while it was read; retry"),
+    (reader.OriginUnreachable, "upstream_error", "the location could not be read: its server did not answer"),
+    (reader.SourceError, "upstream_error",
+     "the location could not be read: its server does not have it, refused it, or failed"),
+    (reader.IntegrityError, "integrity_error", "the archive's bytes failed their CRC or length check"),
+    (reader.ArchiveFormatError, "archive_format_error", "the location is not a valid .pt2 archive"),
+    (reader.ReaderError, "archive_format_error", "the location could not be read as an archive"),
+]  # fmt: skip
+
+
+def opened_failure(exc: reader.ReaderError, location: str) -> ApiError:
+    """The answer to a client whose opened location failed with `exc`; the details go to the log."""
+    log.warning("opened location %s failed: %s: %s", location, type(exc).__name__, exc)
+    code, message = next((code, message) for kind, code, message in OPENED_FAILURES if isinstance(exc, kind))
+    status = ERROR_CODES[code].status or 502
+    return ApiError(status, code, str(exc) if message is None else message)
+
+
 def version_error(request: Request, exc: VersionNotServed) -> Response:
     """404 (never this archive's) or 410 (replaced), naming the current version and its URL;
     not cacheable, since another replica may already serve a version this one does not."""
@@ -152,6 +178,12 @@ class _Replay(Response):
         await self.app(self.replay_scope, receive, send)
 
 
+def _opened_location(request: Request, served: Served | None) -> str | None:
+    """The location (credentials redacted) of the archive a request read, if a client opened it."""
+    slot = request.app.state.registry.slots.get(served.id) if served is not None else None
+    return redact_location(slot.spec.location) if slot is not None and slot.opened else None
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> Response:
@@ -168,6 +200,10 @@ def install_error_handlers(app: FastAPI) -> None:
                     answer = await _after_change(request, served)
                     if answer is not None:
                         return answer
+                opened = _opened_location(request, served)
+                if isinstance(exc, reader.SourceError) and opened is not None:
+                    failure = opened_failure(exc, opened)
+                    return error_response(failure.status, failure.code, failure.message, headers)
                 return error_response(status, code, str(exc), headers)
         return error_response(500, "reader_error", str(exc))
 
