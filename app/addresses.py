@@ -163,8 +163,13 @@ async def system_resolve(host: str, port: int) -> list[str]:
 
 
 def host_key(host: str) -> str:
-    """A host as patterns and the guard compare it: lowercase, ASCII (IDNA), no brackets."""
+    """A host as patterns and the guard compare it: lowercase, ASCII (IDNA), no brackets, an address
+    in its canonical spelling (`0::1` is `::1`)."""
     host = host.strip("[]").lower()
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        pass
     try:
         return host.encode("idna").decode("ascii") if not host.isascii() else host
     except UnicodeError:

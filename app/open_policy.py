@@ -42,7 +42,6 @@ go to the endpoints the operator configured, with the server's own credentials.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
 import posixpath
@@ -138,18 +137,10 @@ def check_segments(path: str, what: str) -> None:
 @dataclass(frozen=True)
 class UrlParts:
     scheme: str
-    host: str  # host_key'd: lowercase, ASCII, an address canonical
+    host: str  # as addresses.host_key compares it: lowercase, ASCII, an address canonical
     port: int
     path: str  # as sent: percent-encoded by httpx
     query: str | None  # None: no '?'
-
-
-def _canonical_host(host: str) -> str:
-    host = host_key(host)
-    try:
-        return str(ipaddress.ip_address(host))
-    except ValueError:
-        return host
 
 
 def parse_url(location: str) -> UrlParts:
@@ -180,7 +171,7 @@ def parse_url(location: str) -> UrlParts:
     sent_path, _, sent_query = url.raw_path.decode("ascii").partition("?")
     check_segments(sent_path[1:], "URL's path")  # what httpx sends: the same segments, encoded
     port = url.port if url.port is not None else DEFAULT_PORTS[scheme]
-    return UrlParts(scheme, _canonical_host(host), port, sent_path, sent_query if mark else None)
+    return UrlParts(scheme, host_key(host), port, sent_path, sent_query if mark else None)
 
 
 @dataclass(frozen=True)
@@ -234,6 +225,8 @@ def parse_hub(location: str) -> HubParts:
         raise Refusal("the location names no repository and path: expected hf://namespace/name/path")
     check_segments(repo, "repository")
     check_segments(path, "path in the repository")
+    if _unquoted(revision) in ("", ".", ".."):
+        raise Refusal("the revision is '.', '..' or empty")
     return HubParts(prefix, repo, revision, path)
 
 
@@ -299,7 +292,7 @@ def parse_url_pattern(pattern: str) -> UrlPattern:
         sent = httpx.URL(f"{scheme}://host{path_text}{mark}{query_text}").raw_path.decode("ascii")
         if "*" not in host:  # the host as the client will name it
             literal = f"[{host}]" if bracketed else host
-            host = _canonical_host(httpx.URL(f"{scheme}://{literal}/").raw_host.decode("ascii"))
+            host = host_key(httpx.URL(f"{scheme}://{literal}/").raw_host.decode("ascii"))
     except (Refusal, httpx.InvalidURL, ValueError, UnicodeError) as exc:
         raise PatternError(f"--allow-open {pattern!r}: {exc}") from None
     sent_path, _, sent_query = sent.partition("?")
