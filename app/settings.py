@@ -43,7 +43,7 @@ class Settings:
     digest_inline_max: int = 1 << 20  # remote tensors up to this size get their digest before the headers
     ca_bundle: str | None = None  # CA certificates trusted besides the system's (PEM file or hashed dir)
     # locations a client may open (POST /archives/open, the viewer's Open box): patterns matched part
-    # by part (app/open_policy.py's grammar);
+    # by part (app/open_patterns.py's grammar);
     # none: nothing can be opened from a request (app/open_policy.py, app/addresses.py)
     allow_open: tuple[str, ...] = ()
     open_max: int = 16  # opened archives kept; past it the least recently used is closed
@@ -98,12 +98,12 @@ def ca_bundle_from(env: Mapping[str, str]) -> str | None:
 
 def allow_open_from(env: Mapping[str, str]) -> tuple[str, ...]:
     """PT2SERVE_ALLOW_OPEN: patterns separated by newlines or spaces (a pattern holds neither); a
-    pattern that cannot be parsed is a ValueError here, at start-up (app/open_policy.py)."""
+    pattern that cannot be parsed is a ValueError here, at start-up (app/open_patterns.py)."""
     patterns = tuple(env.get("PT2SERVE_ALLOW_OPEN", "").split())
     if patterns:
-        from .open_policy import OpenPolicy
+        from .open_patterns import Patterns
 
-        OpenPolicy(patterns)  # PatternError, a ValueError, names the pattern and what is wrong
+        Patterns(patterns)  # PatternError, a ValueError, names the pattern and what is wrong
     return patterns
 
 

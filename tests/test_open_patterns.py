@@ -1,4 +1,5 @@
-"""--allow-open patterns match a location's parsed parts, each part on its own (app/open_policy.py).
+"""--allow-open patterns match a location's parsed parts, each part on its own (app/open_patterns.py,
+app/open_policy.py).
 
 A table of what each part's glob admits and refuses; patterns that cannot be parsed fail at start-up;
 and property tests: whatever the policy admits still lies inside the pattern once the client has
@@ -22,7 +23,8 @@ from hypothesis import strategies as st
 import reader
 from app.addresses import host_key
 from app.errors import ApiError
-from app.open_policy import ObjectParts, OpenPolicy, PatternError, UrlParts, check_segments, parse_hub
+from app.open_patterns import ObjectParts, PatternError, UrlParts, check_segments, parse_hub
+from app.open_policy import OpenPolicy
 from app.settings import Settings
 from reader.sources.aws import explicit_endpoint
 from reader.sources.azure import blob_url, parse_az_location
@@ -279,8 +281,8 @@ def test_an_admitted_url_lies_inside_its_pattern_as_httpx_sends_it(base, path, s
     sent = _sent_parts(location)
     assert _clean(sent.path[1:]), (location, sent)
     # the same parts, read from what httpx sends, pass the patterns again
-    naming = [p for p in POLICY.urls if p.names(sent.host, sent.port)]
-    assert any(p.matches(sent) for p in naming or [p for p in POLICY.urls if p.host_glob is not None])
+    naming = [p for p in POLICY.parsed.urls if p.names(sent.host, sent.port)]
+    assert any(p.matches(sent) for p in naming or [p for p in POLICY.parsed.urls if p.host_glob is not None])
     POLICY.check_url(str(httpx.URL(location)))  # the hook, as a redirect hop would be checked
     if sent.host.endswith(".example.com") and sent.host != "cdn.example.com":  # `http://*.example.com/*`
         assert sent.host.count(".") == 2 and sent.path.count("/") == 1 and sent.query is None
@@ -308,7 +310,7 @@ def test_an_admitted_s3_key_is_what_botocore_builds_and_signs(bucket, key):
     assert signed.split("\n")[1] == sent  # what is signed is what is sent
     sent_bucket, _, sent_key = sent[1:].partition("/")
     assert (sent_bucket, unquote(sent_key)) == (bucket, key)  # ... and names the object checked
-    assert any(p.matches(ObjectParts("s3", sent_bucket, unquote(sent_key))) for p in POLICY.objects)
+    assert any(p.matches(ObjectParts("s3", sent_bucket, unquote(sent_key))) for p in POLICY.parsed.objects)
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
