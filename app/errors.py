@@ -15,6 +15,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 import reader
 from reader.sources import redact_location
 
+from .open_failures import public_failure
 from .registry import ArchiveNotFound, ArchiveUnavailable, Served, VersionNotServed
 from .routing import allowed_methods
 from .versioning import REVALIDATE, PinRedirect, pinned_url
@@ -105,29 +106,12 @@ READER_ERRORS: list[tuple[type[Exception], str]] = [
 ]
 
 
-# What a client is told when a location it opened fails: the rule, never the upstream's statuses,
-# hosts or addresses (else the Open box is an oracle for what lies behind the patterns); the details
-# go to the log. A refusal's (HostRefused) and a malformed location's messages name only the rule or
-# what the client sent. First match wins: subclasses first.
-OPENED_FAILURES: list[tuple[type[Exception], str, str | None]] = [
-    (reader.HostRefused, "open_refused", None),
-    (reader.LocationError, "bad_location", None),
-    (reader.SourceChanged, "archive_changed", "the archive changed while it was read; retry"),
-    (reader.OriginUnreachable, "upstream_error", "the location could not be read: its server did not answer"),
-    (reader.SourceError, "upstream_error",
-     "the location could not be read: its server does not have it, refused it, or failed"),
-    (reader.IntegrityError, "integrity_error", "the archive's bytes failed their CRC or length check"),
-    (reader.ArchiveFormatError, "archive_format_error", "the location is not a valid .pt2 archive"),
-    (reader.ReaderError, "archive_format_error", "the location could not be read as an archive"),
-]  # fmt: skip
-
-
 def opened_failure(exc: reader.ReaderError, location: str) -> ApiError:
-    """The answer to a client whose opened location failed with `exc`; the details go to the log."""
+    """The answer to a client whose opened location failed with `exc` (app/open_failures.py says
+    what it may be told); the details go to the log."""
     log.warning("opened location %s failed: %s: %s", location, type(exc).__name__, exc)
-    code, message = next((code, message) for kind, code, message in OPENED_FAILURES if isinstance(exc, kind))
-    status = ERROR_CODES[code].status or 502
-    return ApiError(status, code, str(exc) if message is None else message)
+    code, message = public_failure(exc)
+    return ApiError(ERROR_CODES[code].status or 502, code, message)
 
 
 def version_error(request: Request, exc: VersionNotServed) -> Response:

@@ -7,7 +7,7 @@ finds the same archive. An http(s) location is read with the address rule as its
 (app/addresses.py): its host and every redirect's are checked at connect time; and the URL of each
 request it makes, redirect hops included, is checked against the patterns again before it is sent.
 A failed open answers the rule that refused it, never upstream statuses, hosts or addresses
-(app/errors.py `opened_failure`); the details go to the log. Past `open_max`
+(app/open_failures.py); the details go to the log. Past `open_max`
 opened archives the least recently used is closed. Opened archives live in the process that
 opened them (one worker, or sticky sessions, when several serve).
 """

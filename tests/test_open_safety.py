@@ -522,6 +522,25 @@ async def test_a_failed_open_tells_the_rule_without_upstream_statuses_hosts_or_p
         assert detail in caplog.text, detail
 
 
+async def test_an_opened_archive_failing_later_says_no_more_than_its_rule(tmp_path):
+    """A read, a reopen and the listing of a client-opened archive whose origin went away: no status,
+    host or port of the upstream in any answer."""
+    data = big_archive(tmp_path / "big.pt2")
+    async with FaultServer() as origin:
+        origin.put("/big.pt2", data)
+        async with in_process(opener(allow_open=("http://127.0.0.1:*/*",))) as client:
+            opened = (await open_location(client, origin.url("/big.pt2"))).json()
+            origin.remove("/big.pt2")
+            answers = [await client.get(f"/archives/{opened['id']}/tensors/big/data") for _ in range(2)]
+            listing = (await client.get("/archives")).json()["archives"]
+    assert all(answer.status_code >= 500 for answer in answers), [a.text for a in answers]
+    failed = next(archive for archive in listing if archive["id"] == opened["id"])
+    assert failed["status"] == "error"
+    for text in [*(answer.json()["error"]["message"] for answer in answers), failed["error"]]:
+        for leak in ("404", "HTTP", str(origin.port)):
+            assert leak not in text, text
+
+
 def test_the_address_rule():
     internal = ["127.0.0.1", "10.1.2.3", "172.16.0.1", "192.168.1.1", "169.254.169.254", "fd00:ec2::254",
                 "::1", "fe80::1", "224.0.0.1", "0.0.0.0", "::", "::ffff:10.0.0.1"]  # fmt: skip
