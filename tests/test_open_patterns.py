@@ -247,6 +247,12 @@ def _sent_parts(location: str) -> UrlParts:
     return UrlParts(url.scheme, host_key(url.raw_host.decode("ascii")), port, path, query if mark else None)
 
 
+def _segments(path: str) -> list[str]:
+    """A request path's segments as the server reads them: httpx may percent-encode more than the
+    reader did (`é`), never drop or join a segment."""
+    return [unquote(segment) for segment in path.split("/")]
+
+
 def _clean(path: str) -> bool:
     try:
         check_segments(path, "path")
@@ -334,7 +340,7 @@ def test_an_admitted_gs_or_az_object_is_the_one_requested(container, key, scheme
         assert parse_az_location(location) == (container, key)
         url = blob_url("http://127.0.0.1:10000/acct", container, key)
         expected = f"/acct/{container}/{quote(key, safe='/~')}"
-    assert httpx.URL(url).raw_path.decode("ascii").partition("?")[0] == expected  # nothing resolved away
+    assert _segments(httpx.URL(url).raw_path.decode("ascii").partition("?")[0]) == _segments(expected)
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -358,4 +364,4 @@ def test_an_admitted_hf_location_is_split_and_requested_as_checked(prefix, repo,
     )  # fmt: skip
     url = hub.url("http://127.0.0.1:7000")
     expected = f"/{hub.prefix}{hub.repo_id}/resolve/{quote(hub.revision, safe='')}/{quote(hub.path)}"
-    assert httpx.URL(url).raw_path.decode("ascii") == expected
+    assert _segments(httpx.URL(url).raw_path.decode("ascii")) == _segments(expected)  # nothing resolved away
