@@ -147,8 +147,8 @@ def parse_url(location: str) -> UrlParts:
     if url.userinfo:
         raise Refusal("credentials in a URL are refused: opened locations are read with the server's")
     host = url.raw_host.decode("ascii")
-    if not host:
-        raise Refusal("the URL names no host")
+    if not host or host.startswith(".") or ".." in host:
+        raise Refusal("the URL names no host, or a host with an empty label")
     sent_path, _, sent_query = url.raw_path.decode("ascii").partition("?")
     check_segments(sent_path[1:], "URL's path")  # what httpx sends: the same segments, encoded
     port = url.port if url.port is not None else DEFAULT_PORTS[scheme]

@@ -84,6 +84,9 @@ REFUSED = [
     "http://a.b.example.com/x.pt2",
     "http://example.com/x.pt2",
     "http://a.example.com.evil.test/x.pt2",
+    "http://.example.com/x.pt2",
+    "http://a..example.com/x.pt2",
+    "http://a.example.com./x.pt2",  # the same host to DNS, another to the patterns: refused
     "http://a.example.com@127.0.0.1/x.pt2",  # userinfo
     "http://u:p@a.example.com/x.pt2",
     # the port: the scheme's default without `:*`
