@@ -134,9 +134,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=None,
         metavar="PATTERN",
-        help="let clients open locations matching PATTERN (fnmatch: 'hf://org/*', 's3://team/*', "
-        "'/srv/models/*'; repeatable; default PT2SERVE_ALLOW_OPEN), read with this server's "
-        "credentials; http(s) hosts on private addresses only when a pattern names the host",
+        help="let clients open locations matching PATTERN (repeatable; default PT2SERVE_ALLOW_OPEN), read "
+        "with this server's credentials. Matched part by part: 'hf://org/*', 's3://team/**', "
+        "'https://*.example.com/models/**', 'http://10.0.0.5:8000/m/*.pt2', '/srv/models/**'; '*' stays "
+        "within a host label or a path segment, '**' spans segments; no port: the default one, ':*' "
+        "any; a query only with '?*'. http(s) reaches global unicast addresses only, unless a pattern "
+        "names the host (then on its port and path only)",
     )
     serve.add_argument(
         "--open-max",

@@ -13,7 +13,9 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 import reader
+from reader.sources import redact_location
 
+from .open_failures import public_failure
 from .registry import ArchiveNotFound, ArchiveUnavailable, Served, VersionNotServed
 from .routing import allowed_methods
 from .versioning import REVALIDATE, PinRedirect, pinned_url
@@ -104,6 +106,14 @@ READER_ERRORS: list[tuple[type[Exception], str]] = [
 ]
 
 
+def opened_failure(exc: reader.ReaderError, location: str) -> ApiError:
+    """The answer to a client whose opened location failed with `exc` (app/open_failures.py says
+    what it may be told); the details go to the log."""
+    log.warning("opened location %s failed: %s: %s", location, type(exc).__name__, exc)
+    code, message = public_failure(exc)
+    return ApiError(ERROR_CODES[code].status or 502, code, message)
+
+
 def version_error(request: Request, exc: VersionNotServed) -> Response:
     """404 (never this archive's) or 410 (replaced), naming the current version and its URL;
     not cacheable, since another replica may already serve a version this one does not."""
@@ -152,6 +162,12 @@ class _Replay(Response):
         await self.app(self.replay_scope, receive, send)
 
 
+def _opened_location(request: Request, served: Served | None) -> str | None:
+    """The location (credentials redacted) of the archive a request read, if a client opened it."""
+    slot = request.app.state.registry.slots.get(served.id) if served is not None else None
+    return redact_location(slot.spec.location) if slot is not None and slot.opened else None
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> Response:
@@ -168,6 +184,10 @@ def install_error_handlers(app: FastAPI) -> None:
                     answer = await _after_change(request, served)
                     if answer is not None:
                         return answer
+                opened = _opened_location(request, served)
+                if isinstance(exc, reader.SourceError) and opened is not None:
+                    failure = opened_failure(exc, opened)
+                    return error_response(failure.status, failure.code, failure.message, headers)
                 return error_response(status, code, str(exc), headers)
         return error_response(500, "reader_error", str(exc))
 

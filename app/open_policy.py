@@ -1,30 +1,36 @@
 """Which locations a client may open (--allow-open PATTERN): one rule per refusal, each named.
 
-Patterns are fnmatch-style (`*` also matches `/`), matched against the location as given:
-`hf://org/*`, `s3://team-models/*`, `https://models.example.com/*`, `http://127.0.0.1:*/*`,
-`/srv/models/*`. Without a pattern nothing can be opened. What a location may reach once it
-matches is the address rule's (app/addresses.py) for http(s); s3://, gs://, az:// and hf:// go
-to the endpoints the operator configured, with the server's own credentials.
+Patterns and locations are parsed into their parts by app/open_patterns.py (its docstring is the
+grammar); without a pattern nothing can be opened. A path opens only through a folder pattern, once
+every symbolic link is followed.
 
-A path is allowed only by a pattern that is a path: the folder it names (the part before its
-first wildcard) and the pattern's rest are matched against the path's real location, with every
-symbolic link followed, so neither `..` nor a link out of the folder leaves it.
+For http(s), what a location may reach once it matches is also the address rule's
+(app/addresses.py). A pattern whose HOST has no wildcard names that host: the host is exempt from
+the address rule on the pattern's port (any port for `:*`), and a location (or redirect hop) on
+that host and port must then match one of the patterns naming it, not a wildcard one. Every
+request an opened http(s) archive makes, each redirect hop and each later read, is checked against
+the patterns again (`check_url`, the reader's `HttpOptions.check_url`). s3://, gs://, az:// and hf://
+go to the endpoints the operator configured, with the server's own credentials.
+
+A refusal names its rule (no pattern matches, a `..`, credentials in the URL ...) and says nothing
+of what lies behind a pattern; a refused redirect hop's URL goes to the log only.
 """
 
 from __future__ import annotations
 
-import fnmatch
+import logging
 import os
-import posixpath
 from collections.abc import Sequence
 from dataclasses import dataclass
-from urllib.parse import urlsplit
+
+from reader import HostRefused
 
 from .errors import ApiError
+from .open_patterns import REMOTE_SCHEMES, URL_SCHEMES, Patterns, Refusal
 
-WILDCARDS = "*?["
+log = logging.getLogger("pt2serve")
+
 MAX_LOCATION = 4096
-REMOTE_SCHEMES = ("http", "https", "s3", "gs", "az", "hf")
 
 
 def refused(message: str) -> ApiError:
@@ -42,13 +48,19 @@ class Target:
 class OpenPolicy:
     def __init__(self, patterns: Sequence[str]) -> None:
         self.patterns = tuple(patterns)
-        self.remote = tuple(p for p in self.patterns if "://" in p)
-        self.folders = tuple(_folder_pattern(p) for p in self.patterns if "://" not in p)
-        self.named_hosts = frozenset(h for h in (_named_host(p) for p in self.remote) if h)
+        self.parsed = Patterns(self.patterns)
 
     @property
     def enabled(self) -> bool:
         return bool(self.patterns)
+
+    @property
+    def remote(self) -> bool:
+        return bool(self.parsed.urls or self.parsed.objects or self.parsed.hubs)
+
+    @property
+    def named(self) -> frozenset[tuple[str, int | None]]:
+        return self.parsed.named
 
     def check(self, location: str) -> Target:
         """The location to open, or the ApiError (404 when opening is off, else 403) naming the rule."""
@@ -63,18 +75,32 @@ class OpenPolicy:
         if scheme not in REMOTE_SCHEMES:
             schemes = ", ".join(REMOTE_SCHEMES)
             raise refused(f"scheme {scheme!r} is not one an archive is read from ({schemes})")
-        if scheme in ("http", "https"):
-            parts = urlsplit(location)
-            if parts.username is not None or parts.password is not None:
-                raise refused("credentials in a URL are refused: opened locations are read with the server's")
-            if not parts.hostname:
-                raise refused("the URL names no host")
-        if not any(fnmatch.fnmatchcase(location, pattern) for pattern in self.remote):
-            raise refused(f"{location} matches no --allow-open pattern (allowed: {self._allowed()})")
-        return Target(location, http=scheme in ("http", "https"))
+        try:
+            admitted = self.parsed.admits(scheme, location)
+        except Refusal as exc:
+            raise refused(str(exc)) from None
+        if not admitted:
+            raise refused(f"the location matches no --allow-open pattern (allowed: {self._allowed()})")
+        return Target(location, http=scheme in URL_SCHEMES)
+
+    def check_url(self, url: str) -> None:
+        """`HttpOptions.check_url` for opened http(s) archives: every request's URL, redirect hops
+        included, must lie inside the patterns; else HostRefused (the URL goes to the log only)."""
+        try:
+            admitted = self.parsed.admits(url.partition("://")[0].lower(), url)
+        except Refusal as exc:
+            log.warning("opened location: a request to %s refused: %s", url, exc)
+            admitted = False
+        else:
+            if not admitted:
+                log.warning(
+                    "opened location: a request to %s refused: it matches no --allow-open pattern", url
+                )
+        if not admitted:
+            raise HostRefused("a redirect leads outside the --allow-open patterns")
 
     def _check_path(self, path: str) -> str:
-        if not self.folders:
+        if not self.parsed.folders:
             raise refused(
                 f"paths are refused: no --allow-open pattern is a folder (allowed: {self._allowed()})"
             )
@@ -84,12 +110,12 @@ class OpenPolicy:
             raise refused("a path with '..' is refused")
         real = os.path.realpath(path)
         inside_any = False
-        for folder, rest in self.folders:
-            real_folder = os.path.realpath(folder)
+        for pattern in self.parsed.folders:
+            real_folder = os.path.realpath(pattern.folder)
             if os.path.commonpath([real, real_folder]) != real_folder:
                 continue
             inside_any = True
-            if fnmatch.fnmatchcase(os.path.relpath(real, real_folder), rest):
+            if pattern.rest.fullmatch(os.path.relpath(real, real_folder)):
                 return real
         if inside_any:
             raise refused(f"{path} matches no --allow-open pattern (allowed: {self._allowed()})")
@@ -99,26 +125,3 @@ class OpenPolicy:
 
     def _allowed(self) -> str:
         return ", ".join(self.patterns)
-
-
-def _folder_pattern(pattern: str) -> tuple[str, str]:
-    """`/srv/models/*.pt2` -> ('/srv/models', '*.pt2'): the folder before the first wildcard, the rest."""
-    parts = pattern.split("/")
-    fixed = next((i for i, part in enumerate(parts) if any(c in part for c in WILDCARDS)), len(parts) - 1)
-    folder = "/".join(parts[:fixed]) or "/"
-    return posixpath.normpath(os.path.abspath(folder)), "/".join(parts[fixed:])
-
-
-def _named_host(pattern: str) -> str | None:
-    """The host an http(s) pattern names without a wildcard (`http://127.0.0.1:*/*` -> 127.0.0.1)."""
-    scheme, _, rest = pattern.partition("://")
-    if scheme.lower() not in ("http", "https"):
-        return None
-    authority = rest.split("/", 1)[0].rsplit("@", 1)[-1]
-    if authority.startswith("[") and "]" in authority:  # [::1]:8000
-        host = authority[1 : authority.index("]")]
-    else:
-        host = authority.split(":")[0]
-    if not host or any(c in host for c in WILDCARDS):
-        return None
-    return host.lower()

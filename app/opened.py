@@ -4,12 +4,15 @@ The location passes the patterns (app/open_policy.py), the client's rate and the
 progress (app/open_limits.py); then it becomes an archive of the registry like a configured one
 (same routes, ETags, versioned URLs), under an id made from its location, so opening it again
 finds the same archive. An http(s) location is read with the address rule as its resolver
-(app/addresses.py): its host and every redirect's are checked at connect time. Past `open_max`
-opened archives the least recently used open one is closed: one still opening, or not yet handed to
-the request that opened it, counts toward the limit but is not evicted (each open evicts again as
-it finishes), so a request always gets the archive it opened, and nothing it opened is left open
-without a slot. Opened archives live in the process that opened them (one worker, or sticky
-sessions, when several serve).
+(app/addresses.py): its host and every redirect's are checked at connect time; and the URL of each
+request it makes, redirect hops included, is checked against the patterns again before it is sent.
+A failed open answers the rule that refused it, never upstream statuses, hosts or addresses
+(app/open_failures.py); the details go to the log. Past `open_max` opened archives the least
+recently used open one is closed: one still opening, or not yet handed to the request that opened
+it, counts toward the limit but is not evicted (each open evicts again as it finishes), so a
+request always gets the archive it opened, and nothing it opened is left open without a slot.
+Opened archives live in the process that opened them (one worker, or sticky sessions, when several
+serve).
 """
 
 from __future__ import annotations
@@ -19,10 +22,10 @@ import hashlib
 import re
 from collections import Counter
 
-import reader
+from reader.sources import redact_location
 
 from .addresses import AddressGuard, Resolve, system_resolve
-from .errors import ApiError
+from .errors import ApiError, opened_failure
 from .open_limits import OpenLimits
 from .open_policy import OpenPolicy, refused
 from .registry import Registry, Slot
@@ -39,11 +42,14 @@ class OpenedArchives:
     def __init__(self, registry: Registry, settings: Settings, resolve: Resolve = system_resolve) -> None:
         self.registry = registry
         self.policy = OpenPolicy(settings.allow_open)
-        self.guard = AddressGuard(self.policy.named_hosts, resolve)  # tests give it a resolver of theirs
+        self.guard = AddressGuard(self.policy.named, resolve)  # tests give it a resolver of theirs
         self.limits = OpenLimits(settings.open_rate, settings.open_burst, settings.open_concurrency)
         self.max = max(1, settings.open_max)
         self._handing: Counter[str] = Counter()  # ids whose open() has not returned yet
-        self._guarded = dataclasses.replace(registry.http_options, resolve_host=self.guard)
+        # every connection's host through the address rule, every request's URL through the patterns
+        self._guarded = dataclasses.replace(
+            registry.http_options, resolve_host=self.guard, check_url=self.policy.check_url
+        )
         if self.policy.remote:  # the HTTP stack's import (~1 s) at start, not in the first open
             from reader.sources import HttpSource  # noqa: F401
 
@@ -84,11 +90,7 @@ class OpenedArchives:
         if slot.archive is not None or failure is None:
             return
         await self.registry.remove(slot.spec.id)  # a failed open leaves nothing behind
-        if isinstance(failure, reader.HostRefused):
-            raise refused(str(failure)) from None
-        if isinstance(failure, reader.LocationError):
-            raise ApiError(422, "bad_location", str(failure)) from None
-        raise failure
+        raise opened_failure(failure, redact_location(slot.spec.location)) from None
 
     async def _evict(self, keep: str) -> None:
         """Past `max` opened archives, close the least recently used open ones; never `keep`, one

@@ -27,6 +27,7 @@ from reader.digests import Digests
 from reader.sources import HttpOptions, redact_location
 from reader.versions import source_version
 
+from .open_failures import public_failure
 from .settings import ArchiveSpec, Settings
 
 log = logging.getLogger("pt2serve")
@@ -343,9 +344,11 @@ class Registry:
                     http_options=slot.http_options or self._http_options,
                 )
             except reader.ReaderError as exc:
-                slot.status, slot.error, slot.failure = "error", f"{type(exc).__name__}: {exc}", exc
+                detail = f"{type(exc).__name__}: {exc}"  # an opened archive's is for the log only
+                slot.error = public_failure(exc)[1] if slot.opened else detail
+                slot.status, slot.failure = "error", exc
                 slot.failed_at = time.monotonic()
-                log.warning("archive %s failed to open: %s", slot.spec.id, slot.error)
+                log.warning("archive %s failed to open: %s", slot.spec.id, detail)
             except BaseException:  # cancelled: not opening any more (a later request opens it again)
                 slot.status = "pending" if self.serves(slot) else "closed"
                 raise

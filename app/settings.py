@@ -42,7 +42,8 @@ class Settings:
     digests_ahead: str = "local"  # compute every digest after opening: local | all | off
     digest_inline_max: int = 1 << 20  # remote tensors up to this size get their digest before the headers
     ca_bundle: str | None = None  # CA certificates trusted besides the system's (PEM file or hashed dir)
-    # locations a client may open (POST /archives/open, the viewer's Open box): fnmatch patterns;
+    # locations a client may open (POST /archives/open, the viewer's Open box): patterns matched part
+    # by part (app/open_patterns.py's grammar);
     # none: nothing can be opened from a request (app/open_policy.py, app/addresses.py)
     allow_open: tuple[str, ...] = ()
     open_max: int = 16  # opened archives kept; past it the least recently used is closed
@@ -96,8 +97,14 @@ def ca_bundle_from(env: Mapping[str, str]) -> str | None:
 
 
 def allow_open_from(env: Mapping[str, str]) -> tuple[str, ...]:
-    """PT2SERVE_ALLOW_OPEN: patterns separated by newlines or spaces (a pattern holds neither)."""
-    return tuple(env.get("PT2SERVE_ALLOW_OPEN", "").split())
+    """PT2SERVE_ALLOW_OPEN: patterns separated by newlines or spaces (a pattern holds neither); a
+    pattern that cannot be parsed is a ValueError here, at start-up (app/open_patterns.py)."""
+    patterns = tuple(env.get("PT2SERVE_ALLOW_OPEN", "").split())
+    if patterns:
+        from .open_patterns import Patterns
+
+        Patterns(patterns)  # PatternError, a ValueError, names the pattern and what is wrong
+    return patterns
 
 
 def parse_archive_specs(specs: Sequence[str]) -> tuple[ArchiveSpec, ...]:

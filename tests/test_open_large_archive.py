@@ -62,7 +62,7 @@ def test_open_500_mb_over_http_in_two_requests_reading_no_tensor_bytes(browser, 
         settings = Settings(
             archives=parse_archive_specs([f"layouts={ARCHIVES / 'layouts.pt2'}"]),
             revalidate_seconds=0,
-            allow_open=("http://127.0.0.1:*/*",),  # names the loopback host, which the rule allows
+            allow_open=("http://127.0.0.1:*/models/*",),  # names the loopback host, which the rule allows
         )
         with threaded_server(create_app(settings)) as base:
             context = browser.new_context(viewport={"width": 1280, "height": 860})

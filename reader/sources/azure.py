@@ -41,6 +41,7 @@ from urllib.parse import quote
 from ..errors import LocationError, SourceError
 from .blob import BlobAuth, BlobSource
 from .http import HttpOptions, HttpSource
+from .keys import check_key
 
 STORAGE_SCOPE = "https://storage.azure.com/.default"
 SAS_LIFETIME = 3600.0  # seconds a generated SAS is valid
@@ -73,6 +74,7 @@ def parse_az_location(location: str) -> tuple[str, str]:
         )
     if not blob or blob.endswith("/") or len(blob) > _MAX_BLOB_NAME:
         raise LocationError(f"{location!r} names no blob; expected az://container/blob")
+    check_key(location, blob, "blob name")
     return container, blob
 
 

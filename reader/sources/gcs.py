@@ -32,6 +32,7 @@ import httpx
 
 from ..errors import LocationError, SourceChanged, SourceError
 from .http import HttpOptions, HttpSource
+from .keys import check_key
 
 DEFAULT_ENDPOINT = "https://storage.googleapis.com"
 READ_SCOPE = "https://www.googleapis.com/auth/devstorage.read_only"
@@ -64,6 +65,7 @@ def parse_gs_location(location: str) -> tuple[str, str]:
         raise LocationError(f"{usage}: no object name after the bucket")
     if name in (".", "..") or "\r" in name or "\n" in name or len(name.encode()) > MAX_OBJECT_NAME:
         raise LocationError(f"{usage}: {name[:80]!r} is not a Cloud Storage object name")
+    check_key(location, name, "object name")
     return bucket, name
 
 

@@ -28,6 +28,7 @@ import httpx
 
 from ..errors import LocationError
 from .http import HttpOptions, HttpSource
+from .keys import bad_segment
 from .redirects import origin_of
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -92,7 +93,7 @@ def _check(location: str, repo_id: str, revision: str, path: str) -> None:
         raise LocationError(f"{location!r}: {revision!r} is not a revision; {usage}")
     if not path:
         raise LocationError(f"{location!r}: no file path in the repository; {usage}")
-    if any(segment in ("", ".", "..") for segment in path.split("/")) or "?" in path or "#" in path:
+    if bad_segment(path) or "?" in path or "#" in path:
         raise LocationError(f"{location!r}: {path!r} is not a file path in the repository; {usage}")
 
 

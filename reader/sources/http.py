@@ -15,6 +15,7 @@
   multi-range answer the same way, each part straight into its view (its heads checked after).
 - Redirects are followed; later reads go straight to the final URL, without the
   origin's credentials, and an expired signed target is resolved again (redirects.py).
+  `HttpOptions.check_url` is asked with every request's URL, each hop's, before it is sent.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from .base import (
 )
 from .body import Body, TooLong
 from .http1 import Http1Transport
-from .options import HttpOptions
+from .options import CheckUrl, HttpOptions
 from .parallel import ordered_parts, parts_into
 from .proxies import Proxy, refusal
 from .proxies import mounts as proxy_mounts
@@ -688,9 +689,20 @@ def make_client(options: HttpOptions, auth: httpx.Auth | None = None) -> httpx.A
         )
 
     direct, mounts = proxy_mounts(transport_for)
+    hooks = {"request": [_checking(options.check_url)]} if options.check_url is not None else None
     return httpx.AsyncClient(
-        transport=direct, mounts=mounts, timeout=timeout, auth=auth, follow_redirects=True
+        transport=direct, mounts=mounts, timeout=timeout, auth=auth, follow_redirects=True, event_hooks=hooks
     )
+
+
+def _checking(check_url: CheckUrl) -> Callable[[httpx.Request], Awaitable[None]]:
+    """httpx's request hook for `HttpOptions.check_url`: httpx calls it for every request it sends,
+    each redirect hop and each request an auth flow makes, after signing and before sending."""
+
+    async def check(request: httpx.Request) -> None:
+        check_url(str(request.url))
+
+    return check
 
 
 def _failed_host(error: httpx.TransportError) -> str | None:

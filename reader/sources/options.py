@@ -14,6 +14,8 @@ DEFAULT_REGION = "us-east-1"
 
 # host, port -> the IP addresses to connect to (raise to refuse the host): see HttpOptions.resolve_host
 ResolveHost = Callable[[str, int], Awaitable[Sequence[str]]]
+# a request's URL, exactly as it is sent -> None, or raise HostRefused: see HttpOptions.check_url
+CheckUrl = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,10 @@ class HttpOptions:
     # proxy it is asked about the target host, and the proxy connects. None: the system resolver.
     # Needs the default transport (http2=False). The service checks opened locations with it.
     resolve_host: ResolveHost | None = None
+    # Asked with the URL of every request before it is sent (signed, redirect hops included, as
+    # the client will send it: `str(httpx.Request.url)`, its path's `.` and `..` already resolved):
+    # raise reader.HostRefused to refuse it. The service checks opened locations' patterns with it.
+    check_url: CheckUrl | None = None
 
     def __post_init__(self) -> None:
         if self.part_cost is not None and self.part_cost < 0:

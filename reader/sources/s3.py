@@ -26,6 +26,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from ..errors import LocationError, SourceError
 from .aws import Identity, S3Endpoint, environment_config, explicit_endpoint
 from .http import HttpSource
+from .keys import check_key
 from .options import HttpOptions, S3Settings
 
 ERROR_BODY_CAP = 64 << 10  # bytes of an error body read to find S3's <Code>
@@ -56,6 +57,7 @@ def parse_s3_location(location: str) -> tuple[str, str]:
     bucket, _, key = rest.partition("/")
     if not bucket or not key:
         raise LocationError(f"{location!r} is not an s3://bucket/key location")
+    check_key(location, key, "object key")
     return bucket, key
 
 
