@@ -10,7 +10,7 @@ range by range ("direct"); any other view reads its span and gathers it.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Generator
+from collections.abc import AsyncIterator
 from typing import Literal, get_args
 
 import numpy as np
@@ -18,9 +18,10 @@ import numpy as np
 from .. import zipfmt
 from ..entries.fetcher import EntryFetcher
 from ..errors import UnsupportedPayload
-from ..pt2 import strided
+from ..pt2 import gather, strided
 from ..pt2.tensorinfo import TensorInfo
 from ..zipfmt import ZipEntry
+from .gathered import Gathered, zero_chunks
 from .verified import entry_chunks, entry_read, entry_read_into
 
 # A tensor's bytes in memory order ("default": as stored, views keep their strides) or row-major
@@ -143,26 +144,32 @@ class TensorBytes:
             return entry_chunks(self._fetcher, self.entry, first + start, first + end, chunk_size)
         return self._built(start, end, chunk_size)
 
-    async def _built(self, start: int, end: int, chunk_size: int) -> AsyncIterator[bytes | memoryview]:
-        """Zeros, or a gathered view, cut into chunks."""
-        if start == end:
-            return
+    @property
+    def amplified(self) -> bool:
+        """Its declared output is far larger than the bytes behind it (`pt2.gather.amplified`):
+        what costs time in proportion to that size is done for it on demand only."""
+        return gather.amplified(self.info)
+
+    def storage_chunks(self, chunk_size: int | None = None) -> AsyncIterator[bytes | memoryview]:
+        """The bytes of storage behind the view, first element to last (none for zeros): equal
+        bytes behind equal views are equal outputs, at the cost of the storage, not the view."""
         if not self.needs_payload:
-            for piece in _pieces(end - start, chunk_size):
-                yield bytes(piece)
-            return
-        data = memoryview(await self.read())
-        position = start
-        for piece in _pieces(end - start, chunk_size):
-            yield data[position : position + piece]
-            position += piece
+            return zero_chunks(0, 0, 1)
+        return entry_chunks(self._fetcher, self.entry, *self.span, chunk_size or self._fetcher.chunk_size)
 
+    def _built(self, start: int, end: int, chunk_size: int) -> AsyncIterator[bytes | memoryview]:
+        """Zeros, or a gathered view, a chunk at a time: only the bytes asked for are built."""
+        if not self.needs_payload:
+            return zero_chunks(start, end, chunk_size)
+        info = self.info
+        normalized = tuple(range(size) for size in info.sizes or ())
+        plan = gather.view_plan(info, self.span[0])
+        span = self.span
 
-def _pieces(total: int, chunk_size: int) -> Generator[int, None, None]:
-    while total > 0:
-        piece = min(total, chunk_size)
-        yield piece
-        total -= piece
+        async def behind() -> bytes:
+            return await entry_read(self._fetcher, self.entry, *span)
+
+        return Gathered(self, normalized, plan, behind, span[1] - span[0]).chunks(start, end, chunk_size)
 
 
 async def read_all(tensors: list[TensorBytes], fetcher: EntryFetcher) -> list[bytes]:
