@@ -19,22 +19,31 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .. import zipfmt
-from ..entries.fetcher import HEADER_PIGGYBACK_LIMIT
+from ..entries.fetcher import HEADER_PIGGYBACK_LIMIT, EntryFetcher
 from ..entries.ranges import coalesce
 from ..pt2.gather import box_elements, box_index, element_boxes, gather_box, split_box
 from ..pt2.slicing import NormalizedEntry, SlicePlan, assemble, plan_slice
-
-if TYPE_CHECKING:
-    from .tensor import TensorBytes
+from ..pt2.tensorinfo import TensorInfo
+from ..zipfmt import ZipEntry
 
 SPAN_IN_MEMORY = 64 << 20  # bytes behind a view read whole and held while it streams
 BOX_READ_MAX = 16 << 20  # otherwise, what one box's runs may cover
 THREAD_GATHER_MIN = 256 << 10  # boxes from this size up are copied off the event loop
 
 Behind = Callable[[], Awaitable[bytes | memoryview]]
+
+
+class Viewed(Protocol):
+    """A tensor over its payload (TensorBytes; named by shape: tensor.py imports this module)."""
+
+    info: TensorInfo
+    entry: ZipEntry
+
+    @property
+    def fetcher(self) -> EntryFetcher: ...
 
 
 class Gathered:
@@ -46,7 +55,7 @@ class Gathered:
 
     def __init__(
         self,
-        tensor: TensorBytes,
+        tensor: Viewed,
         normalized: Sequence[NormalizedEntry],
         whole: SlicePlan,
         behind: Behind,
@@ -87,7 +96,7 @@ class Gathered:
         return await _off_loop(plan.nbytes, assemble, plan, info, runs)
 
 
-async def fetch_runs(tensor: TensorBytes, runs: Sequence[tuple[int, int]]) -> list[bytes | memoryview]:
+async def fetch_runs(tensor: Viewed, runs: Sequence[tuple[int, int]]) -> list[bytes | memoryview]:
     """The bytes of byte ranges of a tensor's payload, in order, each exactly its run's length."""
     entry, fetcher = tensor.entry, tensor.fetcher
     if not runs:

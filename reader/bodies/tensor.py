@@ -5,7 +5,9 @@ rather than a name: whether the tensor is readable, how long its output is and
 how that output comes out of its payload are decided when it is made.
 
 A dense tensor in the requested order is exactly its storage span and streams
-range by range ("direct"); any other view reads its span and gathers it.
+range by range ("direct"); any other view is gathered a chunk at a time
+(reader.bodies.gathered): a Range or a stream builds only the bytes it sends,
+whatever size the view declares. `read()` builds the whole output.
 """
 
 from __future__ import annotations
@@ -27,9 +29,9 @@ from .verified import entry_chunks, entry_read, entry_read_into
 # A tensor's bytes in memory order ("default": as stored, views keep their strides) or row-major
 Order = Literal["default", "contiguous"]
 ORDERS: tuple[Order, ...] = get_args(Order)
-# read() and gathered streams build the whole output in memory. When that output is
-# larger than the payload bytes behind it (a zero-byte payload, a stride-0 view), its
-# size is only a claim, so it is capped; zero payloads can still be streamed.
+# read() builds the whole output in memory. When that output is larger than the payload
+# bytes behind it (a zero-byte payload, a stride-0 view), its size is only a claim, so it
+# is capped; such tensors can still be streamed, or read in ranges.
 MAX_UNBACKED_OUTPUT = 1 << 30
 # what read_into fills: any writable C-contiguous buffer; these are the usual ones
 WritableBuffer = bytearray | memoryview | np.ndarray
@@ -88,7 +90,7 @@ class TensorBytes:
 
     async def read_range(self, start: int, end: int) -> bytes:
         """Bytes [start, end) of the output in one read when the tensor is direct (one request
-        remotely, one pread locally); gathered views and zeros go through `chunks`."""
+        remotely, one pread locally); gathered views and zeros build only these bytes."""
         self._check_range(start, end)
         if self.direct and self.needs_payload and start < end:
             first = self.span[0]
