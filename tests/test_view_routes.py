@@ -54,3 +54,24 @@ async def test_ranges_and_slices_of_a_gibibyte_view(tmp_path) -> None:
         assert small.content == np.ascontiguousarray(_numpy("small")).tobytes()
         assert hashlib.sha256(small.content).digest() in opened.digests._done.values()
         assert opened.digests.bytes_hashed < 1 << 20  # nothing near the gibibyte was hashed
+
+
+async def test_a_graph_over_its_cap_answers_one_json_error(tmp_path, monkeypatch) -> None:
+    """The service's graph route: a program over the value cap is a JSON 502 `archive_format_error`
+    naming the cap, and asking again reads nothing (the failure is remembered with the version)."""
+    from reader.pt2 import graph
+
+    path = tmp_path / "views.pt2"
+    write_views_pt2(path, {"weight_0": PAYLOAD.tobytes()}, {"small": VIEWS["small"]})
+    monkeypatch.setattr(graph, "MAX_PROGRAM_ELEMENTS", 0)  # the archive's program "{}" has one value
+    app = make_app([f"v={path}"], digests_ahead="off")
+    async with in_process(app) as client:
+        archive = app.state.registry.slots["v"].current.archive
+        for attempt in range(2):
+            before = archive.stats.get("data", {}).get("requests", 0)
+            response = await client.get("/archives/v/graph")
+            assert response.status_code == 502
+            error = response.json()["error"]
+            assert error["code"] == "archive_format_error" and "MAX_PROGRAM_ELEMENTS" in error["message"]
+            read = archive.stats.get("data", {}).get("requests", 0) - before
+            assert read == (1 if attempt == 0 else 0)

@@ -6,9 +6,9 @@ requested byte range becomes a range of output elements, cut into boxes of at mo
 bytes (`pt2.gather.element_boxes`), each built and handed on before the next. Where the boxes'
 bytes come from depends on how many bytes lie behind the whole view:
 
-- few (at most SPAN_IN_MEMORY, or no more than the output, as a dense tensor read in another
-  order; or a compressed entry, which is inflated from its start whatever is asked): read once,
-  and each box copied out of them;
+- few (at most SPAN_IN_MEMORY, or no more than the bytes asked for, as a whole dense tensor read
+  in another order; or a compressed entry, which is inflated from its start whatever is asked):
+  read once, and each box copied out of them;
 - many (a column of a large matrix, say): each box is planned as a slice of its own and reads
   only its runs, halved until they cover at most BOX_READ_MAX bytes.
 
@@ -65,8 +65,12 @@ class Gathered:
         self.normalized = tuple(normalized)
         self.whole = whole
         self._behind = behind
-        compressed = tensor.entry.method != zipfmt.structs.METHOD_STORED
-        self.in_memory = compressed or behind_bytes <= max(SPAN_IN_MEMORY, whole.nbytes)
+        self._behind_bytes = behind_bytes
+        self._compressed = tensor.entry.method != zipfmt.structs.METHOD_STORED
+
+    def in_memory(self, asked: int) -> bool:
+        """Whether the bytes behind the view are read whole for `asked` bytes of output."""
+        return self._compressed or self._behind_bytes <= max(SPAN_IN_MEMORY, asked)
 
     async def chunks(self, start: int, end: int, chunk_size: int) -> AsyncIterator[bytes | memoryview]:
         """Bytes [start, end) of the output, each chunk at most `chunk_size` bytes (or one element)."""
@@ -75,7 +79,7 @@ class Gathered:
         itemsize = self.whole.itemsize
         first, last = start // itemsize, -(-end // itemsize)
         skip, remaining = start - first * itemsize, end - start
-        laid = await self._behind() if self.in_memory else None
+        laid = await self._behind() if self.in_memory(end - start) else None
         for box in element_boxes(self.whole.shape, first, last, chunk_size // itemsize):
             if laid is not None:
                 piece = await _off_loop(box_elements(box) * itemsize, gather_box, laid, self.whole, box)
