@@ -126,10 +126,13 @@ async def zero_chunks(start: int, end: int, chunk_size: int) -> AsyncIterator[by
 
 
 async def _off_loop(size: int, function: Callable, *args: object):  # type: ignore[no-untyped-def]
-    """`function(*args)`, on a worker thread when it copies THREAD_GATHER_MIN bytes or more."""
+    """`function(*args)`, on a worker thread when it copies THREAD_GATHER_MIN bytes or more; else
+    here, then a turn of the event loop (a gibibyte of small boxes from memory never waits on I/O)."""
     if size >= THREAD_GATHER_MIN:
         return await asyncio.to_thread(function, *args)
-    return function(*args)
+    result = function(*args)
+    await asyncio.sleep(0)
+    return result
 
 
 __all__ = ["BOX_READ_MAX", "SPAN_IN_MEMORY", "Gathered", "fetch_runs", "zero_chunks"]
