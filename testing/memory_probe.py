@@ -80,13 +80,16 @@ async def _service_ranges(*paths: str) -> dict[str, Any]:
     return {"answers": answers, "healthz": health.status_code}
 
 
-async def _compare(path_a: str, path_b: str) -> dict[str, Any]:
-    """A sampled comparison of two archives: each name's status."""
+async def _compare(path_a: str, path_b: str, exact: str = "") -> dict[str, Any]:
+    """A comparison of two archives (sampled, or `exact`): each name's status and figures."""
     import reader
 
     async with reader.open_archive(path_a) as a, reader.open_archive(path_b) as b:
-        comparison = await reader.compare(a, b)
-    return {"statuses": {t.name: t.status for t in comparison.tensors}}
+        comparison = await reader.compare(a, b, exact=bool(exact))
+    return {
+        "statuses": {t.name: t.status for t in comparison.tensors},
+        "figures": {t.name: t.figures.to_dict() for t in comparison.tensors if t.figures is not None},
+    }
 
 
 SCENARIOS = {"open": _open, "service_ranges": _service_ranges, "compare": _compare}

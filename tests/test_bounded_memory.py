@@ -67,6 +67,29 @@ def test_a_comparison_of_gibibyte_views_reads_their_storage(tmp_path) -> None:
     assert differ["peak_rss"] < 300 * MIB, differ["peak_rss"]
 
 
+def test_an_exact_comparison_of_repeating_views_reads_what_repeats(tmp_path) -> None:
+    """Two 1 GiB views that repeat two elements (sizes [2**27, 2], strides [0, 2]) compared exactly:
+    without the stride-0 dim, 8 bytes a side, each pair counted 2**27 times. Where the payloads
+    differ only in an element no view looks at, `same`; where they differ in one it does, `changed`
+    with the figures of the whole views. Before, each pass read and folded the gibibytes."""
+    views = {"v": ("weight_0", [1 << 27, 2], [0, 2], 0)}
+    payloads = {"a": [1.0, 5.0, 2.0, 0.0], "unseen": [1.0, 7.0, 2.0, 0.0], "seen": [1.0, 5.0, 3.5, 0.0]}
+    paths = {}
+    for name, values in payloads.items():
+        paths[name] = tmp_path / f"{name}.pt2"
+        write_views_pt2(paths[name], {"weight_0": np.array(values, np.float32).tobytes()}, views)
+    same = probe("compare", paths["a"], paths["unseen"], "exact")
+    assert same["statuses"] == {"v": "same"}
+    differ = probe("compare", paths["a"], paths["seen"], "exact")
+    assert differ["statuses"] == {"v": "changed"}
+    figures = differ["figures"]["v"]
+    assert (figures["elements"], figures["elements_differ"]) == (1 << 28, 1 << 27)
+    assert figures["max_abs_diff"] == 1.5 and figures["sampled"] is False
+    assert figures["relative_l2"] == pytest.approx(1.5 / np.sqrt(1 + 4))  # ||(0, 1.5)|| / ||(1, 2)||
+    for result in (same, differ):
+        assert result["peak_rss"] < 300 * MIB, result["peak_rss"]
+
+
 def _pt2_with_models(path, configs: dict[str, bytes], program: bytes = b"{}") -> None:
     """An archive of several models, each with the given weights config and program (DEFLATE)."""
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as archive:

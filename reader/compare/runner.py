@@ -5,7 +5,8 @@ before each task is made, so 10,000 never exist at once); each returns its verdi
 comparison is assembled from them at the end. Large tensors take one of STREAMED_AT_ONCE stream
 slots, each holding a few chunks, so memory is bounded whatever the archives' sizes. A pair of
 amplified views (far more bytes declared than lie behind them) is proven the same by the storage
-behind them, viewed alike, before anything costs the size they declare.
+behind them, viewed alike, before anything costs the size they declare; else compared without the
+stride-0 dims that only repeat, where that leaves them small.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ import hashlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..bodies.tensor import TensorBytes
 from ..digests import THREAD_HASH_MIN, Digests, sha256_of, tensor_key
 from ..pt2.dtypes import BY_NAME
-from ..pt2.gather import amplified
+from ..pt2.gather import amplified, without_repeats
 from ..pt2.tensorinfo import TensorInfo
 from ..tasks import task_group
 from .aligned import aligned
@@ -43,7 +45,6 @@ from .plan import (
 
 if TYPE_CHECKING:
     from ..archives.archive_like import ArchiveLike
-    from ..bodies.tensor import TensorBytes
 
 CHUNK_BYTES = 1 << 20  # the streamed pass's chunk
 STREAMED_AT_ONCE = 2  # large tensors streamed at once (each holds a few chunks)
@@ -236,6 +237,10 @@ class _Run:
             figures = await self._sampled(tensor_a, tensor_b, dtype)
             if figures.elements_differ:
                 return [(job.slot, _changed(pair, figures))]
+        if tensor_a.amplified or tensor_b.amplified:
+            decided = await self._without_repeats(pair, tensor_a, tensor_b, dtype)
+            if decided is not None:
+                return [(job.slot, decided)]
         hashing = known_a is None or known_b is None  # both known (and unequal): the figures alone
         async with self.streams:
             figures, digest_a, digest_b = await self._streamed(tensor_a, tensor_b, dtype, hashing=hashing)
@@ -284,6 +289,26 @@ class _Run:
                         hash_both(*pair)
                     figures = folded(figures, *pair)
         return figures, hashes[0].digest(), hashes[1].digest()
+
+    async def _without_repeats(
+        self, pair: Undecided, tensor_a: TensorBytes, tensor_b: TensorBytes, dtype: Any
+    ) -> TensorDiff | None:
+        """Views of the same sizes and strides compared without their stride-0 dims, which only
+        repeat (each element pair counted as often as it stands in the views); None where that
+        leaves them amplified still (overlapping strides), or the views differ in layout."""
+        a, b = tensor_a.info, tensor_b.info
+        if (a.dtype, a.sizes, a.strides) != (b.dtype, b.sizes, b.strides):
+            return None
+        (reduced_a, times), (reduced_b, _) = without_repeats(a), without_repeats(b)
+        if times == 1 or amplified(reduced_a):
+            return None
+        sides = [
+            TensorBytes(reduced, tensor.entry, tensor.fetcher, "contiguous")
+            for reduced, tensor in ((reduced_a, tensor_a), (reduced_b, tensor_b))
+        ]
+        async with self.streams:
+            figures, digest_a, digest_b = await self._streamed(*sides, dtype, hashing=True)
+        return _same(pair) if digest_a == digest_b else _changed(pair, figures.repeated(times))
 
     async def _sampled(self, tensor_a: TensorBytes, tensor_b: TensorBytes, dtype: Any) -> Figures:
         """Figures over the sample's blocks (plan.sample_starts) at the same offsets of both tensors."""

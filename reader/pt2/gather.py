@@ -6,6 +6,8 @@ can declare a gibibyte. So nothing here builds a whole view. The row-major outpu
 number of elements, in output order), and each box is copied out of the bytes behind the view
 (`gather_box`), or planned as a slice of its own (`box_index`, for `plan_slice`) when those bytes
 are too many to hold. Time and memory follow the bytes asked for, not the size declared.
+`without_repeats` drops a view's stride-0 dims, which only repeat what the others select (what a
+comparison of two such views needs to read).
 
 `amplified(info)` is the one rule for a view whose declared size exceeds the bytes behind it by
 a large factor: what costs time in proportion to its declared size (a digest computed ahead, a
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -44,6 +47,31 @@ def amplified(info: TensorInfo) -> bool:
     """More output declared than AMPLIFICATION times the bytes behind it (and over AMPLIFIED_MIN)."""
     length = info.nbytes or 0
     return length > AMPLIFIED_MIN and length > AMPLIFICATION * backing_bytes(info)
+
+
+def without_repeats(info: TensorInfo) -> tuple[TensorInfo, int]:
+    """The view with its stride-0 dims (each only repeats what the others select) and dims of one
+    dropped, and how many times each of its elements stands in the full view's output. Two views of
+    the same sizes and strides compare element for element as these do, each pair `repeats` times."""
+    sizes, strides = info.sizes or (), info.strides or ()
+    kept = [(size, stride) for size, stride in zip(sizes, strides) if size != 1 and stride != 0]
+    if any(size == 0 for size in sizes) or len(kept) == len(sizes):
+        return info, 1
+    new_sizes = tuple(size for size, _ in kept)
+    new_strides = tuple(stride for _, stride in kept)
+    numel = math.prod(new_sizes)
+    dense = strided.is_dense(new_sizes, new_strides)
+    order = strided.dim_order(new_sizes, new_strides) if dense else tuple(range(len(new_sizes)))
+    reduced = replace(
+        info,
+        sizes=new_sizes,
+        strides=new_strides,
+        dim_order=order,
+        dense=dense,
+        numel=numel,
+        nbytes=numel * (info.itemsize or 1),
+    )
+    return reduced, math.prod(sizes) // numel
 
 
 def element_boxes(shape: Sequence[int], start: int, end: int, limit: int) -> Iterator[Box]:
@@ -148,4 +176,5 @@ __all__ = [
     "gather_box",
     "split_box",
     "view_plan",
+    "without_repeats",
 ]
