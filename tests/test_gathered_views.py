@@ -180,3 +180,26 @@ def test_a_byte_of_a_gibibyte_view_builds_a_byte(hostile) -> None:
     finally:
         tracemalloc.stop()
     assert peak < 16 << 20, f"{peak} bytes allocated at the peak"
+
+
+@settings(max_examples=300, deadline=None)
+@given(views_and_indices(), st.integers(0, 2**32 - 1))
+def test_a_view_without_its_repeats_compares_as_the_whole(case, seed: int) -> None:
+    """Two views of one layout over different storage: their elements differ exactly where those of
+    the views without stride-0 dims do, and the figures of the whole are those of the reduced views
+    with each pair counted `times` times."""
+    from reader.compare.numerics import Figures, fold
+
+    sizes, strides, offset, _ = case
+    end = strided.element_extent(sizes, strides, offset)[1]
+    rng = np.random.default_rng(seed)
+    storages = [rng.integers(0, 3, max(end, offset + 1) + 3).astype(np.float32) for _ in range(2)]
+    info = tensor_info(sizes, strides, offset, len(storages[0]))
+    reduced, times = gather.without_repeats(info)
+    assert (reduced.numel or 0) * times == info.numel
+    full = [numpy_view(storage, info).reshape(-1) for storage in storages]
+    parts = [numpy_view(storage, reduced).reshape(-1) for storage in storages]
+    assert np.array_equal(*full) == np.array_equal(*parts)
+    whole, repeated = fold(Figures(), *full), fold(Figures(), *parts).repeated(times)
+    for key, value in whole.to_dict().items():
+        assert repeated.to_dict()[key] == pytest.approx(value, rel=1e-9, abs=1e-12), key
