@@ -5,7 +5,9 @@ and not even computable for a view of a shared payload). Computing one means
 reading the whole tensor once, so `Digests` caches them for the archive it was
 made for (one version: a reopened archive gets a new `Digests`), lets concurrent
 askers of one digest share a single computation, and hashes large chunks on a
-worker thread (hashlib releases the GIL) so the event loop keeps serving.
+worker thread (hashlib releases the GIL) so the event loop keeps serving. A view's
+digest is of its bytes as read (gathered a chunk at a time: memory bounded whatever
+size it declares).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from collections.abc import AsyncIterator, Callable, Hashable, Iterable
 from contextlib import aclosing
 from typing import TYPE_CHECKING
 
+from .pt2.gather import amplified
 from .pt2.tensorinfo import TensorInfo
 
 if TYPE_CHECKING:
@@ -86,9 +89,11 @@ class Digests:
         )
 
     async def compute_ahead(self, tensors: Iterable[TensorInfo]) -> None:
-        """Fill the cache for every readable tensor in `tensors`, one at a time (a background job)."""
+        """Fill the cache for every readable tensor in `tensors`, one at a time (a background job).
+        Amplified views (`pt2.gather.amplified`: far more bytes declared than lie behind them) are
+        left to whoever asks: their digest costs their declared size, which the archive chooses."""
         for info in tensors:
-            if info.readable:
+            if info.readable and not amplified(info):
                 await self.tensor(info)
 
     async def _compute(self, key: Hashable, chunks: ChunkSource) -> bytes:

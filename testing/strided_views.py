@@ -66,3 +66,47 @@ def views_and_indices(draw):
     if draw(st.booleans()):
         index.insert(draw(st.integers(0, len(index))), Ellipsis)
     return sizes, strides, offset, tuple(index) if len(index) != 1 or draw(st.booleans()) else index[0]
+
+
+def write_views_pt2(path, storages: dict[str, bytes], views: dict[str, tuple], *, dtype: int = 7) -> None:
+    """A PT2 archive whose tensors are views of shared payloads: `storages` maps a payload name
+    (`weight_N`) to its bytes; `views` maps a tensor name to (payload name, sizes, strides, offset), all
+    in elements of `dtype` (serialized ScalarType; 7 is float32). The declared sizes may be anything
+    the strides keep inside the payload: a stride-0 view of 64 bytes can declare a gibibyte."""
+    import json
+    import zipfile
+
+    root = "views"
+
+    def ints(values) -> list[dict[str, int]]:
+        return [{"as_int": int(v)} for v in values]
+
+    config = {
+        name: {
+            "path_name": payload,
+            "is_param": True,
+            "use_pickle": False,
+            "tensor_meta": {
+                "dtype": dtype,
+                "sizes": ints(sizes),
+                "requires_grad": False,
+                "device": {"type": "cpu", "index": None},
+                "strides": ints(strides),
+                "storage_offset": {"as_int": int(offset)},
+                "layout": 7,
+            },
+        }
+        for name, (payload, sizes, strides, offset) in views.items()
+    }
+    files = {
+        f"{root}/archive_format": b"pt2",
+        f"{root}/archive_version": b"0",
+        f"{root}/byteorder": b"little",
+        **{f"{root}/data/weights/{name}": data for name, data in storages.items()},
+        f"{root}/data/weights/model_weights_config.json": json.dumps({"config": config}).encode(),
+        f"{root}/data/constants/model_constants_config.json": b'{"config": {}}',
+        f"{root}/models/model.json": b"{}",
+    }
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in files.items():
+            archive.writestr(zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0)), data)

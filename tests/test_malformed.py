@@ -204,7 +204,7 @@ def test_huge_config_claim_is_refused(monkeypatch) -> None:
         method=zipfile.ZIP_DEFLATED,
     )
     assert outcome(archive) == {}  # a 1 MiB config of spaces is fine
-    monkeypatch.setattr(reader.entries.opening, "MAX_CONFIG_BYTES", 1000)  # the real cap is 256 MiB
+    monkeypatch.setattr(reader.entries.budget, "MAX_METADATA_BYTES", 1000)  # the real cap is 256 MiB
     assert issubclass(outcome(archive)["open"], reader.ArchiveFormatError)
 
 

@@ -203,11 +203,12 @@ async def representation_digest(
     is not read twice (the whole of it before the first byte of a Range answer): its digest is
     used once something else computed it (the manifest), and then only on unversioned URLs,
     since a versioned URL's slices may come from replicas that differ in what they computed
-    (nginx refuses to join slices whose ETags differ).
+    (nginx refuses to join slices whose ETags differ). An amplified view (far more bytes declared
+    than lie behind it) is treated so even locally: a Range of it costs only what it sends.
     """
     key = tensor_key(tensor.info, tensor.order, fmt)
     settings = request.app.state.settings
-    if served.local or body.length <= settings.digest_inline_max:
+    if (served.local and not tensor.amplified) or body.length <= settings.digest_inline_max:
         return await served.digests.of(key, lambda: body.chunks(0, body.length, settings.chunk_size)), True
     known = served.digests.cached(key)
     return known, known is not None and not served.pinned

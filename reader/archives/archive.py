@@ -17,6 +17,7 @@ from ..errors import (
     ArchiveFormatError,
     FileNotFound,
     ModelNotFound,
+    SourceError,
     TensorNotFound,
     UnsupportedPayload,
 )
@@ -54,6 +55,7 @@ class Archive(SourceBacked):
         self.container = opened.container
         self.unreadable = opened.unreadable
         self._graphs: dict[str, asyncio.Task[Graph]] = {}
+        self._metadata = opened.budget  # what the graphs may inflate to, after the configs
 
     @property
     def location(self) -> str:
@@ -210,8 +212,10 @@ class Archive(SourceBacked):
 
     async def graph(self, model: str | None = None, *, max_bytes: int = MAX_PROGRAM_BYTES) -> Graph:
         """The model's exported program graph, read from models/<model>.json on first use only
-        (one ranged read, CRC-checked) and kept. ArchiveFormatError if the entry is missing,
-        malformed, or larger than `max_bytes`."""
+        (one ranged read, CRC-checked, parsed on a worker thread) and kept, as is a graph that
+        failed to parse (only a failed read is tried again). ArchiveFormatError if the entry is
+        missing, malformed, larger than `max_bytes` or than what the archive's metadata cap
+        (reader.entries.budget) leaves, or holds more values than pt2.graph allows."""
         model = self.resolve_model(model)
         name = f"{self.root}/models/{model}.json"
         entry = self._entries.get(name)
@@ -220,7 +224,13 @@ class Archive(SourceBacked):
         if entry.size > max_bytes:
             raise ArchiveFormatError(f"{name}: {entry.size} bytes is over the {max_bytes}-byte program cap")
         task = self._graphs.get(model)
-        if task is None or (task.done() and task.exception() is not None):
+        failed_read = (
+            task is not None
+            and task.done()
+            and (task.cancelled() or isinstance(task.exception(), SourceError))
+        )
+        if task is None or failed_read:
+            self._metadata.take(entry)
             task = asyncio.ensure_future(self._read_graph(entry, model))
             self._graphs[model] = task
         return await asyncio.shield(task)
@@ -231,7 +241,7 @@ class Archive(SourceBacked):
         return consumers_of(await self.graph(info.model), info, self.tensors(info.model))
 
     async def _read_graph(self, entry: ZipEntry, model: str) -> Graph:
-        return parse_graph(await self._fetcher.read(entry), model, entry.name)
+        return await asyncio.to_thread(parse_graph, await self._fetcher.read(entry), model, entry.name)
 
     def resolve_model(self, model: str | None) -> str:
         """The model a call means: the named one, else the only one, else "model"."""

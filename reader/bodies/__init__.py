@@ -5,6 +5,8 @@ once when made (readable, how long its output is) and its reads are checked as t
 
 tensor.py        TensorBytes: one tensor in one order ("default" or "contiguous"); `Order`
 tensor_slice.py  SliceBytes: `full[index]` of a tensor, reading only the byte runs it covers
+gathered.py      a non-dense view's or a slice's bytes a chunk at a time: only the bytes asked for are
+                 built, whatever size the view declares
 entry.py         EntryBytes: one whole archive entry (the ExecuTorch programs an archive carries)
 verified.py      whole-entry reads, and the stored entries of a local archive whose CRC-32 passed
                  once (read again without the pass; `verify_ahead` checks them in the background)

@@ -5,12 +5,14 @@ rather than a name: whether the tensor is readable, how long its output is and
 how that output comes out of its payload are decided when it is made.
 
 A dense tensor in the requested order is exactly its storage span and streams
-range by range ("direct"); any other view reads its span and gathers it.
+range by range ("direct"); any other view is gathered a chunk at a time
+(reader.bodies.gathered): a Range or a stream builds only the bytes it sends,
+whatever size the view declares. `read()` builds the whole output.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Generator
+from collections.abc import AsyncIterator
 from typing import Literal, get_args
 
 import numpy as np
@@ -18,17 +20,18 @@ import numpy as np
 from .. import zipfmt
 from ..entries.fetcher import EntryFetcher
 from ..errors import UnsupportedPayload
-from ..pt2 import strided
+from ..pt2 import gather, strided
 from ..pt2.tensorinfo import TensorInfo
 from ..zipfmt import ZipEntry
+from .gathered import Gathered, zero_chunks
 from .verified import entry_chunks, entry_read, entry_read_into
 
 # A tensor's bytes in memory order ("default": as stored, views keep their strides) or row-major
 Order = Literal["default", "contiguous"]
 ORDERS: tuple[Order, ...] = get_args(Order)
-# read() and gathered streams build the whole output in memory. When that output is
-# larger than the payload bytes behind it (a zero-byte payload, a stride-0 view), its
-# size is only a claim, so it is capped; zero payloads can still be streamed.
+# read() builds the whole output in memory. When that output is larger than the payload
+# bytes behind it (a zero-byte payload, a stride-0 view), its size is only a claim, so it
+# is capped; such tensors can still be streamed, or read in ranges.
 MAX_UNBACKED_OUTPUT = 1 << 30
 # what read_into fills: any writable C-contiguous buffer; these are the usual ones
 WritableBuffer = bytearray | memoryview | np.ndarray
@@ -87,7 +90,7 @@ class TensorBytes:
 
     async def read_range(self, start: int, end: int) -> bytes:
         """Bytes [start, end) of the output in one read when the tensor is direct (one request
-        remotely, one pread locally); gathered views and zeros go through `chunks`."""
+        remotely, one pread locally); gathered views and zeros build only these bytes."""
         self._check_range(start, end)
         if self.direct and self.needs_payload and start < end:
             first = self.span[0]
@@ -143,26 +146,32 @@ class TensorBytes:
             return entry_chunks(self._fetcher, self.entry, first + start, first + end, chunk_size)
         return self._built(start, end, chunk_size)
 
-    async def _built(self, start: int, end: int, chunk_size: int) -> AsyncIterator[bytes | memoryview]:
-        """Zeros, or a gathered view, cut into chunks."""
-        if start == end:
-            return
+    @property
+    def amplified(self) -> bool:
+        """Its declared output is far larger than the bytes behind it (`pt2.gather.amplified`):
+        what costs time in proportion to that size is done for it on demand only."""
+        return gather.amplified(self.info)
+
+    def storage_chunks(self, chunk_size: int | None = None) -> AsyncIterator[bytes | memoryview]:
+        """The bytes of storage behind the view, first element to last (none for zeros): equal
+        bytes behind equal views are equal outputs, at the cost of the storage, not the view."""
         if not self.needs_payload:
-            for piece in _pieces(end - start, chunk_size):
-                yield bytes(piece)
-            return
-        data = memoryview(await self.read())
-        position = start
-        for piece in _pieces(end - start, chunk_size):
-            yield data[position : position + piece]
-            position += piece
+            return zero_chunks(0, 0, 1)
+        return entry_chunks(self._fetcher, self.entry, *self.span, chunk_size or self._fetcher.chunk_size)
 
+    def _built(self, start: int, end: int, chunk_size: int) -> AsyncIterator[bytes | memoryview]:
+        """Zeros, or a gathered view, a chunk at a time: only the bytes asked for are built."""
+        if not self.needs_payload:
+            return zero_chunks(start, end, chunk_size)
+        info = self.info
+        normalized = tuple(range(size) for size in info.sizes or ())
+        plan = gather.view_plan(info, self.span[0])
+        span = self.span
 
-def _pieces(total: int, chunk_size: int) -> Generator[int, None, None]:
-    while total > 0:
-        piece = min(total, chunk_size)
-        yield piece
-        total -= piece
+        async def behind() -> bytes:
+            return await entry_read(self._fetcher, self.entry, *span)
+
+        return Gathered(self, normalized, plan, behind, span[1] - span[0]).chunks(start, end, chunk_size)
 
 
 async def read_all(tensors: list[TensorBytes], fetcher: EntryFetcher) -> list[bytes]:

@@ -4,7 +4,8 @@
 `EntryFetcher` as one batch (`read_many`: runs lying close together come in one request,
 groups in parallel) and builds the slice's row-major bytes. A slice that is one run of its
 storage in row-major order (a dim-0 block of a row-major tensor) streams straight from the
-source, like a whole tensor does.
+source, like a whole tensor does; any other is gathered a chunk at a time (reader.bodies.gathered),
+so a Range of a slice builds only the bytes it sends.
 
 What is checked: every read is exactly as long as asked and the entry's local header is checked
 against the central directory before its data offset is trusted, as every partial read of an
@@ -17,13 +18,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import replace
 
-from .. import zipfmt
-from ..entries.fetcher import HEADER_PIGGYBACK_LIMIT
-from ..entries.ranges import coalesce
 from ..errors import UnsupportedPayload
 from ..pt2 import strided
-from ..pt2.slicing import SlicePlan, assemble, plan_slice
+from ..pt2.slicing import SlicePlan, assemble, normalize_index, plan_slice
 from ..pt2.tensorinfo import TensorInfo
+from .gathered import Gathered, fetch_runs, zero_chunks
 from .tensor import MAX_UNBACKED_OUTPUT, TensorBytes
 
 
@@ -40,6 +39,7 @@ class SliceBytes:
     def __init__(self, tensor: TensorBytes, index: object) -> None:
         self.tensor = tensor
         self.plan: SlicePlan = plan_slice(tensor.info, index)
+        self.normalized = normalize_index(index, tensor.info.sizes or ())  # type: ignore[arg-type]
         self.info = _slice_info(tensor.info, self.plan)
         self.length = self.plan.nbytes
         self.key = self.plan.key
@@ -69,7 +69,7 @@ class SliceBytes:
         self, start: int = 0, end: int | None = None, chunk_size: int | None = None
     ) -> AsyncIterator[bytes | memoryview]:
         """Bytes [start, end) of the slice: streamed from the source when it is direct, else
-        built whole and cut."""
+        gathered a chunk at a time (reader.bodies.gathered: only the bytes asked for are built)."""
         end = self.length if end is None else end
         if not 0 <= start <= end <= self.length:
             raise ValueError(f"range [{start}, {end}) is outside this slice ({self.length} bytes)")
@@ -78,30 +78,19 @@ class SliceBytes:
         if self.direct and start < end:
             first = self.plan.runs[0][0]
             return fetcher.chunks(self.tensor.entry, first + start, first + end, chunk_size)
-        return self._built(start, end, chunk_size)
+        if not self.plan.runs:
+            return zero_chunks(start, end, chunk_size)
 
-    async def _built(self, start: int, end: int, chunk_size: int) -> AsyncIterator[bytes | memoryview]:
-        if start == end:
-            return
-        data = memoryview(await self.read())
-        for at in range(start, end, chunk_size):
-            yield data[at : min(end, at + chunk_size)]
+        async def behind() -> bytes | memoryview:
+            runs = await self._fetch_runs()
+            return runs[0] if len(runs) == 1 else b"".join(runs)
+
+        gathered = Gathered(self.tensor, self.normalized, self.plan, behind, self.plan.read_bytes)
+        return gathered.chunks(start, end, chunk_size)
 
     async def _fetch_runs(self) -> list[bytes | memoryview]:
         """The runs' bytes, in order, each exactly its run's length."""
-        entry, fetcher, runs = self.tensor.entry, self.tensor.fetcher, self.plan.runs
-        if entry.method != zipfmt.structs.METHOD_STORED:
-            # Compressed: one inflate from the entry's start through the last run, cut into runs.
-            low, high = runs[0][0], runs[-1][1]
-            data = memoryview(await fetcher.read(entry, low, high))
-            return [data[start - low : end - low] for start, end in runs]
-        # A batch whose data offset is unknown reads from the local header through its range: one
-        # request, while the runs start near the header and lie close together. Otherwise the
-        # header comes first (one small read), so the bytes before the runs are not read.
-        piggyback = runs[0][0] <= HEADER_PIGGYBACK_LIMIT and len(coalesce(runs)) == 1
-        if entry.name not in fetcher.known_offsets and not piggyback:
-            await fetcher.data_offset(entry)
-        return list(await fetcher.read_many([(entry, start, end) for start, end in runs]))
+        return await fetch_runs(self.tensor, self.plan.runs)
 
     def _check_materializable(self) -> None:
         """As `TensorBytes.read`: output larger than the bytes behind it (broadcast views, zero

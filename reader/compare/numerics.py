@@ -55,6 +55,20 @@ class Figures:
             return None
         return finite(self.dot / (math.sqrt(self.sum_sq_a) * math.sqrt(self.sum_sq_b)))
 
+    def repeated(self, times: int) -> Figures:
+        """The figures of tensors in which every element pair of these stands `times` times (a
+        view's stride-0 dims repeat what the others select)."""
+        return dataclasses.replace(
+            self,
+            elements=self.elements * times,
+            elements_differ=self.elements_differ * times,
+            nonfinite=self.nonfinite * times,
+            sum_sq_diff=self.sum_sq_diff * times,
+            sum_sq_a=self.sum_sq_a * times,
+            sum_sq_b=self.sum_sq_b * times,
+            dot=self.dot * times,
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "max_abs_diff": finite(self.max_abs_diff),

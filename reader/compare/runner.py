@@ -3,7 +3,10 @@
 The jobs run in one `asyncio.TaskGroup`, at most CONCURRENT_TENSORS at a time (a semaphore taken
 before each task is made, so 10,000 never exist at once); each returns its verdicts and the
 comparison is assembled from them at the end. Large tensors take one of STREAMED_AT_ONCE stream
-slots, each holding a few chunks, so memory is bounded whatever the archives' sizes.
+slots, each holding a few chunks, so memory is bounded whatever the archives' sizes. A pair of
+amplified views (far more bytes declared than lie behind them) is proven the same by the storage
+behind them, viewed alike, before anything costs the size they declare; else compared without the
+stride-0 dims that only repeat, where that leaves them small.
 """
 
 from __future__ import annotations
@@ -13,8 +16,10 @@ import hashlib
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..digests import THREAD_HASH_MIN, Digests, tensor_key
+from ..bodies.tensor import TensorBytes
+from ..digests import THREAD_HASH_MIN, Digests, sha256_of, tensor_key
 from ..pt2.dtypes import BY_NAME
+from ..pt2.gather import amplified, without_repeats
 from ..pt2.tensorinfo import TensorInfo
 from ..tasks import task_group
 from .aligned import aligned
@@ -40,7 +45,6 @@ from .plan import (
 
 if TYPE_CHECKING:
     from ..archives.archive_like import ArchiveLike
-    from ..bodies.tensor import TensorBytes
 
 CHUNK_BYTES = 1 << 20  # the streamed pass's chunk
 STREAMED_AT_ONCE = 2  # large tensors streamed at once (each holds a few chunks)
@@ -123,15 +127,44 @@ async def _find_moves(listing: Listing, digests_a: Digests, digests_b: Digests) 
         proof = "crc32"
         if match is None:
             proof = "sha256"
-            want = await digests_b.tensor(info_b, "contiguous")
-            for candidate in candidates:
-                if await digests_a.tensor(candidate, "contiguous") == want:
-                    match = candidate
-                    break
+            match = await _matching(info_b, candidates, digests_a, digests_b)
         if match is not None:
             used.add(match.name)
             found[info_b.name] = Move(match, proof)
     return found
+
+
+async def _matching(
+    info_b: TensorInfo, candidates: Sequence[TensorInfo], digests_a: Digests, digests_b: Digests
+) -> TensorInfo | None:
+    """The candidate whose bytes `info_b` holds, by digest; an amplified view (its digest costs the
+    size it declares) only by the storage behind it, viewed alike (`_storage_same`)."""
+    if any(amplified(info) for info in (info_b, *candidates)):
+        tensor_b = digests_b.archive.tensor(info_b.name, info_b.model, "contiguous")
+        for candidate in candidates:
+            tensor_a = digests_a.archive.tensor(candidate.name, candidate.model, "contiguous")
+            if await _storage_same(tensor_a, tensor_b):
+                return candidate
+        return None
+    want = await digests_b.tensor(info_b, "contiguous")
+    for candidate in candidates:
+        if await digests_a.tensor(candidate, "contiguous") == want:
+            return candidate
+    return None
+
+
+async def _storage_same(tensor_a: TensorBytes, tensor_b: TensorBytes) -> bool:
+    """Proven equal outputs at the cost of their storage: the same view (dtype, sizes, strides)
+    over equal bytes (SHA-256 of the storage spans, streamed). False: not proven either way."""
+    a, b = tensor_a.info, tensor_b.info
+    if (a.dtype, a.sizes, a.strides) != (b.dtype, b.sizes, b.strides) or tensor_a.zeros != tensor_b.zeros:
+        return False
+    if tensor_a.span[1] - tensor_a.span[0] != tensor_b.span[1] - tensor_b.span[0]:
+        return False
+    digest_a, digest_b = await asyncio.gather(
+        sha256_of(tensor_a.storage_chunks(CHUNK_BYTES)), sha256_of(tensor_b.storage_chunks(CHUNK_BYTES))
+    )
+    return digest_a == digest_b
 
 
 def _placement(a: ArchiveLike, b: ArchiveLike, pair: Undecided) -> Placement:
@@ -198,10 +231,16 @@ class _Run:
         tensor_a = self.a.tensor(pair.a.name, pair.a.model, pair.order)
         tensor_b = self.b.tensor(pair.b.name, pair.b.model, pair.order)
         dtype = _dtype(pair.a)
+        if (tensor_a.amplified or tensor_b.amplified) and await _storage_same(tensor_a, tensor_b):
+            return [(job.slot, _same(pair))]  # their storage, not the size they declare, was read
         if job.sample:
             figures = await self._sampled(tensor_a, tensor_b, dtype)
             if figures.elements_differ:
                 return [(job.slot, _changed(pair, figures))]
+        if tensor_a.amplified or tensor_b.amplified:
+            decided = await self._without_repeats(pair, tensor_a, tensor_b, dtype)
+            if decided is not None:
+                return [(job.slot, decided)]
         hashing = known_a is None or known_b is None  # both known (and unequal): the figures alone
         async with self.streams:
             figures, digest_a, digest_b = await self._streamed(tensor_a, tensor_b, dtype, hashing=hashing)
@@ -250,6 +289,26 @@ class _Run:
                         hash_both(*pair)
                     figures = folded(figures, *pair)
         return figures, hashes[0].digest(), hashes[1].digest()
+
+    async def _without_repeats(
+        self, pair: Undecided, tensor_a: TensorBytes, tensor_b: TensorBytes, dtype: Any
+    ) -> TensorDiff | None:
+        """Views of the same sizes and strides compared without their stride-0 dims, which only
+        repeat (each element pair counted as often as it stands in the views); None where that
+        leaves them amplified still (overlapping strides), or the views differ in layout."""
+        a, b = tensor_a.info, tensor_b.info
+        if (a.dtype, a.sizes, a.strides) != (b.dtype, b.sizes, b.strides):
+            return None
+        (reduced_a, times), (reduced_b, _) = without_repeats(a), without_repeats(b)
+        if times == 1 or amplified(reduced_a):
+            return None
+        sides = [
+            TensorBytes(reduced, tensor.entry, tensor.fetcher, "contiguous")
+            for reduced, tensor in ((reduced_a, tensor_a), (reduced_b, tensor_b))
+        ]
+        async with self.streams:
+            figures, digest_a, digest_b = await self._streamed(*sides, dtype, hashing=True)
+        return _same(pair) if digest_a == digest_b else _changed(pair, figures.repeated(times))
 
     async def _sampled(self, tensor_a: TensorBytes, tensor_b: TensorBytes, dtype: Any) -> Figures:
         """Figures over the sample's blocks (plan.sample_starts) at the same offsets of both tensors."""

@@ -6,6 +6,7 @@ fetcher.py     EntryFetcher: entry contents (local headers checked, ranges, batc
 ranges.py      (sans-IO) byte ranges coalesced: a gap costs less than a round trip
 running_crc.py an entry's CRC-32 taken on a worker thread while its next bytes arrive
 nested.py      ZIP archives stored inside an entry (AOTInductor's pickle_weights files)
+budget.py      MetadataBudget: one cap on an archive's decompressed metadata, across its entries
 
 Many tensors into memory at once is `reader.loading`, built on these.
 """

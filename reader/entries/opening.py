@@ -24,11 +24,12 @@ from ..errors import ArchiveFormatError, NoReadableWeights, ReaderError, Unsuppo
 from ..pickle import load_torch_pickle
 from ..pickle.torch_objects import TensorRecord
 from ..pt2 import aoti, checkpoint
-from ..pt2.index import ARCHIVE_FORMAT, MAX_CONFIG_BYTES, build_index, plan_index
+from ..pt2.index import ARCHIVE_FORMAT, build_index, plan_index
 from ..pt2.tensorinfo import TensorInfo
 from ..sources import ByteSource
 from ..sources.base import BytesAt
 from ..zipfmt import ZipEntry
+from .budget import MetadataBudget
 from .nested import read_nested_zips
 from .ranges import coalesce
 
@@ -49,6 +50,7 @@ class OpenedIndex:
     data_offsets: dict[str, int]  # of the metadata entries read while opening
     container: str = "pt2"  # "pt2", "checkpoint", "aoti" or "pt2+aoti"
     unreadable: dict[str, str] = field(default_factory=dict)  # model → why it cannot be read
+    budget: MetadataBudget = field(default_factory=MetadataBudget)  # what metadata read later may take
 
 
 async def read_index(source: ByteSource, tail_size: int) -> OpenedIndex:
@@ -62,41 +64,50 @@ async def read_index(source: ByteSource, tail_size: int) -> OpenedIndex:
     first = entries[0].name
     root = first.partition("/")[0]
     saved = checkpoint.plan_checkpoint(by_name, first)
+    budget = MetadataBudget()
     if saved is not None and f"{root}/{ARCHIVE_FORMAT}" not in by_name:
-        return await _open_checkpoint(source, held, by_name, saved)
+        return await _open_checkpoint(source, held, by_name, saved, budget)
     if f"{root}/{ARCHIVE_FORMAT}" not in by_name:
         raise ArchiveFormatError(
             f"not a PT2 archive or torch.save checkpoint: no {root + '/' + ARCHIVE_FORMAT!r} "
             f"or {root + '/' + checkpoint.PICKLE!r} entry"
         )
-    return await _open_pt2(source, held, by_name, first)
+    return await _open_pt2(source, held, by_name, first, budget)
 
 
 async def _open_checkpoint(
-    source: ByteSource, held: BytesAt, by_name: dict[str, ZipEntry], plan: checkpoint.CheckpointPlan
+    source: ByteSource,
+    held: BytesAt,
+    by_name: dict[str, ZipEntry],
+    plan: checkpoint.CheckpointPlan,
+    budget: MetadataBudget,
 ) -> OpenedIndex:
-    contents, offsets = await _fetch_metadata(source, [held], [by_name[name] for name in plan.needed])
+    needed = [by_name[name] for name in plan.needed]
+    contents, offsets = await _fetch_metadata(source, [held], needed, budget)
     tensors = checkpoint.build_checkpoint_index(plan, by_name, contents)
-    return OpenedIndex(plan.root, by_name, {checkpoint.CHECKPOINT_MODEL: tensors}, offsets, "checkpoint")
+    index = {checkpoint.CHECKPOINT_MODEL: tensors}
+    return OpenedIndex(plan.root, by_name, index, offsets, "checkpoint", budget=budget)
 
 
 async def _open_pt2(
-    source: ByteSource, held: BytesAt, by_name: dict[str, ZipEntry], first: str
+    source: ByteSource, held: BytesAt, by_name: dict[str, ZipEntry], first: str, budget: MetadataBudget
 ) -> OpenedIndex:
     plan = plan_index(by_name, first)
     models = aoti.plan_aoti(by_name, plan.root)
     configs = [model.config for model in models.values() if model.config]
     needed = [by_name[name] for name in (*plan.needed, *configs)]
-    contents, offsets = await _fetch_metadata(source, [held], needed)
+    contents, offsets = await _fetch_metadata(source, [held], needed, budget)
     index = build_index(plan, by_name, contents)
     if not models:
-        return OpenedIndex(plan.root, by_name, index, offsets)
+        return OpenedIndex(plan.root, by_name, index, offsets, budget=budget)
     unreadable = {
         model.listed_name: aoti.describe_unreadable(model) for model in models.values() if not model.config
     }
     readable = [model for model in models.values() if model.config]
     if readable:
-        aoti_index, nested_offsets = await _read_aoti(source, held, by_name, plan.root, readable, contents)
+        aoti_index, nested_offsets = await _read_aoti(
+            source, held, by_name, plan.root, readable, contents, budget
+        )
         index.update(aoti_index)
         offsets.update(nested_offsets)
     container = "pt2+aoti" if plan.models else "aoti"
@@ -105,12 +116,12 @@ async def _open_pt2(
         raise NoReadableWeights(
             f"{source.location} is {kind} with no readable weights: " + "; ".join(unreadable.values())
         )
-    return OpenedIndex(plan.root, by_name, index, offsets, container, unreadable)
+    return OpenedIndex(plan.root, by_name, index, offsets, container, unreadable, budget)
 
 
 async def _read_aoti(
     source: ByteSource, held: BytesAt, by_name: dict[str, ZipEntry], root: str,
-    models: list[aoti.AotiModel], contents: dict[str, bytes],
+    models: list[aoti.AotiModel], contents: dict[str, bytes], budget: MetadataBudget,
 ) -> tuple[dict[str, dict[str, TensorInfo]], dict[str, int]]:  # fmt: skip
     """pickle_weights models: each FQN's dtype from its nested data.pkl, bytes in its nested storage.
 
@@ -127,7 +138,7 @@ async def _read_aoti(
     pickles = {
         archive.outer.name: aoti.nested_pickle(archive.outer.name, archive.entries) for archive in nested
     }
-    pickle_contents, offsets = await _fetch_metadata(source, runs, list(pickles.values()))
+    pickle_contents, offsets = await _fetch_metadata(source, runs, list(pickles.values()), budget)
     tensors_of: dict[str, tuple[TensorRecord, ZipEntry]] = {}
     for archive in nested:
         pickle_entry = pickles[archive.outer.name]
@@ -186,14 +197,12 @@ def _entry_region(entry: ZipEntry) -> tuple[int, int]:
 
 
 async def _fetch_metadata(
-    source: ByteSource, held: list[BytesAt], entries: list[ZipEntry]
+    source: ByteSource, held: list[BytesAt], entries: list[ZipEntry], budget: MetadataBudget
 ) -> tuple[dict[str, bytes], dict[str, int]]:
-    """Each entry's content, and where its data starts; `held` are the runs already read."""
+    """Each entry's content, and where its data starts; `held` are the runs already read. Every
+    entry is counted against the archive's metadata budget before any is inflated."""
     for entry in entries:
-        if entry.size > MAX_CONFIG_BYTES:
-            raise ArchiveFormatError(
-                f"metadata entry {entry.name!r} claims {entry.size} bytes; refusing to parse"
-            )
+        budget.take(entry)
         zipfmt.check_decodable(entry)
     regions = {entry.name: _entry_region(entry) for entry in entries}
     missing = coalesce(

@@ -7,6 +7,8 @@ tensorinfo.py   TensorInfo, StorageRef: one tensor's layout and where its bytes 
 dtypes.py       dtypes: names, sizes, bytes -> an ndarray of a tensor's dtype
 strided.py      a strided view's density, dim order and spans
 slicing.py      NumPy basic indexing -> the storage's byte runs -> the slice's bytes
+gather.py       a view's row-major output as boxes, each built from the bytes behind it; which views
+                declare far more bytes than lie behind them (`amplified`)
 index_syntax.py a slice's query text ("0:128,::2"): the one grammar, the parser, the OpenAPI pattern
 checkpoint.py   a torch.save data.pkl -> TensorInfo
 aoti.py         AOTInductor packages' weights configs

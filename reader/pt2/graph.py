@@ -14,6 +14,7 @@ when it loads the program; the serialized form, and so this one, has none).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -24,7 +25,12 @@ from .dtypes import BY_SERIALIZED
 from .tensorinfo import TensorInfo
 
 # Programs are JSON; past this a models/<model>.json is not one we should hold in memory.
-MAX_PROGRAM_BYTES = 512 << 20
+MAX_PROGRAM_BYTES = 256 << 20
+# ... nor past this many JSON values outside strings (each becomes a Python object: tens of bytes).
+# GPT-2's program holds about 20,000; a program of 10,000 nodes about half a million.
+MAX_PROGRAM_ELEMENTS = 4 << 20
+# A JSON string, escapes included (the unrolled form: no backtracking however long it is).
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
 ST_DELIMITER = ";"  # torch.export serde: between nn_module_stack entries
 TENSOR_LIST_KINDS = ("as_tensors", "as_optional_tensors")
 # constant argument kinds whose payload is the value itself; others keep their union key
@@ -240,6 +246,12 @@ def parse_graph(raw: bytes | memoryview, model: str, where: str | None = None) -
         raise ArchiveFormatError(
             f"{where}: {len(raw)} bytes is over the {MAX_PROGRAM_BYTES}-byte program cap"
         )
+    elements = count_elements(raw)
+    if elements > MAX_PROGRAM_ELEMENTS:
+        raise ArchiveFormatError(
+            f"{where}: {elements} JSON values is over the {MAX_PROGRAM_ELEMENTS}-value program cap "
+            "(MAX_PROGRAM_ELEMENTS); refusing to parse it"
+        )
     try:
         program = _DECODER.decode(raw)
     except msgspec.ValidationError as exc:
@@ -252,6 +264,23 @@ def parse_graph(raw: bytes | memoryview, model: str, where: str | None = None) -
         return _build(program, model, where)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ArchiveFormatError(f"{where}: malformed graph ({type(exc).__name__}: {exc})") from None
+
+
+def count_elements(raw: bytes | memoryview, ceiling: int | None = None) -> int:
+    """At least as many as the JSON values in `raw` (each value but a container's first follows a
+    `,` or a `:`, and a container opens with `[` or `{`): those bytes counted, and once the count
+    over all bytes passes `ceiling` (MAX_PROGRAM_ELEMENTS), those inside strings taken off again
+    (stack traces are full of them). Memory: a string at a time."""
+    ceiling = MAX_PROGRAM_ELEMENTS if ceiling is None else ceiling
+    data = raw if isinstance(raw, bytes) else bytes(raw)
+    marks = (b",", b":", b"[", b"{")
+    total = 1 + sum(data.count(mark) for mark in marks)
+    if total <= ceiling:
+        return total
+    for string in _JSON_STRING.finditer(data):
+        text = string.group()
+        total -= sum(text.count(mark) for mark in marks)
+    return total
 
 
 def _build(program: _Program, model: str, where: str) -> Graph:

@@ -22,9 +22,6 @@ MODELS_DIR = "models/"
 WEIGHTS_DIR = "data/weights/"
 CONSTANTS_DIR = "data/constants/"
 
-# Configs are small JSON maps; anything bigger is not a PT2 config we should parse.
-MAX_CONFIG_BYTES = 256 << 20
-
 
 @dataclass(frozen=True, slots=True)
 class ModelConfigs:

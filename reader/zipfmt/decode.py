@@ -69,7 +69,7 @@ class EntryDecoder:
             yield self._account(data)
             return
         pending = data
-        while pending:
+        while True:
             try:
                 piece = self._inflater.decompress(pending, INFLATE_PIECE)
             except _library.error as exc:
@@ -77,7 +77,8 @@ class EntryDecoder:
             pending = self._inflater.unconsumed_tail
             if piece:
                 yield self._account(piece)
-            if self._inflater.eof:
+            # a full piece may leave output inside the inflater with no input left: ask again
+            if self._inflater.eof or (not pending and len(piece) < INFLATE_PIECE):
                 break
 
     def finish(self) -> None:
