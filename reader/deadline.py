@@ -19,17 +19,17 @@ class ParseTimeout(ArchiveFormatError):
 
 
 class Deadline:
-    """The moment (monotonic clock) a parse must stop by; `what` names the budget in the error."""
+    """The moment (monotonic clock) a parse must stop by; `what` is the error's message."""
 
     __slots__ = ("at", "what")
 
-    def __init__(self, seconds: float = math.inf, what: str = "parsing") -> None:
+    def __init__(self, seconds: float = math.inf, what: str = "parsing took longer than its budget") -> None:
         self.at = time.monotonic() + seconds
         self.what = what
 
     def check(self) -> None:
         if time.monotonic() > self.at:
-            raise ParseTimeout(f"{self.what}: stopped, over its time budget")
+            raise ParseTimeout(self.what)
 
     def expire(self) -> None:
         """Stop the parse at its next check (its caller went away)."""

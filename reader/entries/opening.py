@@ -12,6 +12,10 @@ Which PyTorch ZIP container the file is decides what step 3 fetches: a PT2 archi
 (`archive_format`; exported programs and/or AOTInductor models) or a torch.save
 checkpoint (`data.pkl`). A file that is not a ZIP gets its first bytes read once,
 to say what it is instead (a legacy torch.save pickle, say).
+
+Only the reads run on the event loop: what they bring is parsed on a worker thread under the
+open's time budget (entries.parsing), in as few steps as the reads allow: the directory and the
+plan of what to fetch, then the metadata inflated and the whole index built.
 """
 
 from __future__ import annotations
@@ -20,19 +24,22 @@ import asyncio
 from dataclasses import dataclass, field
 
 from .. import zipfmt
+from ..deadline import Deadline
 from ..errors import ArchiveFormatError, NoReadableWeights, ReaderError, UnsupportedPayload
 from ..pickle import load_torch_pickle
 from ..pickle.torch_objects import TensorRecord
 from ..pt2 import aoti, checkpoint
-from ..pt2.index import ARCHIVE_FORMAT, MAX_CONFIG_BYTES, build_index, plan_index
+from ..pt2.index import ARCHIVE_FORMAT, MAX_CONFIG_BYTES, IndexPlan, build_index, plan_index
 from ..pt2.tensorinfo import TensorInfo
 from ..sources import ByteSource
 from ..sources.base import BytesAt
 from ..zipfmt import ZipEntry
-from .nested import read_nested_zips
+from .nested import NestedZip, read_nested_zips
+from .parsing import ParseBudget
 from .ranges import coalesce
 
 MAX_LOCAL_EXTRA = 0xFFFF
+Index = dict[str, dict[str, TensorInfo]]  # model -> name -> TensorInfo
 
 
 # The first bytes of a legacy (pre-1.6, non-ZIP) torch.save file: pickle protocol 2, then
@@ -51,11 +58,31 @@ class OpenedIndex:
     unreadable: dict[str, str] = field(default_factory=dict)  # model → why it cannot be read
 
 
-async def read_index(source: ByteSource, tail_size: int) -> OpenedIndex:
+@dataclass(frozen=True)
+class _Layout:
+    """What the central directory says: the entries, and which container they make."""
+
+    by_name: dict[str, ZipEntry]
+    checkpoint: checkpoint.CheckpointPlan | None = None  # a torch.save checkpoint
+    pt2: IndexPlan | None = None  # else a PT2 archive,
+    models: dict[str, aoti.AotiModel] = field(default_factory=dict)  # and its AOTInductor models
+
+
+async def read_index(source: ByteSource, tail_size: int, budget: ParseBudget) -> OpenedIndex:
     try:
-        held, entries = await _read_directory(source, tail_size)
+        held, span = await _read_directory(source, tail_size)
+        layout = await budget.run(lambda _deadline: _layout(held, span))
     except ArchiveFormatError as exc:
         raise await _what_it_is_instead(source, exc) from None
+    if layout.checkpoint is not None:
+        return await _open_checkpoint(source, held, layout.by_name, layout.checkpoint, budget)
+    assert layout.pt2 is not None
+    return await _open_pt2(source, held, layout, budget)
+
+
+def _layout(held: BytesAt, span: zipfmt.DirectorySpan) -> _Layout:
+    directory = memoryview(held.data)[span.offset - held.start : span.end - held.start]
+    entries = zipfmt.parse_central_directory(directory, span)
     if not entries:
         raise ArchiveFormatError("not a PT2 archive or torch.save checkpoint: the ZIP archive is empty")
     by_name = {entry.name: entry for entry in entries}
@@ -63,32 +90,43 @@ async def read_index(source: ByteSource, tail_size: int) -> OpenedIndex:
     root = first.partition("/")[0]
     saved = checkpoint.plan_checkpoint(by_name, first)
     if saved is not None and f"{root}/{ARCHIVE_FORMAT}" not in by_name:
-        return await _open_checkpoint(source, held, by_name, saved)
+        return _Layout(by_name, checkpoint=saved)
     if f"{root}/{ARCHIVE_FORMAT}" not in by_name:
         raise ArchiveFormatError(
             f"not a PT2 archive or torch.save checkpoint: no {root + '/' + ARCHIVE_FORMAT!r} "
             f"or {root + '/' + checkpoint.PICKLE!r} entry"
         )
-    return await _open_pt2(source, held, by_name, first)
+    plan = plan_index(by_name, first)
+    return _Layout(by_name, pt2=plan, models=aoti.plan_aoti(by_name, plan.root))
 
 
 async def _open_checkpoint(
-    source: ByteSource, held: BytesAt, by_name: dict[str, ZipEntry], plan: checkpoint.CheckpointPlan
-) -> OpenedIndex:
-    contents, offsets = await _fetch_metadata(source, [held], [by_name[name] for name in plan.needed])
-    tensors = checkpoint.build_checkpoint_index(plan, by_name, contents)
-    return OpenedIndex(plan.root, by_name, {checkpoint.CHECKPOINT_MODEL: tensors}, offsets, "checkpoint")
+    source: ByteSource, held: BytesAt, by_name: dict[str, ZipEntry], plan: checkpoint.CheckpointPlan,
+    budget: ParseBudget,
+) -> OpenedIndex:  # fmt: skip
+    needed = [by_name[name] for name in plan.needed]
+    runs = await _fetch_metadata(source, [held], needed)
+
+    def parse(deadline: Deadline) -> OpenedIndex:
+        contents, offsets = _decode_metadata(runs, needed)
+        tensors = checkpoint.build_checkpoint_index(plan, by_name, contents, deadline=deadline)
+        return OpenedIndex(plan.root, by_name, {checkpoint.CHECKPOINT_MODEL: tensors}, offsets, "checkpoint")
+
+    return await budget.run(parse)
 
 
-async def _open_pt2(
-    source: ByteSource, held: BytesAt, by_name: dict[str, ZipEntry], first: str
-) -> OpenedIndex:
-    plan = plan_index(by_name, first)
-    models = aoti.plan_aoti(by_name, plan.root)
+async def _open_pt2(source: ByteSource, held: BytesAt, layout: _Layout, budget: ParseBudget) -> OpenedIndex:
+    plan, by_name, models = layout.pt2, layout.by_name, layout.models
+    assert plan is not None
     configs = [model.config for model in models.values() if model.config]
     needed = [by_name[name] for name in (*plan.needed, *configs)]
-    contents, offsets = await _fetch_metadata(source, [held], needed)
-    index = build_index(plan, by_name, contents)
+    runs = await _fetch_metadata(source, [held], needed)
+
+    def parse(_deadline: Deadline) -> tuple[Index, dict[str, bytes], dict[str, int]]:
+        contents, offsets = _decode_metadata(runs, needed)
+        return build_index(plan, by_name, contents), contents, offsets
+
+    index, contents, offsets = await budget.run(parse)
     if not models:
         return OpenedIndex(plan.root, by_name, index, offsets)
     unreadable = {
@@ -96,7 +134,9 @@ async def _open_pt2(
     }
     readable = [model for model in models.values() if model.config]
     if readable:
-        aoti_index, nested_offsets = await _read_aoti(source, held, by_name, plan.root, readable, contents)
+        aoti_index, nested_offsets = await _read_aoti(
+            source, held, by_name, plan.root, readable, contents, budget
+        )
         index.update(aoti_index)
         offsets.update(nested_offsets)
     container = "pt2+aoti" if plan.models else "aoti"
@@ -110,28 +150,47 @@ async def _open_pt2(
 
 async def _read_aoti(
     source: ByteSource, held: BytesAt, by_name: dict[str, ZipEntry], root: str,
-    models: list[aoti.AotiModel], contents: dict[str, bytes],
+    models: list[aoti.AotiModel], contents: dict[str, bytes], budget: ParseBudget,
 ) -> tuple[dict[str, dict[str, TensorInfo]], dict[str, int]]:  # fmt: skip
     """pickle_weights models: each FQN's dtype from its nested data.pkl, bytes in its nested storage.
 
     Adds each nested storage entry to `by_name`, so reads find it like any other entry."""
-    configs = {model.name: aoti.parse_weights_config(contents[model.config or ""], model.config or "")
-               for model in models}  # fmt: skip
+
+    def parse_configs(_deadline: Deadline) -> dict[str, dict[str, aoti.AotiWeight]]:
+        return {model.name: aoti.parse_weights_config(contents[model.config or ""], model.config or "")
+                for model in models}  # fmt: skip
+
+    configs = await budget.run(parse_configs)
     files = sorted({aoti.weight_file_entry(root, w) for config in configs.values() for w in config.values()})
     missing = [name for name in files if name not in by_name]
     if missing:
         raise ArchiveFormatError(
             f"an AOTInductor weights config names {missing[0]!r}, which is not in the archive"
         )
-    nested, runs = await read_nested_zips(source, [held], [by_name[name] for name in files])
+    nested, runs = await read_nested_zips(source, [held], [by_name[name] for name in files], budget)
     pickles = {
         archive.outer.name: aoti.nested_pickle(archive.outer.name, archive.entries) for archive in nested
     }
-    pickle_contents, offsets = await _fetch_metadata(source, runs, list(pickles.values()))
+    needed = list(pickles.values())
+    pickle_runs = await _fetch_metadata(source, runs, needed)
+
+    def parse(deadline: Deadline) -> tuple[dict[str, dict[str, TensorInfo]], dict[str, int]]:
+        pickle_contents, offsets = _decode_metadata(pickle_runs, needed)
+        index = _aoti_index(by_name, root, models, configs, nested, pickles, pickle_contents, deadline)
+        return index, offsets
+
+    return await budget.run(parse)
+
+
+def _aoti_index(
+    by_name: dict[str, ZipEntry], root: str, models: list[aoti.AotiModel],
+    configs: dict[str, dict[str, aoti.AotiWeight]], nested: list[NestedZip], pickles: dict[str, ZipEntry],
+    pickle_contents: dict[str, bytes], deadline: Deadline,
+) -> dict[str, dict[str, TensorInfo]]:  # fmt: skip
     tensors_of: dict[str, tuple[TensorRecord, ZipEntry]] = {}
     for archive in nested:
         pickle_entry = pickles[archive.outer.name]
-        record = load_torch_pickle(pickle_contents[pickle_entry.name], pickle_entry.name)
+        record = load_torch_pickle(pickle_contents[pickle_entry.name], pickle_entry.name, deadline=deadline)
         storage = aoti.nested_storage(archive.outer.name, archive.entries, record)
         by_name[storage.name] = storage
         tensors_of[archive.outer.name] = (record, storage)
@@ -142,7 +201,7 @@ async def _read_aoti(
             record, storage = tensors_of[aoti.weight_file_entry(root, weight)]
             tensors[fqn] = aoti.aoti_tensor_info(fqn, model, weight, record, storage, model.config or "")
         index[model.listed_name] = tensors
-    return index, offsets
+    return index
 
 
 async def _what_it_is_instead(source: ByteSource, error: ArchiveFormatError) -> ReaderError:
@@ -158,7 +217,8 @@ async def _what_it_is_instead(source: ByteSource, error: ArchiveFormatError) -> 
     return error
 
 
-async def _read_directory(source: ByteSource, tail_size: int) -> tuple[BytesAt, tuple[ZipEntry, ...]]:
+async def _read_directory(source: ByteSource, tail_size: int) -> tuple[BytesAt, zipfmt.DirectorySpan]:
+    """The bytes that hold the central directory, and where it lies (its parse is a step of its own)."""
     size = source.size
     start = max(0, size - max(tail_size, zipfmt.structs.END_RECORD.size))
     held = BytesAt(start, await source.read(start, size, purpose="open"))
@@ -169,8 +229,7 @@ async def _read_directory(source: ByteSource, tail_size: int) -> tuple[BytesAt, 
         held = await _extend(source, held, found.start)
     if found.offset < held.start:
         held = await _extend(source, held, found.offset)
-    directory = memoryview(held.data)[found.offset - held.start : found.end - held.start]
-    return held, zipfmt.parse_central_directory(directory, found)
+    return held, found
 
 
 async def _extend(source: ByteSource, held: BytesAt, start: int) -> BytesAt:
@@ -185,10 +244,8 @@ def _entry_region(entry: ZipEntry) -> tuple[int, int]:
     return entry.header_offset, min(entry.region_end, entry.header_offset + longest)
 
 
-async def _fetch_metadata(
-    source: ByteSource, held: list[BytesAt], entries: list[ZipEntry]
-) -> tuple[dict[str, bytes], dict[str, int]]:
-    """Each entry's content, and where its data starts; `held` are the runs already read."""
+async def _fetch_metadata(source: ByteSource, held: list[BytesAt], entries: list[ZipEntry]) -> list[BytesAt]:
+    """Runs of bytes that hold each entry's local header and data; `held` are the runs already read."""
     for entry in entries:
         if entry.size > MAX_CONFIG_BYTES:
             raise ArchiveFormatError(
@@ -200,11 +257,16 @@ async def _fetch_metadata(
         [region for region in regions.values() if not any(run.covers(*region) for run in held)]
     )
     fetched = await _read_all(source, missing)
-    runs = [*held, *(BytesAt(start, data) for (start, _), data in zip(missing, fetched))]
+    return [*held, *(BytesAt(start, data) for (start, _), data in zip(missing, fetched))]
+
+
+def _decode_metadata(runs: list[BytesAt], entries: list[ZipEntry]) -> tuple[dict[str, bytes], dict[str, int]]:
+    """Each entry's content (inflated and CRC-checked), and where its data starts."""
     contents, offsets = {}, {}
     for entry in entries:
-        run = next(run for run in runs if run.covers(*regions[entry.name]))
-        offset = zipfmt.locate_data(entry, run.slice(*regions[entry.name]), entry.compressed_size)
+        region = _entry_region(entry)
+        run = next(run for run in runs if run.covers(*region))
+        offset = zipfmt.locate_data(entry, run.slice(*region), entry.compressed_size)
         if isinstance(offset, zipfmt.NeedUntil):  # the region holds the longest possible header
             raise ArchiveFormatError(f"local header of {entry.name!r} runs past its data")
         stored = run.slice(offset, offset + entry.compressed_size)
