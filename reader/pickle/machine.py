@@ -10,7 +10,7 @@ NEWOBJ, NEWOBJ_EX, EXT*), is refused with an error naming it.
 Everything is bounded by `Limits`: input size, opcode count, stack, marks, memo,
 string and integer sizes. Each opcode does O(1) work plus the items it consumes;
 REDUCE, whose arguments may be shared values it does not consume, is charged their
-items against the same opcode budget. So time is linear in the input, and a
+items against a budget of the same size. So time is linear in the input, and a
 `Deadline` is checked every few thousand opcodes besides.
 
 Nothing the pickle chooses is hashed unless its hash cannot be made to collide: dict
@@ -121,7 +121,7 @@ class _Machine:
     ) -> None:
         self.data = data
         self.deadline = deadline
-        self.charged = 0  # items REDUCE's arguments held, counted against max_opcodes
+        self.charged = 0  # items REDUCE's arguments held: at most the opcode budget, as opcodes are
         self.at = 0
         self.globals_table = globals_table
         self.persistent_load = persistent_load
@@ -132,6 +132,7 @@ class _Machine:
         self.depth = 0  # values held in metastack lists
         self.memo: dict[int, Any] = {}
         self.max_stack = limits.max_stack
+        self.budget = 0  # opcodes this pickle may run (set by run)
 
     # -- errors and input ------------------------------------------------------------
 
@@ -213,7 +214,7 @@ class _Machine:
         dispatch = _DISPATCH
         data = self.data
         size = len(data)
-        budget = min(self.limits.max_opcodes, size)  # every opcode takes at least one byte
+        budget = self.budget = min(self.limits.max_opcodes, size)  # every opcode takes at least one byte
         check = self.deadline.check
         for done in range(0, budget, CHECK_EVERY):
             check()
@@ -517,11 +518,12 @@ class _Machine:
 
     def _charge(self, args: tuple) -> None:
         """A Reducer may look at every item of its arguments, which the memo can share among any
-        number of calls: those items count against the opcode budget."""
+        number of calls: those items are charged like opcodes, at most the pickle's length in all
+        (arguments a pickle builds for each call take at least a byte an item)."""
         self.charged += len(args) + sum(len(arg) for arg in args if type(arg) in (tuple, list, dict))
-        if self.charged > self.limits.max_opcodes:
+        if self.charged > self.budget:
             raise PickleLimitExceeded(
-                f"{self.where}: REDUCE arguments hold more than {self.limits.max_opcodes} items in all"
+                f"{self.where}: REDUCE arguments hold more than {self.budget} items in all (shared arguments)"
             )
 
     def op_build(self) -> None:
