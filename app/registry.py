@@ -311,6 +311,7 @@ class Registry:
             await opened.close()
 
     async def _open(self, slot: Slot) -> None:
+        """Open `slot`; it ends `open`, or `error` with the reason, never left `opening`."""
         async with slot.lock:
             if slot.current is not None:
                 return
@@ -320,11 +321,17 @@ class Registry:
                     slot.spec.location,
                     chunk_size=self.settings.chunk_size,
                     http_options=slot.http_options or self._http_options,
+                    parse_timeout=self.settings.parse_timeout,
                 )
             except reader.ReaderError as exc:
-                slot.status, slot.error, slot.failure = "error", f"{type(exc).__name__}: {exc}", exc
-                slot.failed_at = time.monotonic()
+                self._failed(slot, exc)
                 log.warning("archive %s failed to open: %s", slot.spec.id, slot.error)
+            except Exception as exc:  # a bug of ours: the slot still says so, and the log has it all
+                log.exception("archive %s failed to open", slot.spec.id)
+                self._failed(slot, reader.ReaderError(f"internal error while opening: {type(exc).__name__}"))
+            except BaseException:  # cancelled (the request or the service went away): not opening any more
+                slot.status = "pending"
+                raise
             else:
                 opened = Opened(archive, source_version(archive.source), Digests(archive))
                 digests = self._digests_ahead(archive)
@@ -340,6 +347,11 @@ class Registry:
                 slot.current, slot.status, slot.error, slot.failure = opened, "open", None, None
                 if opened.version in slot.gone:
                     slot.gone.remove(opened.version)
+
+    @staticmethod
+    def _failed(slot: Slot, exc: reader.ReaderError) -> None:
+        slot.status, slot.error, slot.failure = "error", f"{type(exc).__name__}: {exc}", exc
+        slot.failed_at = time.monotonic()
 
     def _digests_ahead(self, archive: reader.Archive) -> bool:
         mode = self.settings.digests_ahead
