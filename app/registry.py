@@ -321,7 +321,6 @@ class Registry:
                     slot.spec.location,
                     chunk_size=self.settings.chunk_size,
                     http_options=slot.http_options or self._http_options,
-                    parse_timeout=self.settings.parse_timeout,
                 )
             except reader.ReaderError as exc:
                 self._failed(slot, exc)

@@ -33,7 +33,6 @@ class Settings:
     upstream_attempts: int = 5  # tries per upstream request (retries on 5xx, 429, resets)
     upstream_budget: float | None = None  # seconds one upstream open or read may take in all (None: no cap)
     retry_failed_after: float = 10.0  # an archive that failed to open is retried at most this often
-    parse_timeout: float = 10.0  # seconds an open may spend parsing an archive (on a worker thread)
     # big upstream reads as parts over several connections (memory per stream: parts x part size)
     parallel_parts: int = 4
     part_size: int = 8 << 20
@@ -72,7 +71,6 @@ class Settings:
             chunk_size=int(env.get("PT2SERVE_CHUNK_SIZE", str(CHUNK_SIZE))),
             upstream_timeout=float(env.get("PT2SERVE_UPSTREAM_TIMEOUT", "30")),
             upstream_attempts=int(env.get("PT2SERVE_UPSTREAM_ATTEMPTS", "5")),
-            parse_timeout=float(env.get("PT2SERVE_PARSE_TIMEOUT", "10")),
             version_grace_seconds=float(env.get("PT2SERVE_VERSION_GRACE", "300")),
             digest_inline_max=int(env.get("PT2SERVE_DIGEST_INLINE_MAX", str(1 << 20))),
             digests_ahead=_choice(env.get("PT2SERVE_DIGESTS_AHEAD", "local"), ("local", "all", "off")),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import pathlib
 import time
 
@@ -134,6 +135,17 @@ def test_parsing_runs_off_the_event_loop(tmp_path: pathlib.Path) -> None:
 def test_parse_timeout_must_be_positive() -> None:
     with pytest.raises(ValueError, match="parse_timeout"):
         reader.open_archive("x.pt2", parse_timeout=0)
+
+
+def test_the_parse_budget_comes_from_the_environment_by_default(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PT2SERVE_PARSE_TIMEOUT: what the service and the CLI open with unless told otherwise."""
+    path = tmp_path / "slow.bin"
+    path.write_bytes(hostile.checkpoint(hostile.many_items(300)))
+    monkeypatch.setenv("PT2SERVE_PARSE_TIMEOUT", "0.001")
+    assert run(_open(path)) == "ParseTimeout"
+    assert run(_open(path, parse_timeout=math.inf)) == "listed 1"
 
 
 def test_sharded_index_json_is_still_read(tmp_path: pathlib.Path) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 from ..cache import CacheStore, cache_store, offline_for, open_cached, stale_if_error_for
 from ..entries.fetcher import EntryFetcher
 from ..entries.opening import OpenedIndex, read_index
-from ..entries.parsing import DEFAULT_PARSE_TIMEOUT, ParseBudget
+from ..entries.parsing import ParseBudget, parse_timeout_for
 from ..errors import NotCached, SourceChanged
 from ..sources import (
     DEFAULT_CHUNK_SIZE,
@@ -45,9 +45,10 @@ class open_archive:  # noqa: N801 - used like a function: `async with open_archi
     hf://). `stale_if_error` (default: PT2SERVE_CACHE_STALE_IF_ERROR, on) lets a cached open whose
     origin cannot be reached at all (refused, no such host, timed out; not an HTTP status) open the
     last complete version cached, with `ar.revalidated` False and `ar.stale` saying which; False: such
-    an open raises OriginUnreachable (a SourceError). See docs/cache.md. `parse_timeout` (default 30)
-    is how many seconds an open may spend parsing what it read (directory, configs, pickles), on a
-    worker thread: past it the open fails with an ArchiveFormatError.
+    an open raises OriginUnreachable (a SourceError). See docs/cache.md. `parse_timeout` (default:
+    PT2SERVE_PARSE_TIMEOUT, else 30; `math.inf`: no bound) is how many seconds an open may spend
+    parsing what it read (directory, configs, pickles), which it does on a worker thread: past it the
+    open fails with an ArchiveFormatError.
     """
 
     def __init__(
@@ -61,11 +62,10 @@ class open_archive:  # noqa: N801 - used like a function: `async with open_archi
         cache_dir: str | os.PathLike[str] | CacheStore | None = None,
         offline: bool | None = None,
         stale_if_error: bool | None = None,
-        parse_timeout: float = DEFAULT_PARSE_TIMEOUT,
+        parse_timeout: float | None = None,
     ) -> None:
-        ParseBudget(parse_timeout, "")  # a bad value fails here, not at the first open
         self._location = location
-        self._parse_timeout = parse_timeout
+        self._parse_timeout = parse_timeout_for(parse_timeout)  # a bad value fails here, not later
         self._cache_dir = cache_dir
         self._offline = offline
         self._stale_if_error = stale_if_error

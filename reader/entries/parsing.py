@@ -17,6 +17,7 @@ metadata entries, configs and pickles, the index) runs through `ParseBudget.run`
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -27,16 +28,24 @@ from ..errors import ArchiveFormatError, ReaderError
 T = TypeVar("T")
 
 DEFAULT_PARSE_TIMEOUT = 30.0
-"""Seconds an open may spend parsing: far above what any real archive takes (a state dict of 10,000
-tensors parses in a fifth of a second), far below what a client waits for."""
+"""Seconds an open may spend parsing unless PT2SERVE_PARSE_TIMEOUT or the caller says otherwise: far
+above what real archives take (a state dict of 10,000 tensors lists in well under a second), and a
+bound on what a hostile one can cost."""
+
+
+def parse_timeout_for(seconds: float | None) -> float:
+    """The parse budget of an open: `seconds`, else PT2SERVE_PARSE_TIMEOUT, else the default."""
+    if seconds is None:
+        seconds = float(os.environ.get("PT2SERVE_PARSE_TIMEOUT") or DEFAULT_PARSE_TIMEOUT)
+    if not seconds > 0:
+        raise ValueError(f"parse_timeout must be a number of seconds > 0, not {seconds!r}")
+    return seconds
 
 
 class ParseBudget:
     """One open's parse budget: `seconds` of parsing in all, spent step by step."""
 
     def __init__(self, seconds: float, where: str) -> None:
-        if not seconds > 0:
-            raise ValueError(f"parse_timeout must be a number of seconds > 0, not {seconds!r}")
         self.seconds = seconds
         self.left = seconds
         self.where = where
