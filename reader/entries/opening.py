@@ -15,7 +15,8 @@ to say what it is instead (a legacy torch.save pickle, say).
 
 Only the reads run on the event loop: what they bring is parsed on a worker thread under the
 open's time budget (entries.parsing), in as few steps as the reads allow: the directory and the
-plan of what to fetch, then the metadata inflated and the whole index built.
+plan of what to fetch, then the metadata inflated and the whole index built; one step when the
+tail already holds the metadata, as a small archive's does.
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ from .parsing import ParseBudget
 from .ranges import coalesce
 
 MAX_LOCAL_EXTRA = 0xFFFF
-Index = dict[str, dict[str, TensorInfo]]  # model -> name -> TensorInfo
 
 
 # The first bytes of a legacy (pre-1.6, non-ZIP) torch.save file: pickle protocol 2, then
@@ -60,24 +60,47 @@ class OpenedIndex:
 
 @dataclass(frozen=True)
 class _Layout:
-    """What the central directory says: the entries, and which container they make."""
+    """What the central directory says: the entries, which container they make, and the metadata
+    entries its index needs."""
 
     by_name: dict[str, ZipEntry]
+    needed: list[ZipEntry]
     checkpoint: checkpoint.CheckpointPlan | None = None  # a torch.save checkpoint
     pt2: IndexPlan | None = None  # else a PT2 archive,
     models: dict[str, aoti.AotiModel] = field(default_factory=dict)  # and its AOTInductor models
 
 
+@dataclass(frozen=True)
+class _Parsed:
+    """An index built from the metadata entries (kept: AOTInductor models read on from them)."""
+
+    opened: OpenedIndex
+    contents: dict[str, bytes]
+
+
 async def read_index(source: ByteSource, tail_size: int, budget: ParseBudget) -> OpenedIndex:
     try:
         held, span = await _read_directory(source, tail_size)
-        layout = await budget.run(lambda _deadline: _layout(held, span))
+        layout, parsed = await budget.run(lambda deadline: _parse_held(held, span, deadline))
     except ArchiveFormatError as exc:
         raise await _what_it_is_instead(source, exc) from None
-    if layout.checkpoint is not None:
-        return await _open_checkpoint(source, held, layout.by_name, layout.checkpoint, budget)
-    assert layout.pt2 is not None
-    return await _open_pt2(source, held, layout, budget)
+    if parsed is None:  # the metadata lies outside the tail: read it, then parse it
+        runs = await _fetch_metadata(source, [held], layout.needed)
+        parsed = await budget.run(lambda deadline: _parse_metadata(layout, runs, deadline))
+    if not layout.models:
+        return parsed.opened
+    return await _with_aoti(source, held, layout, parsed, budget)
+
+
+def _parse_held(
+    held: BytesAt, span: zipfmt.DirectorySpan, deadline: Deadline
+) -> tuple[_Layout, _Parsed | None]:
+    """The directory's layout, and the index too when the bytes held already cover the metadata (a
+    small archive's tail holds it all: one step on the worker, not two)."""
+    layout = _layout(held, span)
+    if all(held.covers(*_entry_region(entry)) for entry in layout.needed):
+        return layout, _parse_metadata(layout, [held], deadline)
+    return layout, None
 
 
 def _layout(held: BytesAt, span: zipfmt.DirectorySpan) -> _Layout:
@@ -90,62 +113,55 @@ def _layout(held: BytesAt, span: zipfmt.DirectorySpan) -> _Layout:
     root = first.partition("/")[0]
     saved = checkpoint.plan_checkpoint(by_name, first)
     if saved is not None and f"{root}/{ARCHIVE_FORMAT}" not in by_name:
-        return _Layout(by_name, checkpoint=saved)
+        return _Layout(by_name, [by_name[name] for name in saved.needed], checkpoint=saved)
     if f"{root}/{ARCHIVE_FORMAT}" not in by_name:
         raise ArchiveFormatError(
             f"not a PT2 archive or torch.save checkpoint: no {root + '/' + ARCHIVE_FORMAT!r} "
             f"or {root + '/' + checkpoint.PICKLE!r} entry"
         )
     plan = plan_index(by_name, first)
-    return _Layout(by_name, pt2=plan, models=aoti.plan_aoti(by_name, plan.root))
-
-
-async def _open_checkpoint(
-    source: ByteSource, held: BytesAt, by_name: dict[str, ZipEntry], plan: checkpoint.CheckpointPlan,
-    budget: ParseBudget,
-) -> OpenedIndex:  # fmt: skip
-    needed = [by_name[name] for name in plan.needed]
-    runs = await _fetch_metadata(source, [held], needed)
-
-    def parse(deadline: Deadline) -> OpenedIndex:
-        contents, offsets = _decode_metadata(runs, needed)
-        tensors = checkpoint.build_checkpoint_index(plan, by_name, contents, deadline=deadline)
-        return OpenedIndex(plan.root, by_name, {checkpoint.CHECKPOINT_MODEL: tensors}, offsets, "checkpoint")
-
-    return await budget.run(parse)
-
-
-async def _open_pt2(source: ByteSource, held: BytesAt, layout: _Layout, budget: ParseBudget) -> OpenedIndex:
-    plan, by_name, models = layout.pt2, layout.by_name, layout.models
-    assert plan is not None
+    models = aoti.plan_aoti(by_name, plan.root)
     configs = [model.config for model in models.values() if model.config]
     needed = [by_name[name] for name in (*plan.needed, *configs)]
-    runs = await _fetch_metadata(source, [held], needed)
+    return _Layout(by_name, needed, pt2=plan, models=models)
 
-    def parse(_deadline: Deadline) -> tuple[Index, dict[str, bytes], dict[str, int]]:
-        contents, offsets = _decode_metadata(runs, needed)
-        return build_index(plan, by_name, contents), contents, offsets
 
-    index, contents, offsets = await budget.run(parse)
-    if not models:
-        return OpenedIndex(plan.root, by_name, index, offsets)
+def _parse_metadata(layout: _Layout, runs: list[BytesAt], deadline: Deadline) -> _Parsed:
+    """The metadata entries inflated, and the index built from them."""
+    contents, offsets = _decode_metadata(runs, layout.needed)
+    by_name, saved, plan = layout.by_name, layout.checkpoint, layout.pt2
+    if saved is not None:
+        tensors = checkpoint.build_checkpoint_index(saved, by_name, contents, deadline=deadline)
+        index = {checkpoint.CHECKPOINT_MODEL: tensors}
+        return _Parsed(OpenedIndex(saved.root, by_name, index, offsets, "checkpoint"), contents)
+    assert plan is not None  # a layout is a checkpoint's or a PT2 archive's
+    return _Parsed(OpenedIndex(plan.root, by_name, build_index(plan, by_name, contents), offsets), contents)
+
+
+async def _with_aoti(
+    source: ByteSource, held: BytesAt, layout: _Layout, parsed: _Parsed, budget: ParseBudget
+) -> OpenedIndex:
+    """The index with the archive's AOTInductor models: those with pickle_weights read, the others
+    listed as unreadable."""
+    opened, models = parsed.opened, layout.models
+    index, offsets = dict(opened.index), dict(opened.data_offsets)
     unreadable = {
         model.listed_name: aoti.describe_unreadable(model) for model in models.values() if not model.config
     }
     readable = [model for model in models.values() if model.config]
     if readable:
         aoti_index, nested_offsets = await _read_aoti(
-            source, held, by_name, plan.root, readable, contents, budget
+            source, held, layout.by_name, opened.root, readable, parsed.contents, budget
         )
         index.update(aoti_index)
         offsets.update(nested_offsets)
-    container = "pt2+aoti" if plan.models else "aoti"
+    container = "pt2+aoti" if layout.pt2 and layout.pt2.models else "aoti"
     if not any(index.values()) and unreadable:
         kind = "an AOTInductor package" if container == "aoti" else "a PT2 archive with AOTInductor models"
         raise NoReadableWeights(
             f"{source.location} is {kind} with no readable weights: " + "; ".join(unreadable.values())
         )
-    return OpenedIndex(plan.root, by_name, index, offsets, container, unreadable)
+    return OpenedIndex(opened.root, layout.by_name, index, offsets, container, unreadable)
 
 
 async def _read_aoti(
@@ -244,14 +260,19 @@ def _entry_region(entry: ZipEntry) -> tuple[int, int]:
     return entry.header_offset, min(entry.region_end, entry.header_offset + longest)
 
 
-async def _fetch_metadata(source: ByteSource, held: list[BytesAt], entries: list[ZipEntry]) -> list[BytesAt]:
-    """Runs of bytes that hold each entry's local header and data; `held` are the runs already read."""
+def _check_metadata(entries: list[ZipEntry]) -> None:
+    """Metadata entries this reader will read and inflate: none over MAX_CONFIG_BYTES."""
     for entry in entries:
         if entry.size > MAX_CONFIG_BYTES:
             raise ArchiveFormatError(
                 f"metadata entry {entry.name!r} claims {entry.size} bytes; refusing to parse"
             )
         zipfmt.check_decodable(entry)
+
+
+async def _fetch_metadata(source: ByteSource, held: list[BytesAt], entries: list[ZipEntry]) -> list[BytesAt]:
+    """Runs of bytes that hold each entry's local header and data; `held` are the runs already read."""
+    _check_metadata(entries)
     regions = {entry.name: _entry_region(entry) for entry in entries}
     missing = coalesce(
         [region for region in regions.values() if not any(run.covers(*region) for run in held)]
@@ -262,6 +283,7 @@ async def _fetch_metadata(source: ByteSource, held: list[BytesAt], entries: list
 
 def _decode_metadata(runs: list[BytesAt], entries: list[ZipEntry]) -> tuple[dict[str, bytes], dict[str, int]]:
     """Each entry's content (inflated and CRC-checked), and where its data starts."""
+    _check_metadata(entries)
     contents, offsets = {}, {}
     for entry in entries:
         region = _entry_region(entry)
