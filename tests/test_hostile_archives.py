@@ -8,6 +8,7 @@ size, a parse against the event loop's longest pause), never against a wall-cloc
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import json
 import math
@@ -138,6 +139,30 @@ def test_parsing_runs_off_the_event_loop(tmp_path: pathlib.Path) -> None:
     finally:
         gc.unfreeze()
     assert longest < took / 5, f"the loop paused {longest:.3f} s during a {took:.3f} s open"
+
+
+def test_a_cancelled_open_stops_its_parse(tmp_path: pathlib.Path) -> None:
+    """A thread cannot be killed: the parse sees its deadline expire and stops itself, so an open whose
+    caller went away (a client that hung up) stops costing CPU."""
+    path = tmp_path / "slow.bin"
+    path.write_bytes(hostile.checkpoint(hostile.many_items(600)))
+    full, _ = _timed(path)
+
+    async def cancel_midway() -> tuple[float, float]:
+        started = time.perf_counter()
+        opening = asyncio.ensure_future(_open(path))
+        await asyncio.sleep(full / 4)  # the parse is under way on its worker
+        opening.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await opening
+        cancelled = time.perf_counter() - started
+        cpu = time.process_time()
+        await asyncio.sleep(full / 4)
+        return cancelled, time.process_time() - cpu
+
+    cancelled, spent = run(cancel_midway(), timeout=600)
+    assert cancelled < full / 2, f"the cancel took effect after {cancelled:.3f} s of a {full:.3f} s parse"
+    assert spent < full / 20, f"{spent:.3f} s of CPU after the cancel (the parse takes {full:.3f} s)"
 
 
 def test_parse_timeout_must_be_positive() -> None:
