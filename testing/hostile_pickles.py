@@ -3,9 +3,9 @@
 Each hostile pickle makes a parser that hashes, rescans or recurses over what the pickle chooses do
 work that grows faster than the pickle: int keys that all hash alike (Python reduces an int's hash
 modulo the Mersenne prime 2**61 - 1, so k * (2**61 - 1) all collide), memo indices that collide,
-a long list shared by many REDUCE calls, a long string shared by many list items, nesting a million
-deep. Its benign twin has the same length and the same opcodes where it can, without the trick, so
-a test can compare their parse times (a ratio, never a wall-clock bound).
+a long list shared by many REDUCE calls, a long string (or device name) shared by many list items,
+nesting a million deep. Its benign twin has the same length and the same opcodes where it can,
+without the trick, so a test can compare their parse times (a ratio, never a wall-clock bound).
 """
 
 from __future__ import annotations
@@ -78,6 +78,17 @@ def shared_long_string(length: int, copies: int) -> tuple[bytes, bytes]:
     refs = b"](" + b"h\x00" * copies + b"e"  # list, MARK, GET 0 ..., APPENDS
     hostile = PROTO + text + b"q\x00" + refs + b"\x86."  # (string, list)
     benign = PROTO + text + b"0" + _short_text("x") + b"q\x00" + refs + b"\x86."
+    return hostile, benign
+
+
+def shared_long_device(length: int, copies: int) -> tuple[bytes, bytes]:
+    """(hostile, benign): a list of `copies` references to one torch.device named by a `length`-character
+    string, and to one named "cpu" (the long string still in the pickle, unreferenced)."""
+    text = b"X" + length.to_bytes(4, "little") + b"x" * length  # BINUNICODE
+    device = b"ctorch\ndevice\n"
+    refs = b"](" + b"h\x00" * copies + b"e"
+    hostile = PROTO + device + text + b"\x85Rq\x00" + refs + b"\x86."  # (device, [device, ...])
+    benign = PROTO + text + b"0" + device + _short_text("cpu") + b"\x85Rq\x00" + refs + b"\x86."
     return hostile, benign
 
 

@@ -58,7 +58,8 @@ HOSTILE = {
     "int keys that collide": lambda: hostile.colliding_int_keys(39_000),
     "memo indices that collide": lambda: hostile.colliding_memo_indices(22_000),
     "one list shared by many REDUCEs": lambda: hostile.shared_reduce_arguments(20_000, 5_000),
-    "one long string shared by many items": lambda: hostile.shared_long_string(1 << 20, 20_000),
+    "one long string shared by many items": lambda: hostile.shared_long_string(1 << 20, 5_000),
+    "one long device name shared by many items": lambda: hostile.shared_long_device(1 << 20, 5_000),
 }
 
 

@@ -137,7 +137,7 @@ def describe(value: Any) -> str:
     if kind is DTypeValue:
         return f"torch.{value.name}"
     if kind is DeviceValue:
-        return f"torch.device({value.spec!r})"
+        return f"torch.device({_clip(repr(value.spec[:61]))})"
     if kind is StorageType:
         return f"torch.{value.name} (a class)"
     if kind is Reducer:
