@@ -333,6 +333,7 @@ class Registry:
             await opened.close()
 
     async def _open(self, slot: Slot) -> None:
+        """Open `slot`; it ends `open`, or `error` with the reason, never left `opening`."""
         async with slot.lock:
             if slot.current is not None or not self.serves(slot):  # open, or removed meanwhile
                 return
@@ -344,12 +345,11 @@ class Registry:
                     http_options=slot.http_options or self._http_options,
                 )
             except reader.ReaderError as exc:
-                detail = f"{type(exc).__name__}: {exc}"  # an opened archive's is for the log only
-                slot.error = public_failure(exc)[1] if slot.opened else detail
-                slot.status, slot.failure = "error", exc
-                slot.failed_at = time.monotonic()
-                log.warning("archive %s failed to open: %s", slot.spec.id, detail)
-            except BaseException:  # cancelled: not opening any more (a later request opens it again)
+                self._failed(slot, exc)
+            except Exception as exc:  # a bug of ours: the slot still says so, and the log has it all
+                log.exception("archive %s failed to open", slot.spec.id)
+                self._failed(slot, reader.ReaderError(f"internal error while opening: {type(exc).__name__}"))
+            except BaseException:  # cancelled (the request or the service went away): not opening any more
                 slot.status = "pending" if self.serves(slot) else "closed"
                 raise
             else:
@@ -371,6 +371,16 @@ class Registry:
                 slot.current, slot.status, slot.error, slot.failure = opened, "open", None, None
                 if opened.version in slot.gone:
                     slot.gone.remove(opened.version)
+
+    @staticmethod
+    def _failed(slot: Slot, exc: reader.ReaderError) -> None:
+        """The slot's failed state; an opened archive's error names the kind only (its details are
+        for the log: an open must not be an oracle of upstream statuses and addresses)."""
+        detail = f"{type(exc).__name__}: {exc}"
+        slot.error = public_failure(exc)[1] if slot.opened else detail
+        slot.status, slot.failure = "error", exc
+        slot.failed_at = time.monotonic()
+        log.warning("archive %s failed to open: %s", slot.spec.id, detail)
 
     def _digests_ahead(self, archive: reader.Archive) -> bool:
         mode = self.settings.digests_ahead

@@ -12,6 +12,7 @@ from typing import Any
 from ..cache import CacheStore, cache_store, offline_for, open_cached, stale_if_error_for
 from ..entries.fetcher import EntryFetcher
 from ..entries.opening import OpenedIndex, read_index
+from ..entries.parsing import ParseBudget, parse_timeout_for
 from ..errors import NotCached, SourceChanged
 from ..sources import (
     DEFAULT_CHUNK_SIZE,
@@ -44,7 +45,10 @@ class open_archive:  # noqa: N801 - used like a function: `async with open_archi
     hf://). `stale_if_error` (default: PT2SERVE_CACHE_STALE_IF_ERROR, on) lets a cached open whose
     origin cannot be reached at all (refused, no such host, timed out; not an HTTP status) open the
     last complete version cached, with `ar.revalidated` False and `ar.stale` saying which; False: such
-    an open raises OriginUnreachable (a SourceError). See docs/cache.md.
+    an open raises OriginUnreachable (a SourceError). See docs/cache.md. `parse_timeout` (default:
+    PT2SERVE_PARSE_TIMEOUT, else 30; `math.inf`: no bound) is how many seconds an open may spend
+    parsing what it read (directory, configs, pickles), which it does on a worker thread: past it the
+    open fails with an ArchiveFormatError.
     """
 
     def __init__(
@@ -58,8 +62,10 @@ class open_archive:  # noqa: N801 - used like a function: `async with open_archi
         cache_dir: str | os.PathLike[str] | CacheStore | None = None,
         offline: bool | None = None,
         stale_if_error: bool | None = None,
+        parse_timeout: float | None = None,
     ) -> None:
         self._location = location
+        self._parse_timeout = parse_timeout_for(parse_timeout)  # a bad value fails here, not later
         self._cache_dir = cache_dir
         self._offline = offline
         self._stale_if_error = stale_if_error
@@ -78,17 +84,21 @@ class open_archive:  # noqa: N801 - used like a function: `async with open_archi
             source = location
         if is_shard_index(location):  # a sharded checkpoint: its shards, each opened as this one is
             source = await _confirmed(source)
-            sharded = await open_sharded(os.fspath(location), source, lambda shard: self._at(shard)._open())
+            budget = ParseBudget(self._parse_timeout, redact_location(source.location))
+            sharded = await open_sharded(
+                os.fspath(location), source, lambda shard: self._at(shard)._open(), budget
+            )
             if source.cached:  # the index was read whole: it opens with no request
                 source.version.mark_complete()
             return sharded
         try:
-            opened = await _read_index(source, tail_size)
+            budget = ParseBudget(self._parse_timeout, redact_location(source.location))
+            opened = await _read_index(source, tail_size, budget)
             if source.cached:  # read from disk while the origin was asked
                 current = await source.current()
                 if current is not source or opened is None:  # the object is another version now
                     source = current
-                    opened = await read_index(source, tail_size)
+                    opened = await read_index(source, tail_size, budget)
                 source.version.mark_complete()  # every byte an open reads is in
         except BaseException:
             await source.close()
@@ -138,10 +148,10 @@ class open_archive:  # noqa: N801 - used like a function: `async with open_archi
             await self._archive.close()
 
 
-async def _read_index(source: ByteSource, tail_size: int) -> OpenedIndex | None:
+async def _read_index(source: ByteSource, tail_size: int, budget: ParseBudget) -> OpenedIndex | None:
     """The index; None where a cached version turned out to be outdated while it was read."""
     try:
-        return await read_index(source, tail_size)
+        return await read_index(source, tail_size, budget)
     except SourceChanged:
         if source.cached:
             return None

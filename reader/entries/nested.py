@@ -21,6 +21,7 @@ from ..pt2.aoti import NESTED_SEPARATOR
 from ..sources import ByteSource
 from ..sources.base import BytesAt
 from ..zipfmt import ZipEntry
+from .parsing import ParseBudget
 from .ranges import coalesce
 
 # torch.save puts data.pkl first, so a small head usually holds it; its end records and
@@ -51,10 +52,11 @@ def _tail_region(entry: ZipEntry) -> tuple[int, int]:
     return max(entry.header_offset, entry.region_end - NESTED_TAIL - 64), entry.region_end
 
 
-async def read_nested_zips(source: ByteSource, runs: list[BytesAt], outers: Sequence[ZipEntry]) -> tuple[
-    list[NestedZip], list[BytesAt]
-]:  # fmt: skip
-    """Parse the ZIP inside each outer entry; returns them and every run of bytes now held."""
+async def read_nested_zips(
+    source: ByteSource, runs: list[BytesAt], outers: Sequence[ZipEntry], budget: ParseBudget
+) -> tuple[list[NestedZip], list[BytesAt]]:
+    """Parse the ZIP inside each outer entry (each directory a step of the open's `budget`); returns
+    them and every run of bytes now held."""
     for outer in outers:
         if outer.method != zipfmt.structs.METHOD_STORED:
             raise UnsupportedPayload(
@@ -67,7 +69,7 @@ async def read_nested_zips(source: ByteSource, runs: list[BytesAt], outers: Sequ
     nested = []
     for outer in outers:
         base = await _data_offset(source, runs, outer)
-        nested.append(await _parse_nested(source, runs, outer, base))
+        nested.append(await _parse_nested(source, runs, outer, base, budget))
     return nested, runs
 
 
@@ -99,7 +101,9 @@ async def _data_offset(source: ByteSource, runs: list[BytesAt], outer: ZipEntry)
     return found
 
 
-async def _parse_nested(source: ByteSource, runs: list[BytesAt], outer: ZipEntry, base: int) -> NestedZip:
+async def _parse_nested(
+    source: ByteSource, runs: list[BytesAt], outer: ZipEntry, base: int, budget: ParseBudget
+) -> NestedZip:
     size = outer.size
     where = f"nested archive {outer.name!r}"
     tail_start = max(0, size - NESTED_TAIL)
@@ -113,7 +117,8 @@ async def _parse_nested(source: ByteSource, runs: list[BytesAt], outer: ZipEntry
                 raise ArchiveFormatError("end records point back into themselves")
             tail_start = found.start
         directory = await held_slice(source, runs, base + found.offset, base + found.end)
-        inner = zipfmt.parse_central_directory(directory, found)
+        span = found
+        inner = await budget.run(lambda _deadline: zipfmt.parse_central_directory(directory, span))
     except ArchiveFormatError as exc:
         raise ArchiveFormatError(f"{where}: {exc}") from None
     entries = {

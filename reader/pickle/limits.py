@@ -20,6 +20,7 @@ class Limits:
     max_line_bytes: int = 512  # text opcodes (GLOBAL names, INT, FLOAT, GET/PUT)
     max_walk: int = 2_000_000  # values visited when turning the result into tensors
     max_depth: int = 500  # containers nested inside each other, when walked
+    max_name_chars: int = 64 << 20  # characters of all the names a walk builds
 
 
 DEFAULT_LIMITS = Limits()

@@ -8,10 +8,17 @@ other global, and every opcode that instantiates arbitrary classes (INST, OBJ,
 NEWOBJ, NEWOBJ_EX, EXT*), is refused with an error naming it.
 
 Everything is bounded by `Limits`: input size, opcode count, stack, marks, memo,
-string and integer sizes. Each opcode does O(1) work plus the items it consumes,
-so time is linear in the input. Dict keys and set items are restricted to
-str, bytes, bool, None and ints below 2**61 (whose hashes cannot be made to
-collide), so no input can make insertion quadratic.
+string and integer sizes. Each opcode does O(1) work plus the items it consumes;
+REDUCE, whose arguments may be shared values it does not consume, is charged their
+items against a budget of the same size. So time is linear in the input, and a
+`Deadline` is checked every few thousand opcodes besides.
+
+Nothing the pickle chooses is hashed unless its hash cannot be made to collide: dict
+keys, OrderedDict keys and set items are str or bytes (hashed with a per-process
+secret), bool, None, or ints of magnitude below 2**61 - 1 (an int hashes to itself
+below that Mersenne prime; larger ones are reduced modulo it, so k * (2**61 - 1) all
+collide and would make each insertion scan every key before it). Memo indices are
+bounded the same way (below 2**32, as LONG_BINPUT's are).
 """
 
 from __future__ import annotations
@@ -22,12 +29,16 @@ import struct
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..deadline import NO_DEADLINE, Deadline
 from .errors import ForbiddenCall, ForbiddenGlobal, ForbiddenOpcode, MalformedPickle, PickleLimitExceeded
 from .limits import DEFAULT_LIMITS, Limits
 
 OPCODE_NAMES = {op.code.encode("latin-1"): op.name for op in pickletools.opcodes}
 HIGHEST_PROTOCOL = 5
 MAX_SAFE_INT_KEY = (1 << 61) - 2  # ints hash to themselves below the Mersenne modulus
+MAX_MEMO_INDEX = (1 << 32) - 1  # LONG_BINPUT's largest; PUT's text index is held to it too
+SAFE_KEYS = "str, bytes, bool, None, or an int below 2**61"  # what is_safe_key admits, for errors
+CHECK_EVERY = 4096  # opcodes between two looks at the deadline
 
 _DOUBLE = struct.Struct(">d")
 _UINT4 = struct.Struct("<I")
@@ -61,6 +72,14 @@ class OrderedDictValue(dict):
 PersistentLoad = Callable[[Any], Any]
 
 
+def is_safe_key(key: Any) -> bool:
+    """May `key` be hashed into a dict or set: a type whose hashes a pickle cannot make collide."""
+    kind = type(key)
+    if kind is str or kind is bytes or kind is bool or key is None:
+        return True
+    return kind is int and -MAX_SAFE_INT_KEY <= key <= MAX_SAFE_INT_KEY
+
+
 def _no_persistent_ids(pid: Any) -> Any:
     raise ForbiddenOpcode("the pickle uses a persistent id, but none are expected here")
 
@@ -71,13 +90,15 @@ def load(
     persistent_load: PersistentLoad = _no_persistent_ids,
     limits: Limits = DEFAULT_LIMITS,
     where: str = "pickle",
+    deadline: Deadline = NO_DEADLINE,
 ) -> Any:
-    """Interpret one pickle (up to STOP) into plain data; `where` names it in errors."""
+    """Interpret one pickle (up to STOP) into plain data; `where` names it in errors. Past
+    `deadline` it stops with ParseTimeout (an ArchiveFormatError)."""
     if len(data) > limits.max_input_bytes:
         raise PickleLimitExceeded(
             f"{where}: {len(data)} bytes exceeds the {limits.max_input_bytes}-byte limit"
         )
-    machine = _Machine(bytes(data), globals_table, persistent_load, limits, where)
+    machine = _Machine(bytes(data), globals_table, persistent_load, limits, where, deadline)
     try:
         return machine.run()
     except (MalformedPickle, ForbiddenGlobal, ForbiddenOpcode, ForbiddenCall):
@@ -96,8 +117,11 @@ class _Machine:
         persistent_load: PersistentLoad,
         limits: Limits,
         where: str,
+        deadline: Deadline,
     ) -> None:
         self.data = data
+        self.deadline = deadline
+        self.charged = 0  # items REDUCE's arguments held: at most the opcode budget, as opcodes are
         self.at = 0
         self.globals_table = globals_table
         self.persistent_load = persistent_load
@@ -108,6 +132,7 @@ class _Machine:
         self.depth = 0  # values held in metastack lists
         self.memo: dict[int, Any] = {}
         self.max_stack = limits.max_stack
+        self.budget = 0  # opcodes this pickle may run (set by run)
 
     # -- errors and input ------------------------------------------------------------
 
@@ -166,6 +191,12 @@ class _Machine:
         self.depth -= len(self.stack)
         return items
 
+    def memo_index(self, text: bytes) -> int:
+        index = int(self._digits(text))
+        if not 0 <= index <= MAX_MEMO_INDEX:
+            raise self.fail(f"memo index {index} is out of range")
+        return index
+
     def memo_put(self, index: int, value: Any) -> None:
         if index not in self.memo and len(self.memo) >= self.limits.max_memo:
             raise PickleLimitExceeded(f"{self.where}: more than {self.limits.max_memo} memo entries")
@@ -183,25 +214,28 @@ class _Machine:
         dispatch = _DISPATCH
         data = self.data
         size = len(data)
-        budget = min(self.limits.max_opcodes, size)  # every opcode takes at least one byte
-        for _ in range(budget):
-            at = self.at
-            if at >= size:
-                raise self.fail("pickle ends without STOP")
-            code = data[at]
-            self.at = at + 1
-            if code == _STOP:
-                value = self.pop()
-                if self.stack or self.metastack:
-                    raise self.fail("STOP with values left on the stack")
-                return value
-            handler = dispatch[code]
-            if handler is None:
-                name = OPCODE_NAMES.get(bytes([code]))
-                if name is None:
-                    raise self.fail(f"unknown opcode {bytes([code])!r}")
-                raise ForbiddenOpcode(f"{self.where}: opcode {name} at byte {at} is not allowed")
-            handler(self)
+        budget = self.budget = min(self.limits.max_opcodes, size)  # every opcode takes at least one byte
+        check = self.deadline.check
+        for done in range(0, budget, CHECK_EVERY):
+            check()
+            for _ in range(min(CHECK_EVERY, budget - done)):
+                at = self.at
+                if at >= size:
+                    raise self.fail("pickle ends without STOP")
+                code = data[at]
+                self.at = at + 1
+                if code == _STOP:
+                    value = self.pop()
+                    if self.stack or self.metastack:
+                        raise self.fail("STOP with values left on the stack")
+                    return value
+                handler = dispatch[code]
+                if handler is None:
+                    name = OPCODE_NAMES.get(bytes([code]))
+                    if name is None:
+                        raise self.fail(f"unknown opcode {bytes([code])!r}")
+                    raise ForbiddenOpcode(f"{self.where}: opcode {name} at byte {at} is not allowed")
+                handler(self)
         if self.at >= size:
             raise self.fail("pickle ends without STOP")
         raise PickleLimitExceeded(f"{self.where}: more than {self.limits.max_opcodes} opcodes")
@@ -396,12 +430,9 @@ class _Machine:
         return target
 
     def _key(self, key: Any) -> Any:
-        kind = type(key)
-        if kind is str or kind is bytes or kind is bool or key is None:
+        if is_safe_key(key):
             return key
-        if kind is int and -MAX_SAFE_INT_KEY <= key <= MAX_SAFE_INT_KEY:
-            return key
-        raise self.fail(f"a {kind.__name__} as a dict key or set item (only str, bytes, bool, None, int)")
+        raise self.fail(f"a {type(key).__name__} as a dict key or set item (only {SAFE_KEYS})")
 
     def op_empty_set(self) -> None:
         self.push(set())
@@ -419,7 +450,7 @@ class _Machine:
     # memo
 
     def op_put(self) -> None:
-        self.memo_put(int(self._digits(self.line())), self.top())
+        self.memo_put(self.memo_index(self.line()), self.top())
 
     def op_binput(self) -> None:
         at = self.at
@@ -435,7 +466,7 @@ class _Machine:
         self.memo_put(len(self.memo), self.top())
 
     def op_get(self) -> None:
-        self.push(self.memo_get(int(self._digits(self.line()))))
+        self.push(self.memo_get(self.memo_index(self.line())))
 
     def op_binget(self) -> None:
         at = self.at
@@ -482,7 +513,18 @@ class _Machine:
             )
         if type(args) is not tuple:
             raise self.fail(f"REDUCE arguments for {func.name} are a {type(args).__name__}, not a tuple")
+        self._charge(args)
         self.push(func.build(args))
+
+    def _charge(self, args: tuple) -> None:
+        """A Reducer may look at every item of its arguments, which the memo can share among any
+        number of calls: those items are charged like opcodes, at most the pickle's length in all
+        (arguments a pickle builds for each call take at least a byte an item)."""
+        self.charged += len(args) + sum(len(arg) for arg in args if type(arg) in (tuple, list, dict))
+        if self.charged > self.budget:
+            raise PickleLimitExceeded(
+                f"{self.where}: REDUCE arguments hold more than {self.budget} items in all (shared arguments)"
+            )
 
     def op_build(self) -> None:
         state = self.pop()

@@ -14,9 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..deadline import NO_DEADLINE, Deadline
 from .errors import MalformedPickle
 from .limits import DEFAULT_LIMITS, Limits
-from .machine import OrderedDictValue, Reducer, load
+from .machine import SAFE_KEYS, OrderedDictValue, Reducer, is_safe_key, load
+
+MAX_DIMS = 64  # torch's own bound on a tensor's dimensions
 
 # torch.<Name>Storage → dtype name (torch's own name, as reader.pt2.dtypes spells it).
 STORAGE_DTYPES = {
@@ -100,6 +103,8 @@ def _is_int(value: Any) -> bool:
 
 
 def _int_tuple(value: Any, what: str) -> tuple[int, ...]:
+    if type(value) in (tuple, list) and len(value) > MAX_DIMS:
+        raise MalformedPickle(f"_rebuild_tensor_v2: {what} has {len(value)} dimensions (at most {MAX_DIMS})")
     if type(value) not in (tuple, list) or not all(map(_is_int, value)):
         raise MalformedPickle(f"_rebuild_tensor_v2: {what} must be a tuple of ints, not {_short(value)}")
     return tuple(value)
@@ -168,8 +173,8 @@ def _ordered_dict(args: tuple) -> OrderedDictValue:
             if type(pair) not in (tuple, list) or len(pair) != 2:
                 raise MalformedPickle("OrderedDict items must be pairs")
             key = pair[0]
-            if type(key) not in (str, int, bool, bytes) and key is not None:
-                raise MalformedPickle(f"OrderedDict key is a {type(key).__name__}")
+            if not is_safe_key(key):  # the machine's rule for every key it hashes
+                raise MalformedPickle(f"OrderedDict key is a {type(key).__name__} (only {SAFE_KEYS})")
             result[key] = pair[1]
         return result
     raise MalformedPickle("OrderedDict() takes no arguments or one list of pairs here")
@@ -232,11 +237,13 @@ def _table() -> dict[tuple[str, str], Any]:
 TORCH_GLOBALS: dict[tuple[str, str], Any] = _table()
 
 
-def load_torch_pickle(data: bytes | memoryview, where: str, limits: Limits = DEFAULT_LIMITS) -> Any:
+def load_torch_pickle(
+    data: bytes | memoryview, where: str, limits: Limits = DEFAULT_LIMITS, deadline: Deadline = NO_DEADLINE
+) -> Any:
     """The object a torch.save pickle describes, as plain data and records.
 
     Storages are shared by key as torch.load shares them: the first persistent id
-    naming a key fixes its dtype and size.
+    naming a key fixes its dtype and size. Past `deadline` it stops (ParseTimeout).
     """
     storages: dict[str, StorageRecord] = {}
 
@@ -244,4 +251,4 @@ def load_torch_pickle(data: bytes | memoryview, where: str, limits: Limits = DEF
         record = storage_from_persistent_id(pid)
         return storages.setdefault(record.key, record)
 
-    return load(data, TORCH_GLOBALS, persistent_load, limits, where)
+    return load(data, TORCH_GLOBALS, persistent_load, limits, where, deadline)

@@ -6,15 +6,21 @@ name storages), `<root>/data/<key>` (each storage's raw bytes), `byteorder` and
 as plain records, never executed; then the object is walked: every tensor becomes
 a TensorInfo named by its key path (nested dict keys and list indices joined with
 ".", the way state_dict keys look), every other leaf value an object entry.
+
+The walk is a loop over an explicit stack, not a recursion, so no nesting reaches Python's
+recursion limit: nesting beyond `Limits.max_depth` is a PickleLimitExceeded at any depth. Its work
+is bounded by the values it visits (`max_walk`) and the characters of the names it builds
+(`max_name_chars`), and it checks the open's deadline as it goes.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..deadline import NO_DEADLINE, Deadline
 from ..errors import ArchiveFormatError, UnsupportedPayload
 from ..pickle import DEFAULT_LIMITS, Limits, PickleLimitExceeded, Reducer, load_torch_pickle
 from ..pickle.torch_objects import DeviceValue, DTypeValue, StorageRecord, StorageType, TensorRecord
@@ -58,15 +64,17 @@ def build_checkpoint_index(
     entries: Mapping[str, ZipEntry],
     contents: Mapping[str, bytes],
     limits: Limits = DEFAULT_LIMITS,
+    deadline: Deadline = NO_DEADLINE,
 ) -> dict[str, TensorInfo]:
-    """{name: TensorInfo} for every tensor and leaf value of the checkpoint's object."""
+    """{name: TensorInfo} for every tensor and leaf value of the checkpoint's object; past
+    `deadline` it stops (ParseTimeout)."""
     if plan.byteorder:
         order = bytes(contents[plan.byteorder]).decode("utf-8", errors="replace").strip()
         if order != "little":
             raise UnsupportedPayload(f"checkpoint byte order is {order!r}; only little-endian is supported")
-    value = load_torch_pickle(contents[plan.pickle], plan.pickle, limits)
-    walker = _Walker(plan, entries, limits)
-    walker.walk(value, [])
+    value = load_torch_pickle(contents[plan.pickle], plan.pickle, limits, deadline)
+    walker = _Walker(plan, entries, limits, deadline)
+    walker.walk(value)
     return walker.found
 
 
@@ -119,7 +127,7 @@ def describe(value: Any) -> str:
     if value is None or kind in (bool, int, float):
         return f"{kind.__name__} {value!r}"
     if kind is str:
-        return f"str {_clip(repr(value))}"
+        return f"str {_clip(repr(value[:61]))}"  # a string of any length costs the same
     if kind in (bytes, bytearray):
         return f"{kind.__name__} of {len(value)} bytes"
     if kind in (list, tuple, set, frozenset):
@@ -129,7 +137,7 @@ def describe(value: Any) -> str:
     if kind is DTypeValue:
         return f"torch.{value.name}"
     if kind is DeviceValue:
-        return f"torch.device({value.spec!r})"
+        return f"torch.device({_clip(repr(value.spec[:61]))})"
     if kind is StorageType:
         return f"torch.{value.name} (a class)"
     if kind is Reducer:
@@ -149,87 +157,123 @@ def _key_text(key: Any) -> str:
     return str(key)
 
 
-class _Walker:
-    """Walks the unpickled object depth first, bounded by `limits.max_walk` visits (a DAG of
-    shared references could otherwise take exponential time) and cut at cycles."""
+_END = object()
 
-    def __init__(self, plan: CheckpointPlan, entries: Mapping[str, ZipEntry], limits: Limits) -> None:
+
+@dataclass(slots=True)
+class _Frame:
+    """A container being walked: its items still to visit, and what its walk has found so far."""
+
+    value: dict | list | tuple
+    name: str | None  # None: the top-level value
+    items: Iterator[tuple[Any, Any]]
+    mark: int  # how many names were found before it
+    tensors: int = 0
+
+
+class _Walker:
+    """Walks the unpickled object depth first, on a stack of its own, bounded by `limits.max_walk`
+    visits (a DAG of shared references could otherwise take exponential time) and cut at cycles."""
+
+    def __init__(
+        self, plan: CheckpointPlan, entries: Mapping[str, ZipEntry], limits: Limits, deadline: Deadline
+    ) -> None:
         self.plan = plan
         self.entries = entries
+        self.deadline = deadline
         self.budget = limits.max_walk
         self.limit = limits.max_walk
         self.max_depth = limits.max_depth
+        self.name_chars = limits.max_name_chars
         self.active: set[int] = set()
         self.found: dict[str, TensorInfo] = {}
+        self.serials: dict[str, int] = {}  # a name found twice: the last serial given to it
         self.added: list[str] = []  # names in the order found, to take back a list's items
         pickle_entry = entries[plan.pickle]
         self.object_storage = build_storage_ref(pickle_entry.name, None, pickle_entry.size,
                                                 pickle_entry.compression, pickle_entry.crc32)  # fmt: skip
 
-    def walk(self, value: Any, path: list[str]) -> int:
-        """List `value` under `path`; returns how many tensors it held."""
+    def walk(self, value: Any) -> None:
+        """List `value` and everything in it."""
+        frames: list[_Frame] = []
+        self._visit(value, None, frames)
+        while frames:
+            frame = frames[-1]
+            key, item = next(frame.items, (_END, None))
+            if key is not _END:
+                frame.tensors += self._visit(item, self._child(frame.name, key), frames)
+                continue
+            frames.pop()
+            self.active.discard(id(frame.value))
+            if not isinstance(frame.value, dict) and frame.tensors == 0:
+                # a list or tuple is listed item by item only if it holds tensors, else as one object
+                while len(self.added) > frame.mark:
+                    del self.found[self.added.pop()]
+                self._object(frame.name, describe(frame.value))
+            if frames:
+                frames[-1].tensors += frame.tensors
+
+    def _child(self, name: str | None, key: Any) -> str:
+        text = _key_text(key)
+        child = text if name is None else f"{name}.{text}"
+        self.name_chars -= len(child)
+        if self.name_chars < 0:
+            raise PickleLimitExceeded(f"{self.plan.pickle}: the names of its values are too long in all")
+        return child
+
+    def _visit(self, value: Any, name: str | None, frames: list[_Frame]) -> int:
+        """List a leaf (returns 1 for a tensor, else 0), or push a container's frame (returns 0)."""
         self.budget -= 1
         if self.budget < 0:
             raise PickleLimitExceeded(f"{self.plan.pickle}: more than {self.limit} values to walk")
+        if not self.budget & 4095:
+            self.deadline.check()
         kind = type(value)
         if kind is TensorRecord:
-            self._add(path, self._tensor(value, self._name(path)))
+            self._add(self._tensor(value, self._name(name)))
             return 1
         if kind is StorageRecord:
             record = TensorRecord(value, value.dtype, 0, (value.numel,), (1,), False)
-            self._add(path, self._tensor(record, self._name(path)))
+            self._add(self._tensor(record, self._name(name)))
             return 1
         if isinstance(value, (dict, list, tuple)) and value:
-            if len(path) > self.max_depth:
+            if len(frames) > self.max_depth:
                 raise PickleLimitExceeded(
                     f"{self.plan.pickle}: containers nested deeper than {self.max_depth}"
                 )
             if id(value) in self.active:
-                self._object(path, "a reference back to an enclosing container")
+                self._object(name, "a reference back to an enclosing container")
                 return 0
             self.active.add(id(value))
-            try:
-                return self._container(value, path)
-            finally:
-                self.active.discard(id(value))
+            items = iter(value.items()) if isinstance(value, dict) else enumerate(value)
+            frames.append(_Frame(value, name, items, len(self.added)))
+            return 0
         if isinstance(value, dict):  # empty dicts (an empty state dict) list nothing
             return 0
-        self._object(path, describe(value))
+        self._object(name, describe(value))
         return 0
 
-    def _container(self, value: dict | list | tuple, path: list[str]) -> int:
-        items = value.items() if isinstance(value, dict) else enumerate(value)
-        if isinstance(value, dict):
-            return sum(self.walk(item, [*path, _key_text(key)]) for key, item in items)
-        # a list or tuple is listed item by item only if it holds tensors, else as one object
-        mark = len(self.added)
-        count = sum(self.walk(item, [*path, str(index)]) for index, item in items)
-        if count == 0:
-            while len(self.added) > mark:
-                del self.found[self.added.pop()]
-            self._object(path, describe(value))
-        return count
+    @staticmethod
+    def _name(name: str | None) -> str:
+        return ROOT_NAME if name is None else name
 
-    def _name(self, path: list[str]) -> str:
-        return ".".join(path) if path else ROOT_NAME
-
-    def _add(self, path: list[str], info: TensorInfo) -> None:
+    def _add(self, info: TensorInfo) -> None:
         name = info.name
-        serial = 1
-        while name in self.found:  # {"a.b": x, "a": {"b": y}} both spell "a.b"
-            serial += 1
-            name = f"{info.name}#{serial}"
-        if name != info.name:
+        if name in self.found:  # {"a.b": x, "a": {"b": y}} both spell "a.b"
+            serial = self.serials.get(name, 1)  # each serial is tried once: no rescans
+            while name in self.found:
+                serial += 1
+                name = f"{info.name}#{serial}"
+            self.serials[info.name] = serial
             info = dataclasses.replace(info, name=name)
         self.found[name] = info
         self.added.append(name)
 
-    def _object(self, path: list[str], what: str) -> None:
-        name = self._name(path)
-        info = build_tensor_info(name, CHECKPOINT_MODEL, "custom_object", None, None, None, None, None,
-                                 False, None, None, None, False, False, False, None, self.object_storage,
-                                 f"not a tensor: {what}")  # fmt: skip
-        self._add(path, info)
+    def _object(self, name: str | None, what: str) -> None:
+        info = build_tensor_info(self._name(name), CHECKPOINT_MODEL, "custom_object", None, None, None, None,
+                                 None, False, None, None, None, False, False, False, None,
+                                 self.object_storage, f"not a tensor: {what}")  # fmt: skip
+        self._add(info)
 
     def _tensor(self, record: TensorRecord, name: str) -> TensorInfo:
         storage = record.storage

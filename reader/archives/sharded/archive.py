@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ...entries.parsing import ParseBudget
 from ...errors import (
     ArchiveFormatError,
     FileNotFound,
@@ -369,17 +370,20 @@ class ShardedArchive(SourceBacked):
     # -- life ------------------------------------------------------------------------------------
 
 
-async def open_sharded(location: str, source: ByteSource, open_shard: OpenShard) -> ShardedArchive:
-    """The sharded checkpoint whose index `source` holds (it is closed if opening fails); each
-    shard is opened by `open_shard(its location)`, which carries the options the index was
-    opened with (credentials, HTTP options, ...)."""
+async def open_sharded(
+    location: str, source: ByteSource, open_shard: OpenShard, budget: ParseBudget
+) -> ShardedArchive:
+    """The sharded checkpoint whose index `source` holds (it is closed if opening fails), the index
+    parsed as a step of `budget`; each shard is opened by `open_shard(its location)`, which carries
+    the options the index was opened with (credentials, HTTP options, ...)."""
     opened: dict[str, Archive] = {}
     try:
         if source.size > MAX_INDEX_BYTES:
             raise ArchiveFormatError(
                 f"{source.location}: {source.size} bytes is over the {MAX_INDEX_BYTES}-byte cap for an index"
             )
-        index = parse_shard_index(await source.read(0, source.size, purpose="open"), source.location)
+        data = await source.read(0, source.size, purpose="open")
+        index = await budget.run(lambda _deadline: parse_shard_index(data, source.location))
         limit = asyncio.Semaphore(OPEN_CONCURRENCY)
 
         async def open_one(shard: str) -> None:
