@@ -83,7 +83,9 @@ def checkpoint(catalog: Catalog, model: str | None = None) -> list[TensorInfo]:
     in is enough to tell: torch's writer lists exactly `ExportedProgram.state_dict` in the weights
     config and its `constants` in the constants config, and `torch.export.load` reads them back so.
     The program's signature says the same (tests/test_checkpoint_names.py holds the two to it) but
-    lies in `models/<model>.json`, which can be large and is never read for this."""
+    lies in `models/<model>.json`, which can be large and is never read for this. (A program's custom
+    objects are listed as `custom_object`, as a checkpoint's plain values are: never readable, so
+    they stay only among what a caller reports as skipped.)"""
     return [t for t in catalog.tensors(catalog.resolve_model(model)) if t.kind != PROGRAM_CONSTANT]
 
 
