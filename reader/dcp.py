@@ -4,7 +4,8 @@ only the bytes of its own chunks.
 
     dcp.load(state_dict, storage_reader=reader.torch.StorageReader("s3://bucket/model.pt2"))
 
-`read_metadata` describes every readable tensor of the model as one chunk at offset 0 with its full
+`read_metadata` describes every readable tensor of the model's checkpoint (an exported program's state
+dict: its parameters and persistent buffers, not its constants) as one chunk at offset 0 with its full
 sizes (the archive is one unsharded save), so DCP's planner turns each state-dict entry into
 ReadItems whose `storage_offsets` and `lengths` are the part the rank owns (a DTensor's local
 shard), and `read_data` reads those regions as one plan (reader/loading/regions.py): a whole
@@ -49,6 +50,7 @@ from .cache import CacheStore
 from .errors import UnsupportedPayload
 from .loading.background import BackgroundLoop
 from .loading.regions import Region, RegionOutOfRange, read_regions
+from .loading.selection import checkpoint
 from .loading.sync import open_options
 from .pt2.tensorinfo import TensorInfo
 from .sources import DEFAULT_CHUNK_SIZE, HttpOptions, S3Settings, is_remote
@@ -165,9 +167,9 @@ class StorageReader(_DcpStorageReader):
         return is_remote(location) or os.path.isfile(location)
 
     def read_metadata(self) -> Metadata:
-        """Every readable tensor of the model as one chunk at offset 0 with its full sizes."""
-        archive = self.archive()
-        tensors = [info for info in archive.tensors(archive.resolve_model(self.model)) if info.readable]
+        """Every readable tensor of the model's checkpoint (an exported program's state dict, not its
+        constants) as one chunk at offset 0 with its full sizes."""
+        tensors = [info for info in checkpoint(self.archive(), self.model) if info.readable]
         described: dict[str, Any] = {}
         storage_data: dict[MetadataIndex, str] = {}
         for info in tensors:

@@ -10,9 +10,12 @@ and container: a `.pt2`, a `torch.save` checkpoint (`pytorch_model.bin`), a shar
   (reader.loading.background); `get_tensor` reads the tensor's row-major bytes and a slice reads
   only the byte runs it covers (reader.bodies.tensor_slice), never opening again. Calls from
   several threads run concurrently. `close()` / leaving the `with` closes the archive and stops the loop.
-- Names: one model's tensors (`model=`, else the default one). Those safetensors has no dtype for
-  (complex32, complex128, float8_e8m0fnu) or that the reader cannot serve (pickled subclasses,
-  symbolic sizes) are left out of `keys()`, as the bundle leaves them out, and named in
+- Names: the checkpoint of one model (`model=`, else the default one; reader.loading.selection's
+  `checkpoint`): an exported program's state dict, not its constants (non-persistent buffers, lifted
+  tensors), so `keys()` are the model's `state_dict()` keys; asking for a constant raises
+  TensorNotFound saying where it can be read. Tensors safetensors has no dtype for (complex32,
+  complex128, float8_e8m0fnu) or that the reader cannot serve (pickled subclasses, symbolic sizes)
+  are left out of `keys()`, as the bundle leaves them out, and named in
   `metadata()["pt2serve.skipped"]`; asking for one raises UnsupportedPayload naming it and why.
 - Every tensor is a fresh, writable copy: tied names and views come out as separate tensors with
   equal values, as from a safetensors file.
@@ -34,8 +37,8 @@ from .archives.sharded import ShardedArchive
 from .bodies.tensor_slice import SliceBytes
 from .errors import TensorNotFound, UnsupportedPayload
 from .formats import safetensors as safetensors_format
-from .formats.selection import select
 from .loading.background import BackgroundLoop, LoopClosed
+from .loading.selection import PROGRAM_CONSTANT, checkpoint
 from .pt2.dtypes import BY_NAME
 from .pt2.tensorinfo import TensorInfo
 from .sources import DEFAULT_CHUNK_SIZE, ByteSource, HttpOptions, S3Settings, redact_location
@@ -96,12 +99,13 @@ class safe_open:  # noqa: N801 - safetensors' name, used the same way
         self._closer = weakref.finalize(self, _close, self._loop, self._archive)
         try:
             self._model = self._archive.resolve_model(model)
-            chosen = select(self._archive, safetensors_format.writable, "safetensors", model=self._model)  # type: ignore[arg-type]
+            tensors = checkpoint(self._archive, self._model)
         except BaseException:
             self._closer()
             raise
-        self._tensors = {info.name: info for info in chosen.chosen}
-        self._skipped = {info.name: info for info in chosen.skipped}
+        writable = safetensors_format.writable
+        self._tensors = {info.name: info for info in tensors if writable(info)}
+        self._skipped = {info.name: info for info in tensors if not writable(info)}
 
     # -- the context manager ------------------------------------------------------------------------
 
@@ -191,7 +195,12 @@ class safe_open:  # noqa: N801 - safetensors' name, used the same way
         if skipped is not None:
             reason = skipped.unsupported or f"dtype {skipped.dtype} has no safetensors dtype"
             raise UnsupportedPayload(f"{name!r} in {self._where} cannot be read as safetensors: {reason}")
-        self._archive.layout(name, self._model)  # not in the archive: TensorNotFound, with close matches
+        found = self._archive.layout(name, self._model)  # not in the archive: TensorNotFound, close matches
+        if found.kind == PROGRAM_CONSTANT:
+            raise TensorNotFound(
+                f"{name!r} in {self._where} is a constant of the exported program (a non-persistent buffer "
+                "or a lifted tensor), not in its state dict: read it with reader.torch.read or Archive.read"
+            )
         raise TensorNotFound(f"no tensor {name!r} in {self._where}")  # (every name it has is listed)
 
     def _position(self, name: str) -> tuple[str, int, int, str]:

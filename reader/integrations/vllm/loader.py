@@ -2,8 +2,8 @@
 
 `load_weights` hands the checkpoint's `(name, tensor)` pairs to the model's own `load_weights` as
 they land, by the names the checkpoint gives them (HF names in a `pytorch_model.bin`, `state_dict`
-names in a `.pt2` exported from an HF model: what vLLM's models map), then fails with the names of
-the parameters nothing filled.
+names in a `.pt2` exported from an HF model, its program's constants left out: what vLLM's models
+map), then fails with the names of the parameters nothing filled.
 """
 
 from __future__ import annotations

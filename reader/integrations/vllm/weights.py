@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ...archives.opener import open_archive
 from ...errors import ReaderError
 from ...loading.background import BackgroundLoop
+from ...loading.selection import checkpoint
 from ...torch import iter_load
 
 if TYPE_CHECKING:
@@ -39,18 +40,18 @@ class WeightsNotLoaded(ReaderError, ValueError):
 def iter_weights(
     locations: Sequence[str], *, options: dict[str, Any], verify: bool | None = None
 ) -> Iterator[tuple[str, torch.Tensor]]:
-    """Every tensor of each archive at `locations` (opened with `open_archive`'s `options`), by
-    the name the checkpoint gives it, in the order they land; a read's failure is raised here."""
+    """Every readable tensor of the checkpoint of each archive at `locations` (opened with
+    `open_archive`'s `options`; an exported program's state dict, not its constants), by the name the
+    checkpoint gives it, in the order they land; a read's failure is raised here."""
     arrived: queue.Queue[Any] = queue.Queue()
 
     async def read_all() -> None:
         for location in locations:
-            async with (
-                open_archive(location, **options) as archive,
-                contextlib.aclosing(iter_load(archive, verify=verify)) as tensors,
-            ):
-                async for item in tensors:
-                    arrived.put(item)
+            async with open_archive(location, **options) as archive:
+                names = [info.name for info in checkpoint(archive) if info.readable]
+                async with contextlib.aclosing(iter_load(archive, names=names, verify=verify)) as tensors:
+                    async for item in tensors:
+                        arrived.put(item)
 
     loop = BackgroundLoop("pt2serve-vllm-weights")
     try:
