@@ -175,3 +175,20 @@ async def test_a_header_longer_than_guessed_is_read_whole_before_the_bytes(tmp_p
             # header guess and prediction together; the rest of the header; the row where it says
             assert len(sent) == 4, [record.range for record in sent]
         assert not server.errors
+
+
+@pytest.mark.parametrize("archive", ["torch_written", "shifted"])
+async def test_a_stream_begun_at_the_predicted_offset_is_exact(archive, request) -> None:
+    """Many chunks: the first held until the header is in; a wrong start abandons the stream."""
+    path: pathlib.Path = request.getfixturevalue(archive)
+    start, end = 1000 * ROW + 12, 1900 * ROW  # 2.7 MB, in 64 KiB chunks
+    async with FaultServer() as server:
+        server.put("/m.pt2", path.read_bytes())
+        async with reader.open_archive(server.url("/m.pt2"), http_options=FAST) as ar:
+            entry = _payload_entry(ar, "table")
+            server.delay, opened = DELAY, len(server.log)
+            chunks = ar._fetcher.chunks(entry, start, end, chunk_size=64 << 10)
+            got = b"".join([bytes(chunk) async for chunk in chunks])
+            assert got == TABLE.tobytes()[start:end]
+            (_one_round_trip if archive == "torch_written" else _mispredicted)(server.log[opened:])
+        assert not server.errors
