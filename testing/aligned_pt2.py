@@ -25,11 +25,11 @@ def rank_block(array: np.ndarray, rank: int, world: int, dim: int) -> np.ndarray
 
 
 def write_aligned_pt2(
-    path: pathlib.Path, arrays: dict[str, np.ndarray], shifted: set[int] = frozenset()
+    path: pathlib.Path, arrays: dict[str, np.ndarray], shifted: set[int] = frozenset(), shift: int = 64
 ) -> None:
     """A float32 PT2 archive laid out as torch writes it: every entry's local extra field pads its data
-    to a multiple of 64; payload `weight_N` for N in `shifted` gets 64 bytes more padding (its data
-    starts 64 bytes after where the writer's rule puts it)."""
+    to a multiple of 64; payload `weight_N` for N in `shifted` gets `shift` bytes more padding (its
+    data starts `shift` bytes after where the writer's rule puts it)."""
     config, payloads = {}, {}
     for index, (name, array) in enumerate(arrays.items()):
         strides = [int(stride // 4) for stride in array.strides]
@@ -51,9 +51,9 @@ def write_aligned_pt2(
         f"{ROOT}/models/model.json": (b"{}", False),
     }
     with zipfile.ZipFile(path, "w") as archive:
-        for name, (data, shift) in files.items():
+        for name, (data, moved) in files.items():
             info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
             least = archive.fp.tell() + 30 + len(name.encode()) + 4
-            padding = (-least) % 64 + (64 if shift else 0)
+            padding = (-least) % 64 + (shift if moved else 0)
             info.extra = FB.to_bytes(2, "little") + padding.to_bytes(2, "little") + bytes(padding)
             archive.writestr(info, data)

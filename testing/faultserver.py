@@ -252,7 +252,9 @@ class RequestRecord:
     status is None while nothing was answered (and stays None after Hang/ResetConnection);
     body_bytes counts body bytes actually handed to the socket (chunk framing excluded);
     range is the raw Range header (None if absent); fault is the applied fault's class name or None;
-    connection numbers the TCP connections (equal numbers: the same persistent connection).
+    connection numbers the TCP connections (equal numbers: the same persistent connection);
+    unanswered_before counts the earlier requests not answered yet when this one arrived (requests in
+    flight together).
     """
 
     method: str
@@ -265,6 +267,7 @@ class RequestRecord:
     response_headers: dict[str, str] = field(default_factory=dict)
     body_bytes: int = 0
     fault: str | None = None
+    unanswered_before: int = 0
 
 
 # --------------------------------------------------------------------------------------------- internals
@@ -609,6 +612,7 @@ class FaultServer:
             headers=dict(request.headers),
             connection=connection,
             range=request.headers.get("range"),
+            unanswered_before=sum(1 for earlier in self.log if earlier.status is None),
         )
         self.log.append(record)
         fault = self._pick_fault(request)

@@ -189,7 +189,8 @@ def data(stats: dict[str, dict[str, int]]) -> tuple[int, int]:
 def test_a_row_block_from_s3_is_one_request_of_its_bytes(seaweed_s3, served, s3):
     """Issue 49's target: `get_slice(name)[a:b]` of one row block: one request, bytes <= the block +
     4 KiB. The first slice of a tensor also reads its entry's local header (a few hundred bytes, one
-    small request, once per tensor: where its data starts is checked before it is trusted)."""
+    small request sent together with the block's, once per tensor: where its data starts is checked
+    before the block is trusted)."""
     block_bytes = (BLOCK.stop - BLOCK.start) * WIDTH * 4
     location = f"s3://{seaweed_s3.private_bucket}/safe_open/big.pt2"
     with (
@@ -204,7 +205,7 @@ def test_a_row_block_from_s3_is_one_request_of_its_bytes(seaweed_s3, served, s3)
         cold = piece[BLOCK]
         requests, read = data(f.stats)
         assert raw(cold) == raw(oracle.get_slice("weight")[BLOCK])
-        assert requests == 2 and block_bytes < read <= block_bytes + 4096  # header, then the block
+        assert requests == 2 and block_bytes < read <= block_bytes + 4096  # header and block, together
 
         before = data(f.stats)
         warm = f.get_slice("weight")[2048:2304]

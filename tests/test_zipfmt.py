@@ -122,3 +122,21 @@ def test_unsupported_method_is_a_format_error() -> None:
     _, (entry,) = directory_of(data)
     with pytest.raises(ArchiveFormatError, match="method 12"):
         zipfmt.EntryDecoder(entry)
+
+
+@pytest.mark.parametrize("fixture", ["layouts.pt2", "dtypes.pt2", "many.pt2", "two_models.pt2"])
+def test_the_predicted_data_offset_is_where_torch_wrote_the_data(fixture: str) -> None:
+    data = (ARCHIVES / fixture).read_bytes()
+    _, entries = directory_of(data)
+    for entry in entries:
+        found = zipfmt.data_offset(entry, data[entry.header_offset : entry.region_end])
+        assert zipfmt.predicted_data_offset(entry) == found, entry.name
+
+
+def test_a_prediction_is_no_more_than_a_prediction_for_other_writers() -> None:
+    data = build_zip(FILES)  # CPython's zipfile: no FB field, the data right after the name
+    _, entries = directory_of(data)
+    for entry in entries:
+        found = zipfmt.data_offset(entry, data[entry.header_offset : entry.region_end])
+        assert found == entry.header_offset + 30 + len(entry.raw_name)
+        assert zipfmt.predicted_data_offset(entry) != found

@@ -22,8 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Protocol
 
 from .. import zipfmt
-from ..entries.fetcher import HEADER_PIGGYBACK_LIMIT, EntryFetcher
-from ..entries.ranges import coalesce
+from ..entries.fetcher import EntryFetcher
 from ..pt2.gather import box_elements, box_index, element_boxes, gather_box, split_box
 from ..pt2.slicing import NormalizedEntry, SlicePlan, assemble, plan_slice
 from ..pt2.tensorinfo import TensorInfo
@@ -110,12 +109,8 @@ async def fetch_runs(tensor: Viewed, runs: Sequence[tuple[int, int]]) -> list[by
         low, high = runs[0][0], runs[-1][1]
         data = memoryview(await fetcher.read(entry, low, high))
         return [data[start - low : end - low] for start, end in runs]
-    # A batch whose data offset is unknown reads from the local header through its range: one
-    # request, while the runs start near the header and lie close together. Otherwise the
-    # header comes first (one small read), so the bytes before the runs are not read.
-    piggyback = runs[0][0] <= HEADER_PIGGYBACK_LIMIT and len(coalesce(list(runs))) == 1
-    if entry.name not in fetcher.known_offsets and not piggyback:
-        await fetcher.data_offset(entry)
+    # An unknown data offset is read_many's to find: the local header in the same request as runs
+    # near it, or requested together with the runs at their predicted place (EntryFetcher).
     return list(await fetcher.read_many([(entry, start, end) for start, end in runs]))
 
 

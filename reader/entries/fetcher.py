@@ -2,6 +2,17 @@
 
 Whole-entry reads are always CRC-checked; partial reads of a stored entry
 cannot be (the CRC covers the whole entry) and are length-checked only.
+
+Where an entry's data starts is known only from its local header (torch's FB extra field is
+there alone). A read near the entry's start asks for the header and the bytes in one range. A
+read further in, before the header is known, is predicted: the header and the bytes where torch's
+writer puts them (`zipfmt.predicted_data_offset`) are requested together, as two requests in
+flight at once, so the first slice of a tensor costs one round trip, not two in a row; the header
+decides, and bytes it does not confirm are read again from where it says (and the fetcher stops
+predicting for this archive: its writer is not torch's). Two concurrent requests rather than one
+multi-range request: every store answers them (S3 serves one range a request), and knowing whether
+a server serves several ranges costs a probe round trip of its own, the one this saves; a second
+request costs the store a request, not the client a round trip.
 """
 
 from __future__ import annotations
@@ -13,6 +24,7 @@ from contextlib import aclosing
 from .. import zipfmt
 from ..errors import IntegrityError
 from ..sources import DEFAULT_CHUNK_SIZE, ByteSource, Checked
+from ..tasks import task_group
 from ..zipfmt import ZipEntry
 from .ranges import coalesce, containing
 from .running_crc import InOrder, RunningCrc
@@ -20,6 +32,9 @@ from .running_crc import InOrder, RunningCrc
 # A range starting this far into an entry gets its header resolved separately
 # rather than dragging the bytes in between along.
 HEADER_PIGGYBACK_LIMIT = 64 << 10
+# Bytes read at a predicted data offset before the header confirms it, at most: beyond this a round
+# trip is small beside the transfer, and a wrong prediction would waste the bytes.
+PREDICTED_READ_MAX = 16 << 20
 
 
 class EntryFetcher:
@@ -38,6 +53,14 @@ class EntryFetcher:
         self.source = source
         self.chunk_size = chunk_size
         self._data_offsets: dict[str, int] = dict(data_offsets or {})
+        self._predicting = True  # until a local header contradicts torch's layout
+
+    def _predicts(self, entry: ZipEntry, nbytes: int) -> bool:
+        """Whether to read `nbytes` of the entry at its predicted data offset, with its header."""
+        if not self._predicting or entry.name in self._data_offsets or nbytes > PREDICTED_READ_MAX:
+            return False
+        # data that would overrun the entry's region cannot be where predicted: nothing to gain
+        return zipfmt.predicted_data_offset(entry) + entry.compressed_size <= entry.region_end
 
     @property
     def known_offsets(self) -> dict[str, int]:
@@ -50,14 +73,15 @@ class EntryFetcher:
             await self._read_from_header(entry, 0)
         return self._data_offsets[entry.name]
 
-    async def _read_from_header(self, entry: ZipEntry, data_length: int) -> bytes:
+    async def _read_from_header(self, entry: ZipEntry, data_length: int, fetched: bytes = b"") -> bytes:
         """One read from the local header through `data_length` bytes of data (a second one if
-        the header is longer than guessed); remembers the data offset, returns the data read."""
+        the header is longer than guessed); remembers the data offset, returns the data read.
+        `fetched`: bytes from the header on already read (only what lies after them is asked for)."""
         first = entry.header_offset
-        fetched = b""
         until = min(first + zipfmt.local_header_guess(entry) + data_length, entry.region_end)
         while True:
-            fetched += await self.source.read(first + len(fetched), until)
+            if first + len(fetched) < until:
+                fetched += await self.source.read(first + len(fetched), until)
             found = zipfmt.locate_data(entry, fetched, data_length)
             if not isinstance(found, zipfmt.NeedUntil):
                 break
@@ -102,11 +126,14 @@ class EntryFetcher:
     async def read_many(self, ranges: Sequence[tuple[ZipEntry, int, int]]) -> list[bytes]:
         """Content bytes of several (entry, start, end) ranges at once.
 
-        Stored ranges lying close together in the archive come in one request per
-        coalesced group, local headers included; groups are fetched in parallel.
+        Stored ranges lying close together in the archive come in one request per coalesced group,
+        local headers included; groups are fetched in parallel. An entry whose data offset is
+        unknown and whose ranges lie further in is predicted (module docstring): its header and
+        its ranges at the predicted offset are among the groups, and the ranges the header does
+        not confirm are read again.
         """
         results: list[bytes] = [b""] * len(ranges)
-        pending: list[tuple[int, ZipEntry, int, int, tuple[int, int]]] = []
+        stored: list[tuple[int, ZipEntry, int, int]] = []
         for index, (entry, start, end) in enumerate(ranges):
             _check(entry, start, end)
             if start == end:
@@ -115,26 +142,67 @@ class EntryFetcher:
                 results[index] = await self.read(entry, start, end)
                 continue
             zipfmt.check_decodable(entry)
-            known = self._data_offsets.get(entry.name)
-            if known is not None:
-                region = (known + start, known + end)
-            else:
+            stored.append((index, entry, start, end))
+        predicted = await self._plan_offsets(stored)
+        pending: list[tuple[int, ZipEntry, int, int, tuple[int, int]]] = []
+        for index, entry, start, end in stored:
+            at = self._data_offsets.get(entry.name)
+            if at is None:
+                at = predicted.get(entry.name)
+            if at is not None:
+                region = (at + start, at + end)
+            else:  # from the local header on, near the entry's start
                 first = entry.header_offset
                 region = (first, min(first + zipfmt.local_header_guess(entry) + end, entry.region_end))
             pending.append((index, entry, start, end, region))
-        groups = coalesce([region for *_, region in pending])
+        headers = [_header_region(entry) for entry in _entries_of(stored, predicted)]
+        groups = coalesce([region for *_, region in pending] + headers)
         fetched = await asyncio.gather(*(self.source.read(low, high) for low, high in groups))
+        for entry in _entries_of(stored, predicted):
+            await self._locate(entry, _cut(groups, fetched, *_header_region(entry), partial=True))
+        again: list[tuple[int, ZipEntry, int, int]] = []
         for index, entry, start, end, (low, high) in pending:
-            group = containing(groups, low)
-            base = groups[group][0]
-            window = memoryview(fetched[group])[low - base : high - base]
-            data = self._slice_from(entry, window, low, start, end)
-            if data is None:
-                data = await self.read(entry, start, end)  # checks its own CRC
+            known = self._data_offsets.get(entry.name)
+            if known is None:
+                group = containing(groups, low)
+                window = memoryview(fetched[group])[low - groups[group][0] : high - groups[group][0]]
+                data = self._slice_from(entry, window, low, start, end)
             else:
-                _verify_whole(entry, start, end, data)
-            results[index] = data
+                data = _cut(groups, fetched, known + start, known + end)
+            if data is None:
+                again.append((index, entry, start, end))  # a longer header, or a wrong prediction
+                continue
+            _verify_whole(entry, start, end, data)
+            results[index] = bytes(data)
+        reread = await asyncio.gather(*(self.read(entry, start, end) for _, entry, start, end in again))
+        for (index, *_), data in zip(again, reread, strict=True):
+            results[index] = data  # `read` checks its own CRC
         return results
+
+    async def _plan_offsets(self, stored: Sequence[tuple[int, ZipEntry, int, int]]) -> dict[str, int]:
+        """The predicted data offsets of the entries read at one (their headers come alongside);
+        entries with ranges beyond HEADER_PIGGYBACK_LIMIT that are not predicted get their header
+        read first (all at once), so the bytes before their ranges are not read."""
+        far: dict[str, tuple[ZipEntry, int]] = {}
+        for _, entry, start, end in stored:
+            if entry.name not in self._data_offsets and start > HEADER_PIGGYBACK_LIMIT:
+                _, nbytes = far.get(entry.name, (entry, 0))
+                far[entry.name] = (entry, nbytes + end - start)
+        predicted = {
+            name: zipfmt.predicted_data_offset(entry)
+            for name, (entry, nbytes) in far.items()
+            if self._predicts(entry, nbytes)
+        }
+        first = [entry for name, (entry, _) in far.items() if name not in predicted]
+        await asyncio.gather(*(self.data_offset(entry) for entry in first))
+        return predicted
+
+    async def _locate(self, entry: ZipEntry, header: bytes | memoryview | None) -> None:
+        """Record the entry's data offset from the bytes read at its local header (the rest of the
+        header read when it is longer than guessed); a wrong prediction ends predicting."""
+        await self._read_from_header(entry, 0, bytes(header or b""))
+        if self._data_offsets[entry.name] != zipfmt.predicted_data_offset(entry):
+            self._predicting = False
 
     def _slice_from(self, entry: ZipEntry, window: memoryview, at: int, start: int, end: int) -> bytes | None:
         """Bytes [start, end) of the entry out of archive bytes starting at `at`; None if the
@@ -209,7 +277,22 @@ class EntryFetcher:
     async def _chunks_after_header(
         self, entry: ZipEntry, start: int, end: int, chunk_size: int, checked: Checked | None
     ) -> AsyncIterator[bytes | memoryview]:
-        """Resolve the data offset first (one small read), then stream the range."""
+        """The range streamed once the data offset is known: asked for at the predicted offset
+        together with the local header (module docstring), its first chunk held until the header
+        confirms it; else the header first (one small read), then the range."""
+        if self._predicts(entry, end - start):
+            guess = zipfmt.predicted_data_offset(entry)
+            predicted = self._stream(guess + start, guess + end, chunk_size, checked)
+            async with aclosing(predicted) as chunks:
+                async with task_group() as group:
+                    header = group.create_task(self.source.read(*_header_region(entry)))
+                    first = group.create_task(anext(chunks))
+                await self._locate(entry, header.result())
+                if self._data_offsets[entry.name] == guess:
+                    yield first.result()
+                    async for chunk in chunks:
+                        yield chunk
+                    return
         offset = await self.data_offset(entry)
         async with aclosing(self._stream(offset + start, offset + end, chunk_size, checked)) as chunks:
             async for chunk in chunks:
@@ -253,9 +336,10 @@ class EntryFetcher:
 
     async def _read_stored(self, entry: ZipEntry, start: int, end: int) -> bytes:
         known = self._data_offsets.get(entry.name)
-        if known is not None or start > HEADER_PIGGYBACK_LIMIT:
-            offset = known if known is not None else await self.data_offset(entry)
-            return await self.source.read(offset + start, offset + end)
+        if known is not None:
+            return await self.source.read(known + start, known + end)
+        if start > HEADER_PIGGYBACK_LIMIT:
+            return (await self.read_many([(entry, start, end)]))[0]  # predicted, or the header first
         data = await self._read_from_header(entry, end)
         return data[start:end]
 
@@ -287,6 +371,29 @@ class EntryFetcher:
 async def _nothing() -> AsyncIterator[bytes]:
     return
     yield b""  # an async generator that yields nothing
+
+
+def _header_region(entry: ZipEntry) -> tuple[int, int]:
+    """The bytes that usually hold the entry's whole local header."""
+    first = entry.header_offset
+    return first, min(first + zipfmt.local_header_guess(entry), entry.region_end)
+
+
+def _entries_of(stored: Sequence[tuple[int, ZipEntry, int, int]], names: dict[str, int]) -> list[ZipEntry]:
+    """Each entry of `stored` named in `names`, once, in order."""
+    return list({entry.name: entry for _, entry, *_ in stored if entry.name in names}.values())
+
+
+def _cut(
+    groups: Sequence[tuple[int, int]], fetched: Sequence[bytes], low: int, high: int, partial: bool = False
+) -> memoryview | None:
+    """Archive bytes [low, high) out of the fetched groups; None unless one group holds them (with
+    `partial`, what one group holds from `low` on, up to `high`)."""
+    group = containing(groups, low)
+    if group < 0 or groups[group][1] <= low or (groups[group][1] < high and not partial):
+        return None
+    base = groups[group][0]
+    return memoryview(fetched[group])[low - base : min(high, groups[group][1]) - base]
 
 
 def _check(entry: ZipEntry, start: int, end: int) -> None:

@@ -360,10 +360,8 @@ def item_end(item: Wanted) -> int:
 
 
 def predicted_offset(entry: ZipEntry) -> int:
-    """Where torch's ZIP writer puts an entry's data: after the local header (30 bytes, the name, and
-    an extra field of at least its own 4-byte header) padded to the next multiple of 64."""
-    least = entry.header_offset + zipfmt.structs.LOCAL_HEADER.size + len(entry.raw_name) + 4
-    return least + (-least) % DATA_ALIGNMENT
+    """Where torch's ZIP writer puts an entry's data (`zipfmt.predicted_data_offset`: the rule)."""
+    return zipfmt.predicted_data_offset(entry)
 
 
 def written_as_torch_does(known: Mapping[str, int], entries: Mapping[str, ZipEntry] | None) -> bool:

@@ -8,7 +8,7 @@ fuzzed directly.
 from .central import parse_central_directory
 from .decode import EntryDecoder, check_decodable, crc32, crc32_combine, verify_crc
 from .end import MAX_END_SEARCH, locate_directory
-from .local import data_offset, local_header_guess, local_header_size, locate_data
+from .local import data_offset, local_header_guess, local_header_size, locate_data, predicted_data_offset
 from .records import DirectorySpan, NeedBytes, NeedUntil, ZipEntry
 
 __all__ = [
@@ -27,5 +27,6 @@ __all__ = [
     "locate_data",
     "locate_directory",
     "parse_central_directory",
+    "predicted_data_offset",
     "verify_crc",
 ]

@@ -22,11 +22,26 @@ from .structs import (
 
 # Enough to cover torch's alignment padding; longer extras cost one more read.
 LOCAL_EXTRA_GUESS = 128
+# What torch's writer aligns each entry's data to (its FB extra field pads the local header).
+TORCH_ALIGNMENT = 64
 
 
 def local_header_guess(entry: ZipEntry) -> int:
     """Bytes from the header offset that usually hold the whole local header."""
     return LOCAL_HEADER.size + len(entry.raw_name) + LOCAL_EXTRA_GUESS
+
+
+def predicted_data_offset(entry: ZipEntry) -> int:
+    """Where torch's writer puts the entry's data: after the fixed header, the name, the FB extra
+    record's own 4 bytes and a ZIP64 record (when the size or the header offset needs one), rounded up
+    to TORCH_ALIGNMENT. A prediction, for reading the data before its local header has come in: only
+    the header (`locate_data`) says where the data is; other writers put it elsewhere."""
+    start = entry.header_offset + LOCAL_HEADER.size + len(entry.raw_name) + EXTRA_HEADER.size
+    if entry.size >= SENTINEL_32 or entry.header_offset >= SENTINEL_32:
+        start += EXTRA_HEADER.size
+        start += 16 if entry.size >= SENTINEL_32 else 0  # both sizes
+        start += 8 if entry.header_offset >= SENTINEL_32 else 0
+    return -(-start // TORCH_ALIGNMENT) * TORCH_ALIGNMENT
 
 
 def local_header_size(entry: ZipEntry, header: bytes | memoryview) -> int:
