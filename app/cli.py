@@ -145,6 +145,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="opened archives kept; past N the least recently used closes (default PT2SERVE_OPEN_MAX, 16)",
     )
+    serve.add_argument(
+        "--max-header-bytes",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="the most bytes a request line and its header fields may take; past it 431 (default "
+        "PT2SERVE_MAX_HEADER_BYTES, 65536)",
+    )
     _add_parallel_options(serve, default_parts=None)
     _add_trust_option(serve)
 
@@ -686,6 +694,8 @@ def serve(args: argparse.Namespace) -> int:
         os.environ["PT2SERVE_ALLOW_OPEN"] = "\n".join(args.allow_open)
     if args.open_max is not None:
         os.environ["PT2SERVE_OPEN_MAX"] = str(args.open_max)
+    if args.max_header_bytes is not None:
+        os.environ["PT2SERVE_MAX_HEADER_BYTES"] = str(args.max_header_bytes)
     try:
         settings = Settings.from_environment(args.archives)
     except ValueError as exc:

@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 DEMO_ARCHIVE = pathlib.Path(__file__).resolve().parent / "demo" / "demo.pt2"
+MAX_HEADER_BYTES = 64 << 10  # a request's head (request line and header fields), as h11's default
 # The service streams in smaller chunks than the library's 4 MiB: many bodies are in flight at once.
 CHUNK_SIZE = 1 << 20
 
@@ -49,6 +50,7 @@ class Settings:
     open_rate: float = 0.5  # opens per second per client (token bucket) ...
     open_burst: int = 10  # ... with this many at once
     open_concurrency: int = 4  # opens in progress at once; more get 503 + Retry-After
+    max_header_bytes: int = MAX_HEADER_BYTES  # read by app/protocol.py from the environment
 
     @classmethod
     def from_environment(
@@ -87,6 +89,7 @@ class Settings:
             open_rate=float(env.get("PT2SERVE_OPEN_RATE", "0.5")),
             open_burst=int(env.get("PT2SERVE_OPEN_BURST", "10")),
             open_concurrency=int(env.get("PT2SERVE_OPEN_CONCURRENCY", "4")),
+            max_header_bytes=max_header_bytes_from(env),
         )
 
 
@@ -98,6 +101,11 @@ def ca_bundle_from(env: Mapping[str, str]) -> str | None:
 def allow_open_from(env: Mapping[str, str]) -> tuple[str, ...]:
     """PT2SERVE_ALLOW_OPEN: patterns separated by newlines or spaces (a pattern holds neither)."""
     return tuple(env.get("PT2SERVE_ALLOW_OPEN", "").split())
+
+
+def max_header_bytes_from(env: Mapping[str, str]) -> int:
+    """PT2SERVE_MAX_HEADER_BYTES: the most bytes a request's head may take (431 past it)."""
+    return int(env.get("PT2SERVE_MAX_HEADER_BYTES") or MAX_HEADER_BYTES)
 
 
 def parse_archive_specs(specs: Sequence[str]) -> tuple[ArchiveSpec, ...]:
