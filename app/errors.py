@@ -34,6 +34,7 @@ ERROR_CODES: dict[str, ErrorCode] = {
     "bad_slice": ErrorCode(
         400, "`slice` is not NumPy basic indexing (ints, start:stop:step, one ..., step not 0)"
     ),
+    "ambiguous_request": ErrorCode(400, "the request has two Authorization (or Host) fields"),
     "unauthorized": ErrorCode(401, "the bearer token is missing or wrong"),
     "bad_signature": ErrorCode(403, "the signed URL does not match its signature, or is not a GET/HEAD"),
     "signature_expired": ErrorCode(403, "the signed URL has expired"),
@@ -58,6 +59,9 @@ ERROR_CODES: dict[str, ErrorCode] = {
     "version_gone": ErrorCode(410, "the archive version was replaced (`current_version`, `current_url`)"),
     "body_too_large": ErrorCode(413, "the request's body is longer than its route takes"),
     "range_not_satisfiable": ErrorCode(416, "no requested range overlaps the body"),
+    "host_refused": ErrorCode(
+        421, "a token-less service on loopback answers loopback host names and --allowed-host ones only"
+    ),
     "invalid_request": ErrorCode(422, "a parameter is missing, repeated, malformed or out of range"),
     "bad_location": ErrorCode(422, "the location to open is malformed (an unknown scheme, a bad hf:// ...)"),
     "too_many_opens": ErrorCode(429, "this client opened too many locations lately (`Retry-After`)"),

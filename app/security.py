@@ -1,19 +1,25 @@
 """Access control: a bearer token for everything but /healthz and the viewer's page shell (a plain
 ASGI middleware, streams untouched), or a short-lived signed URL for GET/HEAD (app/signing.py); the
-same check answers an edge proxy's `GET /auth`. CORS with JSON refusals, and no secrets in logs."""
+same check answers an edge proxy's `GET /auth`. CORS with JSON refusals, and no secrets in logs.
+
+`RequestGuard`, outside all of them, refuses what no rule should have to guess about (two
+`Authorization` or `Host` fields: 400) and, on a token-less service, a foreign `Host` on loopback
+(421, app/hosts.py), and marks every answer `X-Content-Type-Options: nosniff`."""
 
 from __future__ import annotations
 
 import hmac
 import logging
+from collections.abc import Awaitable
 
 from starlette.datastructures import Headers
 from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import Response
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .caching import NO_STORE
 from .errors import error_response
+from .hosts import HostRule
 from .signing import SignatureRefused, UrlSigner
 
 # The page shell holds no data: it asks for the token itself, then sends it on every API call.
@@ -36,6 +42,10 @@ class AccessGate:
         self.expected = f"Bearer {token}".encode()
         self.signer = signer
 
+    def holds_token(self, authorization: bytes) -> bool:
+        """Whether `authorization` (an Authorization field's value) is the bearer token."""
+        return hmac.compare_digest(authorization, self.expected)
+
     def refusal(self, method: str, path: str, query: str, authorization: bytes) -> Response | None:
         """None if the request may pass; else the 401 or 403 to answer. `path` is decoded."""
         if is_open(path) or method == "OPTIONS":
@@ -48,7 +58,7 @@ class AccessGate:
             except SignatureRefused as refused:
                 return error_response(403, refused.code, refused.message, {"cache-control": NO_STORE})
             return None
-        if not hmac.compare_digest(authorization, self.expected):
+        if not self.holds_token(authorization):
             message = "missing bearer token" if not authorization else "wrong bearer token"
             refused = {"www-authenticate": "Bearer", "cache-control": NO_STORE}
             return error_response(401, "unauthorized", message, refused)
@@ -72,6 +82,54 @@ class BearerTokenMiddleware:
                 await refusal(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+
+NOSNIFF = (b"x-content-type-options", b"nosniff")
+
+
+class RequestGuard:
+    """ASGI middleware (outside CORS and the token check): one `Authorization` and one `Host` at
+    most (a proxy and the service could each read another one), a token-less service's loopback
+    answers only for the names `hosts` admits, and `nosniff` on every answer (a body is what its
+    Content-Type says: a tensor's bytes or a name in JSON are never run as a script or a page)."""
+
+    def __init__(self, app: ASGIApp, hosts: HostRule | None) -> None:
+        self.app = app
+        self.hosts = hosts  # None: every Host (the service has a token)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        def marking(message: Message) -> Awaitable[None]:  # a plain function: no coroutine per send
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", ()), NOSNIFF]
+            return send(message)
+
+        authorizations = hosts = 0
+        host = None
+        for name, value in scope["headers"]:
+            if name == b"host":
+                hosts += 1
+                host = value
+            elif name == b"authorization":
+                authorizations += 1
+        refusal = None
+        if authorizations > 1 or hosts > 1:
+            field = "Authorization" if authorizations > 1 else "Host"
+            message = f"the request has more than one {field} field"
+            refusal = error_response(400, "ambiguous_request", message, {"cache-control": NO_STORE})
+        elif self.hosts is not None and not self.hosts.admits(scope, host):
+            message = (
+                "this service answers on loopback only for loopback host names (localhost, 127.0.0.1, "
+                "[::1]) and those --allowed-host names"
+            )
+            refusal = error_response(421, "host_refused", message, {"cache-control": NO_STORE})
+        if refusal is not None:
+            await refusal(scope, receive, marking)
+            return
+        await self.app(scope, receive, marking)
 
 
 class JsonCORSMiddleware(CORSMiddleware):

@@ -50,6 +50,11 @@ class Settings:
     open_rate: float = 0.5  # opens per second per client (token bucket) ...
     open_burst: int = 10  # ... with this many at once
     open_concurrency: int = 4  # opens in progress at once; more get 503 + Retry-After
+    # Host names a token-less service answers on a loopback address besides the loopback names
+    # (DNS rebinding: app/hosts.py); "*.example.com" names its subdomains, "*" any host
+    allowed_hosts: tuple[str, ...] = ()
+    # addresses (or networks) of reverse proxies whose X-Forwarded-For names the client
+    trusted_proxies: tuple[str, ...] = ()
     max_header_bytes: int = MAX_HEADER_BYTES  # read by app/protocol.py from the environment
 
     @classmethod
@@ -89,6 +94,8 @@ class Settings:
             open_rate=float(env.get("PT2SERVE_OPEN_RATE", "0.5")),
             open_burst=int(env.get("PT2SERVE_OPEN_BURST", "10")),
             open_concurrency=int(env.get("PT2SERVE_OPEN_CONCURRENCY", "4")),
+            allowed_hosts=_list(env.get("PT2SERVE_ALLOWED_HOSTS", "")),
+            trusted_proxies=_list(env.get("PT2SERVE_TRUSTED_PROXIES", "")),
             max_header_bytes=max_header_bytes_from(env),
         )
 
@@ -106,6 +113,11 @@ def allow_open_from(env: Mapping[str, str]) -> tuple[str, ...]:
 def max_header_bytes_from(env: Mapping[str, str]) -> int:
     """PT2SERVE_MAX_HEADER_BYTES: the most bytes a request's head may take (431 past it)."""
     return int(env.get("PT2SERVE_MAX_HEADER_BYTES") or MAX_HEADER_BYTES)
+
+
+def _list(value: str) -> tuple[str, ...]:
+    """A list setting: items separated by commas or white space."""
+    return tuple(value.replace(",", " ").split())
 
 
 def parse_archive_specs(specs: Sequence[str]) -> tuple[ArchiveSpec, ...]:

@@ -57,7 +57,7 @@ async def open_location(request: Request):
             f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors()
         )
         raise ApiError(422, "invalid_request", details) from None
-    client = request.client.host if request.client else "-"
+    client = request.app.state.proxies.client(request.scope)
     slot = await request.app.state.opened.open(body.location, client)
     response = json_response(slot.describe())
     response.headers["cache-control"] = NO_STORE
