@@ -69,7 +69,7 @@ def test_the_viewer_works_under_its_csp(page, server) -> None:
 @pytest.mark.parametrize("name", ODD_NAMES)
 def test_the_curl_line_quotes_every_character_of_a_name(page, server, name) -> None:
     open_viewer(page, server, f"#/archive/quoted/tensor/{quote(name, safe='')}")
-    page.wait_for_function("document.querySelector('[data-testid=curl]').textContent.includes('/data')")
+    page.wait_for_function("() => document.querySelector('[data-testid=curl]').textContent.includes('/data')")
     words = shlex.split(page.text_content("[data-testid=curl]"))
     assert words[:3] == ["curl", "-H", "Range: bytes=0-1023"] and words[4] == "-o" and len(words) == 6, words
     url = words[3]
