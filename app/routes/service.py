@@ -23,7 +23,8 @@ router = APIRouter()
         kind("not_ready"),
         json_body(
             "every archive has opened once; `status` is `degraded` (still 200) while an archive is "
-            "served from a cached version its origin could not confirm (`stale`: per archive)"
+            "served from a cached version its origin could not confirm; `archives` and `stale` (per "
+            "archive) only for token holders when the service has a token"
         ),
     ),
 )
