@@ -19,6 +19,7 @@ from starlette.types import Scope
 
 LOOPBACK_NAMES = frozenset({"localhost"})
 LOOPBACK_SUFFIX = ".localhost"  # RFC 6761: every name under .localhost is loopback
+KNOWN_MAX = 256  # Host values whose answer is remembered (a client chooses them: bounded)
 
 
 @functools.lru_cache(maxsize=64)
@@ -50,6 +51,7 @@ class HostRule:
         self.any = "*" in names
         self.exact = LOOPBACK_NAMES | {name for name in names if not name.startswith("*.")}
         self.suffixes = (LOOPBACK_SUFFIX, *(name[1:] for name in names if name.startswith("*.")))
+        self.known: dict[bytes, bool] = {}  # Host value -> admitted (every request asks)
 
     def admits(self, scope: Scope, host: bytes | None) -> bool:
         """Whether the request may be answered; `host` is its `Host` field (None: there is none,
@@ -59,5 +61,10 @@ class HostRule:
         server = scope.get("server")
         if not server or not is_loopback_address(str(server[0])):
             return True
-        name = host_name(host)
-        return name in self.exact or name.endswith(self.suffixes) or is_loopback_address(name)
+        known = self.known.get(host)
+        if known is None:
+            name = host_name(host)
+            known = name in self.exact or name.endswith(self.suffixes) or is_loopback_address(name)
+            if len(self.known) < KNOWN_MAX:
+                self.known[host] = known
+        return known
