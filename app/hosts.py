@@ -59,7 +59,7 @@ class HostRule:
         if self.any or host is None:
             return True
         server = scope.get("server")
-        if not server or not is_loopback_address(str(server[0])):
+        if not server or not is_loopback_address(server[0]):
             return True
         known = self.known.get(host)
         if known is None:

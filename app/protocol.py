@@ -301,25 +301,25 @@ class JoiningHttpToolsProtocol(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         if self.in_head:
-            self._head_received(data)
+            room = self.head_limit - self.head_bytes
+            if len(data) <= room:  # the usual request: its whole head in one read
+                self.head_bytes += len(data)
+                HttpToolsProtocol.data_received(self, data)
+            else:
+                self._long_head(data, room)
         elif self.dropped is None:
-            super().data_received(data)
+            HttpToolsProtocol.data_received(self, data)
         else:
             self.dropped += len(data)
             if self.dropped > LINGER_BYTES:
                 self.transport.close()
 
-    def _head_received(self, data: bytes) -> None:
-        room = self.head_limit - self.head_bytes
-        if len(data) <= room:
-            self.head_bytes += len(data)
-            super().data_received(data)
-            return
-        # more than the head may still take: feed what it may take; if the head has not ended
-        # there, it is longer than the limit
+    def _long_head(self, data: bytes, room: int) -> None:
+        """More bytes than the head may still take: feed what it may take; if the head has not
+        ended there, it is longer than the limit."""
         heads = self.heads_done
         self.head_bytes += room
-        super().data_received(data[:room])
+        HttpToolsProtocol.data_received(self, data[:room])
         if self.dropped is not None:
             return  # refused by the parser (400) already
         if self.heads_done == heads:

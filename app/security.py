@@ -85,6 +85,11 @@ class BearerTokenMiddleware:
 
 
 NOSNIFF = (b"x-content-type-options", b"nosniff")
+NO_STORE_FIELDS = {"cache-control": NO_STORE}
+HOST_REFUSED = (
+    "this service answers on loopback only for loopback host names (localhost, *.localhost, 127.0.0.1, "
+    "[::1]) and those --allowed-host names"
+)
 
 
 class RequestGuard:
@@ -97,39 +102,33 @@ class RequestGuard:
         self.app = app
         self.hosts = hosts  # None: every Host (the service has a token)
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        """A plain function handing on the next layer's awaitable: no coroutine of its own (every
+        request passes here, the hot lane's too)."""
         if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+            return self.app(scope, receive, send)
 
-        def marking(message: Message) -> Awaitable[None]:  # a plain function: no coroutine per send
+        def marking(message: Message) -> Awaitable[None]:
             if message["type"] == "http.response.start":
                 message["headers"] = [*message.get("headers", ()), NOSNIFF]
             return send(message)
 
-        authorizations = hosts = 0
         host = None
+        more = False  # a second Host or Authorization field
+        authorized = False
         for name, value in scope["headers"]:
             if name == b"host":
-                hosts += 1
+                more = more or host is not None
                 host = value
             elif name == b"authorization":
-                authorizations += 1
-        refusal = None
-        if authorizations > 1 or hosts > 1:
-            field = "Authorization" if authorizations > 1 else "Host"
-            message = f"the request has more than one {field} field"
-            refusal = error_response(400, "ambiguous_request", message, {"cache-control": NO_STORE})
-        elif self.hosts is not None and not self.hosts.admits(scope, host):
-            message = (
-                "this service answers on loopback only for loopback host names (localhost, 127.0.0.1, "
-                "[::1]) and those --allowed-host names"
-            )
-            refusal = error_response(421, "host_refused", message, {"cache-control": NO_STORE})
-        if refusal is not None:
-            await refusal(scope, receive, marking)
-            return
-        await self.app(scope, receive, marking)
+                more = more or authorized
+                authorized = True
+        if more:
+            message = "the request has more than one Authorization or Host field"
+            return error_response(400, "ambiguous_request", message, NO_STORE_FIELDS)(scope, receive, marking)
+        if self.hosts is not None and not self.hosts.admits(scope, host):
+            return error_response(421, "host_refused", HOST_REFUSED, NO_STORE_FIELDS)(scope, receive, marking)
+        return self.app(scope, receive, marking)
 
 
 class JsonCORSMiddleware(CORSMiddleware):
