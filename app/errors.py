@@ -14,6 +14,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 import reader
 
+from .caching import NOSNIFF
 from .registry import ArchiveNotFound, ArchiveUnavailable, Served, VersionNotServed
 from .routing import allowed_methods
 from .versioning import REVALIDATE, PinRedirect, pinned_url
@@ -94,7 +95,8 @@ def json_response(content: object, status: int = 200) -> Response:
 
 def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> Response:
     body = orjson.dumps({"error": {"code": code, "message": message}})
-    return Response(body, status_code=status, media_type="application/json", headers=headers)
+    fields = {**NOSNIFF, **headers} if headers else NOSNIFF
+    return Response(body, status_code=status, media_type="application/json", headers=fields)
 
 
 # reader errors → their code (its status is ERROR_CODES'); order matters: subclasses first
@@ -124,7 +126,7 @@ def version_error(request: Request, exc: VersionNotServed) -> Response:
         orjson.dumps({"error": error}),
         status_code=410 if exc.gone else 404,
         media_type="application/json",
-        headers={"cache-control": REVALIDATE},
+        headers={"cache-control": REVALIDATE, **NOSNIFF},
     )
 
 
@@ -187,7 +189,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(PinRedirect)
     async def pin_redirect(request: Request, exc: PinRedirect) -> Response:
-        return Response(status_code=307, headers={"location": exc.location, "cache-control": REVALIDATE})
+        fields = {"location": exc.location, "cache-control": REVALIDATE, **NOSNIFF}
+        return Response(status_code=307, headers=fields)
 
     @app.exception_handler(ArchiveUnavailable)
     async def unavailable(request: Request, exc: ArchiveUnavailable) -> Response:

@@ -4,7 +4,7 @@ same check answers an edge proxy's `GET /auth`. CORS with JSON refusals, and no 
 
 `RequestGuard`, outside all of them, refuses what no rule should have to guess about (two
 `Authorization` or `Host` fields: 400) and, on a token-less service, a foreign `Host` on loopback
-(421, app/hosts.py), and marks every answer `X-Content-Type-Options: nosniff`."""
+(421, app/hosts.py)."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from collections.abc import Awaitable
 from starlette.datastructures import Headers
 from starlette.middleware.cors import CORSMiddleware
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .caching import NO_STORE
+from .caching import NO_STORE, NOSNIFF
 from .errors import error_response
 from .hosts import HostRule
 from .signing import SignatureRefused, UrlSigner
@@ -84,7 +84,6 @@ class BearerTokenMiddleware:
         await self.app(scope, receive, send)
 
 
-NOSNIFF = (b"x-content-type-options", b"nosniff")
 NO_STORE_FIELDS = {"cache-control": NO_STORE}
 HOST_REFUSED = (
     "this service answers on loopback only for loopback host names (localhost, *.localhost, 127.0.0.1, "
@@ -94,9 +93,8 @@ HOST_REFUSED = (
 
 class RequestGuard:
     """ASGI middleware (outside CORS and the token check): one `Authorization` and one `Host` at
-    most (a proxy and the service could each read another one), a token-less service's loopback
-    answers only for the names `hosts` admits, and `nosniff` on every answer (a body is what its
-    Content-Type says: a tensor's bytes or a name in JSON are never run as a script or a page)."""
+    most (a proxy and the service could each read another one), and a token-less service's loopback
+    answers only for the names `hosts` admits."""
 
     def __init__(self, app: ASGIApp, hosts: HostRule | None) -> None:
         self.app = app
@@ -107,12 +105,6 @@ class RequestGuard:
         request passes here, the hot lane's too)."""
         if scope["type"] != "http":
             return self.app(scope, receive, send)
-
-        def marking(message: Message) -> Awaitable[None]:
-            if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", ()), NOSNIFF]
-            return send(message)
-
         host = None
         more = False  # a second Host or Authorization field
         authorized = False
@@ -125,10 +117,10 @@ class RequestGuard:
                 authorized = True
         if more:
             message = "the request has more than one Authorization or Host field"
-            return error_response(400, "ambiguous_request", message, NO_STORE_FIELDS)(scope, receive, marking)
+            return error_response(400, "ambiguous_request", message, NO_STORE_FIELDS)(scope, receive, send)
         if self.hosts is not None and not self.hosts.admits(scope, host):
-            return error_response(421, "host_refused", HOST_REFUSED, NO_STORE_FIELDS)(scope, receive, marking)
-        return self.app(scope, receive, marking)
+            return error_response(421, "host_refused", HOST_REFUSED, NO_STORE_FIELDS)(scope, receive, send)
+        return self.app(scope, receive, send)
 
 
 class JsonCORSMiddleware(CORSMiddleware):
@@ -137,6 +129,7 @@ class JsonCORSMiddleware(CORSMiddleware):
     def preflight_response(self, request_headers: Headers) -> Response:
         response = super().preflight_response(request_headers)
         if response.status_code != 400:
+            response.headers.update(NOSNIFF)
             return response
         keep = {k: v for k, v in response.headers.items() if k not in ("content-type", "content-length")}
         return error_response(400, "cors_refused", bytes(response.body).decode(), keep)

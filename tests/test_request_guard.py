@@ -49,6 +49,23 @@ async def test_every_answer_says_nosniff_and_the_page_shell_has_a_csp() -> None:
             assert response.headers.get("x-content-type-options") == "nosniff", path
         ranged = await client.get("/tensors/conv.weight/data", headers={"Range": "bytes=0-15"})
         assert ranged.status_code == 206 and ranged.headers["x-content-type-options"] == "nosniff"
+        pinned = (await client.get("/tensors/conv.weight/data")).headers["content-location"]
+        for headers in ({}, {"Range": "bytes=0-15"}, {"Range": "bytes=99999-"}):
+            answer = await client.get(pinned, headers=headers)
+            assert answer.headers.get("x-content-type-options") == "nosniff", (answer.status_code, headers)
+        etag = ranged.headers["etag"]
+        unchanged = await client.get("/tensors/conv.weight/data", headers={"If-None-Match": etag})
+        assert unchanged.status_code == 304 and unchanged.headers["x-content-type-options"] == "nosniff"
+    app = make_app([LAYOUTS], api_token=TOKEN, cors_origins=("https://ok.example",))
+    async with client_of(app) as client:
+        refused = await client.get("/tensors/conv.weight/data")
+        assert refused.status_code == 401 and refused.headers["x-content-type-options"] == "nosniff"
+        preflight = await client.options(
+            "/tensors/conv.weight/data",
+            headers={"Origin": "https://ok.example", "Access-Control-Request-Method": "GET"},
+        )
+        assert preflight.status_code == 200 and preflight.headers["x-content-type-options"] == "nosniff"
+    async with client_of(make_app([LAYOUTS])) as client:
         page = await client.get("/")
         csp = {d.split()[0]: d.split()[1:] for d in page.headers["content-security-policy"].split("; ")}
         assert csp["frame-ancestors"] == ["'none'"] and csp["default-src"] == ["'self'"]
