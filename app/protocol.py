@@ -368,4 +368,4 @@ class JoiningHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         self.in_head, self.in_body, self.head_bytes = True, False, 0  # next: the next request's head
-        super().on_message_complete()
+        HttpToolsProtocol.on_message_complete(self)
