@@ -135,7 +135,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # outermost last: the caching policy inside the hot lane (whose routes apply it themselves);
     # the hot lane (layout and data without FastAPI's per-request work) inside everything else;
     # CORS answers preflights before the token check; the request guard (two credentials, foreign
-    # hosts, nosniff) outside them all; metrics see everything
+    # hosts) outside them all; metrics see everything
     app.add_middleware(CachePolicy)
     hot.install(app, mounted)
     if app.state.gate is not None:
