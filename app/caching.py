@@ -5,6 +5,9 @@
 - health, metrics, signing, the auth check and the API docs: `no-store`;
 - a response to a request that carried credentials (an Authorization header or a signed URL) is
   never `public`: shared caches must not hand it to others (RFC 9111 §3.5); `private` instead;
+- every answer says `X-Content-Type-Options: nosniff` (a body is what its Content-Type says: a
+  tensor's bytes or a name in JSON are never taken for a script or a page): a constant field of
+  the hot lane's headers and of every error, added here to every other answer;
 - an unversioned answer from a version opened stale (its origin could not be reached: docs/cache.md,
   stale-if-error) says so in `X-Pt2serve-Stale: <version>; age=<seconds>` and is `no-cache` as every
   unversioned answer is, never `immutable`.
@@ -35,6 +38,8 @@ REVALIDATE = "no-cache"
 NO_STORE = "no-store"
 REVALIDATE_HEADERS = Fields({"cache-control": REVALIDATE})
 STALE_HEADER = "x-pt2serve-stale"
+NOSNIFF = {"x-content-type-options": "nosniff"}
+_NOSNIFF = (b"x-content-type-options", b"nosniff")
 
 # paths whose answers no cache may keep: they describe this moment or this request
 NO_STORE_PATHS = frozenset(
@@ -74,7 +79,7 @@ def private(cache_control: bytes) -> bytes:
 
 class CachePolicy:
     """ASGI middleware: a response without Cache-Control gets its path's default; a credentialed
-    request's `public` becomes `private`."""
+    request's `public` becomes `private`; one without `nosniff` gets it."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -96,12 +101,18 @@ class CachePolicy:
 
 def _governed(headers: Any, default: bytes, keep_private: bool) -> list[tuple[bytes, bytes]]:
     fields = list(headers)
+    cached = sniffed = False
     for index, (name, value) in enumerate(fields):
         if name == b"cache-control":
+            cached = True
             if keep_private:
                 fields[index] = (name, private(value))
-            return fields
-    fields.append((b"cache-control", default))
+        elif name == b"x-content-type-options":
+            sniffed = True
+    if not cached:
+        fields.append((b"cache-control", default))
+    if not sniffed:
+        fields.append(_NOSNIFF)
     return fields
 
 

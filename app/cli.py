@@ -148,6 +148,32 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="opened archives kept; past N the least recently used closes (default PT2SERVE_OPEN_MAX, 16)",
     )
+    serve.add_argument(
+        "--allowed-host",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="a Host name a token-less service answers on loopback besides localhost, 127.0.0.1 and "
+        "[::1] (DNS rebinding; '*.example.com': its subdomains, '*': any); repeatable; default "
+        "PT2SERVE_ALLOWED_HOSTS",
+    )
+    serve.add_argument(
+        "--trusted-proxy",
+        action="append",
+        default=None,
+        metavar="ADDRESS",
+        help="a reverse proxy's address or network (10.0.0.5, 10.0.0.0/8; repeatable or "
+        "comma-separated; default PT2SERVE_TRUSTED_PROXIES): behind it, the open rate limit keys on "
+        "the client its X-Forwarded-For names",
+    )
+    serve.add_argument(
+        "--max-header-bytes",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="the most bytes a request line and its header fields may take; past it 431 (default "
+        "PT2SERVE_MAX_HEADER_BYTES, 65536)",
+    )
     _add_parallel_options(serve, default_parts=None)
     _add_trust_option(serve)
 
@@ -682,6 +708,7 @@ async def cmd_pull(args: argparse.Namespace) -> None:
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from .open_limits import TrustedProxies
     from .protocol import HTTP_PROTOCOL
 
     # workers are separate processes: they read these settings from the environment
@@ -689,8 +716,15 @@ def serve(args: argparse.Namespace) -> int:
         os.environ["PT2SERVE_ALLOW_OPEN"] = "\n".join(args.allow_open)
     if args.open_max is not None:
         os.environ["PT2SERVE_OPEN_MAX"] = str(args.open_max)
+    if args.allowed_host:
+        os.environ["PT2SERVE_ALLOWED_HOSTS"] = ",".join(args.allowed_host)
+    if args.trusted_proxy:
+        os.environ["PT2SERVE_TRUSTED_PROXIES"] = ",".join(args.trusted_proxy)
+    if args.max_header_bytes is not None:
+        os.environ["PT2SERVE_MAX_HEADER_BYTES"] = str(args.max_header_bytes)
     try:
         settings = Settings.from_environment(args.archives)
+        TrustedProxies(settings.trusted_proxies)  # a malformed address is a usage error, here
     except ValueError as exc:
         print(f"pt2serve: {exc}", file=sys.stderr)
         return 2

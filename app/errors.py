@@ -15,6 +15,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 import reader
 from reader.sources import redact_location
 
+from .caching import NOSNIFF
 from .open_failures import public_failure
 from .registry import ArchiveNotFound, ArchiveUnavailable, Served, VersionNotServed
 from .routing import allowed_methods
@@ -36,6 +37,7 @@ ERROR_CODES: dict[str, ErrorCode] = {
     "bad_slice": ErrorCode(
         400, "`slice` is not NumPy basic indexing (ints, start:stop:step, one ..., step not 0)"
     ),
+    "ambiguous_request": ErrorCode(400, "the request has two Authorization (or Host) fields"),
     "unauthorized": ErrorCode(401, "the bearer token is missing or wrong"),
     "bad_signature": ErrorCode(403, "the signed URL does not match its signature, or is not a GET/HEAD"),
     "signature_expired": ErrorCode(403, "the signed URL has expired"),
@@ -58,12 +60,17 @@ ERROR_CODES: dict[str, ErrorCode] = {
     "method_not_allowed": ErrorCode(405, "the path has no such method (`Allow` lists those it has)"),
     "not_acceptable": ErrorCode(406, "the Accept header excludes the resource's media type"),
     "version_gone": ErrorCode(410, "the archive version was replaced (`current_version`, `current_url`)"),
+    "body_too_large": ErrorCode(413, "the request's body is longer than its route takes"),
     "range_not_satisfiable": ErrorCode(416, "no requested range overlaps the body"),
+    "host_refused": ErrorCode(
+        421, "a token-less service on loopback answers loopback host names and --allowed-host ones only"
+    ),
     "invalid_request": ErrorCode(422, "a parameter is missing, repeated, malformed or out of range"),
     "bad_location": ErrorCode(422, "the location to open is malformed (an unknown scheme, a bad hf:// ...)"),
     "too_many_opens": ErrorCode(429, "this client opened too many locations lately (`Retry-After`)"),
     "bad_url": ErrorCode(422, "the path to sign is not a path of this service"),
     "unsupported_payload": ErrorCode(422, "the tensor cannot be served in this form (the message says why)"),
+    "header_too_large": ErrorCode(431, "the request line and header fields are longer than the cap"),
     "reader_error": ErrorCode(500, "the archive reader failed in a way not classified"),
     "internal_error": ErrorCode(500, "a bug of the service (see its log)"),
     "upstream_error": ErrorCode(502, "the archive's storage failed or could not be reached"),
@@ -90,7 +97,8 @@ def json_response(content: object, status: int = 200) -> Response:
 
 def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None) -> Response:
     body = orjson.dumps({"error": {"code": code, "message": message}})
-    return Response(body, status_code=status, media_type="application/json", headers=headers)
+    fields = {**NOSNIFF, **headers} if headers else NOSNIFF
+    return Response(body, status_code=status, media_type="application/json", headers=fields)
 
 
 # reader errors → their code (its status is ERROR_CODES'); order matters: subclasses first
@@ -128,7 +136,7 @@ def version_error(request: Request, exc: VersionNotServed) -> Response:
         orjson.dumps({"error": error}),
         status_code=410 if exc.gone else 404,
         media_type="application/json",
-        headers={"cache-control": REVALIDATE},
+        headers={"cache-control": REVALIDATE, **NOSNIFF},
     )
 
 
@@ -201,7 +209,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(PinRedirect)
     async def pin_redirect(request: Request, exc: PinRedirect) -> Response:
-        return Response(status_code=307, headers={"location": exc.location, "cache-control": REVALIDATE})
+        fields = {"location": exc.location, "cache-control": REVALIDATE, **NOSNIFF}
+        return Response(status_code=307, headers=fields)
 
     @app.exception_handler(ArchiveUnavailable)
     async def unavailable(request: Request, exc: ArchiveUnavailable) -> Response:

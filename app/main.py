@@ -12,8 +12,10 @@ from starlette.datastructures import State
 from . import openapi
 from .caching import CachePolicy
 from .errors import install_error_handlers
+from .hosts import HostRule
 from .limits import StreamLimiter
 from .metrics import Metrics, MetricsMiddleware
+from .open_limits import TrustedProxies
 from .opened import OpenedArchives
 from .registry import Registry
 from .routes import (
@@ -31,7 +33,7 @@ from .routes import (
 )
 from .routes import compare as compare_routes
 from .routes.params import default_archive, named_archive, one_value_each
-from .security import AccessGate, BearerTokenMiddleware, JsonCORSMiddleware, quiet_url_logging
+from .security import AccessGate, BearerTokenMiddleware, JsonCORSMiddleware, RequestGuard, quiet_url_logging
 from .settings import Settings
 from .signing import UrlSigner, derive_key
 
@@ -109,6 +111,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.opened = OpenedArchives(registry, settings)
     app.state.signer = _signer(settings)
     app.state.gate = AccessGate(settings.api_token, app.state.signer) if settings.api_token else None
+    app.state.proxies = TrustedProxies(settings.trusted_proxies)
     app.state.limiter = StreamLimiter(settings.max_streams)
     app.state.metrics = Metrics(registry, app.state.limiter)
     app.include_router(service.router)
@@ -131,7 +134,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     openapi.install(app)
     # outermost last: the caching policy inside the hot lane (whose routes apply it themselves);
     # the hot lane (layout and data without FastAPI's per-request work) inside everything else;
-    # CORS answers preflights before the token check; metrics see everything
+    # CORS answers preflights before the token check; the request guard (two credentials, foreign
+    # hosts) outside them all; metrics see everything
     app.add_middleware(CachePolicy)
     hot.install(app, mounted)
     if app.state.gate is not None:
@@ -144,6 +148,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             allow_headers=["Authorization", "Range", "If-None-Match", "If-Range"],
             expose_headers=EXPOSED_HEADERS,
         )
+    hosts = HostRule(settings.allowed_hosts) if app.state.gate is None else None
+    app.add_middleware(RequestGuard, hosts=hosts)
     app.add_middleware(MetricsMiddleware, metrics=app.state.metrics)
     return app
 

@@ -1,16 +1,70 @@
 """How often, and how many at once, clients may open locations: a token bucket per client address
-(429 + Retry-After past it) and a bound on opens in progress (503 + Retry-After)."""
+(429 + Retry-After past it) and a bound on opens in progress (503 + Retry-After).
+
+Behind a reverse proxy every request comes from the proxy's address; the client is then the one
+the proxies name in X-Forwarded-For. Only proxies the operator names (`--trusted-proxy`) are
+believed: the field is read from the right (the hop nearest this service), skipping the trusted
+proxies' own addresses, and the first other address is the client. What a client writes into the
+field itself lies to the left of what its first trusted proxy appended, so it is never reached."""
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+
+from starlette.types import Scope
 
 from .errors import ApiError
 
 CLIENTS_KEPT = 10_000  # buckets remembered; past it the full ones are forgotten
+HOP_MAX = 64  # characters of an X-Forwarded-For entry kept as a client key (an address is shorter)
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+class TrustedProxies:
+    """The reverse proxies whose X-Forwarded-For is believed (addresses or networks, `10.0.0.0/8`)."""
+
+    def __init__(self, proxies: Sequence[str] = ()) -> None:
+        self.networks: tuple[Network, ...] = tuple(ipaddress.ip_network(p, strict=False) for p in proxies)
+
+    def trusts(self, address: str) -> bool:
+        try:
+            ip = ipaddress.ip_address(address)
+        except ValueError:
+            return False
+        ip = getattr(ip, "ipv4_mapped", None) or ip
+        return any(ip in network for network in self.networks)
+
+    def client(self, scope: Scope) -> str:
+        """The client a request comes from: its peer, or behind trusted proxies the address they
+        name (the leftmost when every named hop is a trusted proxy)."""
+        peer = scope["client"][0] if scope.get("client") else "-"
+        if not self.networks or not self.trusts(peer):
+            return peer
+        hops = [
+            hop.strip()
+            for name, value in scope["headers"]
+            if name == b"x-forwarded-for"
+            for hop in value.decode("latin-1").split(",")
+        ]
+        hops = [hop for hop in hops if hop]
+        for hop in reversed(hops):
+            if not self.trusts(hop):
+                return _key(hop)
+        return _key(hops[0]) if hops else peer
+
+
+def _key(hop: str) -> str:
+    """One spelling per address (`::ffff:10.0.0.1` and `10.0.0.1` alike); other text as sent, cut."""
+    try:
+        ip = ipaddress.ip_address(hop)
+    except ValueError:
+        return hop[:HOP_MAX]
+    return str(getattr(ip, "ipv4_mapped", None) or ip)
 
 
 class OpenLimits:

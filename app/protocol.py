@@ -18,6 +18,18 @@ read again by a retransmission, so a check of the file made after this covers wh
 `SENDFILE` counts the bytes sendfile(2) sent (the metrics show them). `PT2SERVE_ZERO_COPY=0` in the
 server's environment turns the extension off (every body then goes through writes).
 
+A request's head (request line and header fields) is bounded: httptools buffers a header field
+whole before handing it over, so the bytes are counted as they arrive, and a head longer than
+`PT2SERVE_MAX_HEADER_BYTES` (default 64 KiB, as h11's) is answered 431 and the connection closed
+before the rest is parsed. Only the bytes of a head count: a chunk that ends a head and carries body
+bytes is parsed in two feeds, the head's part first.
+
+A connection closed while its client may still be sending the request (a 431, a 400, or a 413
+answered before the body was read) closes as nginx's lingering close does: the answer is sent and
+our side shut for writing, and what still comes is read and dropped (never parsed or kept) for at
+most `LINGER_SECONDS` or `LINGER_BYTES`, so a client that writes its whole request before it reads
+gets the answer rather than a reset.
+
 `pt2serve serve` runs uvicorn with `http=HTTP_PROTOCOL` (uvicorn's `--http` option takes a
 protocol class's import path).
 """
@@ -25,13 +37,18 @@ protocol class's import path).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
 import os
 import struct
 import termios
+from collections.abc import Callable
 from typing import Any
 
+import orjson
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+
+from .settings import max_header_bytes_from
 
 HTTP_PROTOCOL = "app.protocol:JoiningHttpToolsProtocol"
 HELD_MAX = 16 << 10  # writes up to this size wait for a companion (a response head is ~300 B)
@@ -39,6 +56,8 @@ ZERO_COPY = "http.response.zerocopysend"  # the ASGI extension (and its message 
 DELIVERED = "pt2serve.delivered"  # ours: a message that returns once every byte sent was acknowledged
 DELIVERED_POLL_MAX = 0.01  # seconds between looks at the socket's unacknowledged bytes, at most
 SEND_TURN_MAX = 16 << 20  # bytes one writable callback sends at most before the loop's other work
+LINGER_SECONDS = 2.0  # how long the rest of a refused request is read and dropped, at most ...
+LINGER_BYTES = 64 << 20  # ... and how much of it
 
 
 class JoiningTransport:
@@ -48,6 +67,7 @@ class JoiningTransport:
         self.transport = transport
         self.loop = loop
         self.held: list[bytes | bytearray | memoryview] = []
+        self.lingers: Callable[[], bool] | None = None  # True: it closes by lingering instead
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         if self.held:
@@ -74,6 +94,8 @@ class JoiningTransport:
         self.transport.writelines(held)
 
     def close(self) -> None:
+        if self.lingers is not None and self.lingers():
+            return
         self.flush()
         self.transport.close()
 
@@ -250,6 +272,17 @@ async def _delivered(transport: Any) -> None:
         delay = min(delay * 2, DELIVERED_POLL_MAX)
 
 
+def header_refusal(default_headers: list[tuple[bytes, bytes]], limit: int) -> bytes:
+    """The whole 431 answer: the service's JSON error, and the connection closes after it."""
+    message = f"the request's head (request line and header fields) is longer than {limit} bytes"
+    body = orjson.dumps({"error": {"code": "header_too_large", "message": message}})
+    head = [b"HTTP/1.1 431 Request Header Fields Too Large\r\n"]
+    head += [name + b": " + value + b"\r\n" for name, value in default_headers]
+    head += [b"content-type: application/json\r\n", b"x-content-type-options: nosniff\r\n"]
+    head += [b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body)]
+    return b"".join(head) + body
+
+
 class JoiningHttpToolsProtocol(HttpToolsProtocol):
     # offer the zero-copy send extension (False: every body goes through writes)
     zero_copy = os.environ.get("PT2SERVE_ZERO_COPY", "1") != "0"
@@ -257,6 +290,69 @@ class JoiningHttpToolsProtocol(HttpToolsProtocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self.transport = JoiningTransport(transport, self.loop)  # type: ignore[assignment]
+        self.transport.lingers = self._lingers
+        self.head_limit = max_header_bytes_from(os.environ)
+        self.head_bytes = 0  # bytes of the current head seen so far
+        self.in_head = True  # until the current message's headers are complete
+        self.in_body = False  # from then until the message is complete
+        self.heads_done = 0  # heads parsed on this connection
+        self.dropped: int | None = None  # bytes read and dropped since the connection lingers
+        self.linger_timer: asyncio.TimerHandle | None = None
+
+    def data_received(self, data: bytes) -> None:
+        if self.in_head:
+            room = self.head_limit - self.head_bytes
+            if len(data) <= room:  # the usual request: its whole head in one read
+                self.head_bytes += len(data)
+                HttpToolsProtocol.data_received(self, data)
+            else:
+                self._long_head(data, room)
+        elif self.dropped is None:
+            HttpToolsProtocol.data_received(self, data)
+        else:
+            self.dropped += len(data)
+            if self.dropped > LINGER_BYTES:
+                self.transport.close()
+
+    def _long_head(self, data: bytes, room: int) -> None:
+        """More bytes than the head may still take: feed what it may take; if the head has not
+        ended there, it is longer than the limit."""
+        heads = self.heads_done
+        self.head_bytes += room
+        HttpToolsProtocol.data_received(self, data[:room])
+        if self.dropped is not None:
+            return  # refused by the parser (400) already
+        if self.heads_done == heads:
+            self._refuse_head()
+        else:  # (a pipelined request's head begun in those bytes is counted from here on)
+            self.data_received(data[room:])
+
+    def _refuse_head(self) -> None:
+        """431 and close; if a response to an earlier (pipelined) request is going out, close now."""
+        if self.cycle is None or self.cycle.response_complete:
+            self.transport.write(header_refusal(self.server_state.default_headers, self.head_limit))
+        else:
+            self.dropped = 0  # no lingering: the other response may still write
+        self.transport.close()
+
+    def _lingers(self) -> bool:
+        """Instead of closing now, linger (see the module docstring) if the client may still be
+        sending this request; False: close now (nothing unread, or lingering already)."""
+        if self.dropped is not None or not (self.in_body or (self.in_head and self.head_bytes)):
+            return False
+        if not self.transport.can_write_eof():  # TLS: no half close
+            return False
+        self.dropped, self.in_head = 0, False  # from here every byte is dropped
+        self.transport.write_eof()  # the answer, then our FIN
+        with contextlib.suppress(RuntimeError, AttributeError):
+            self.transport.transport.resume_reading()  # flow control may have paused it
+        self.linger_timer = self.loop.call_later(LINGER_SECONDS, self.transport.close)
+        return True
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.linger_timer is not None:
+            self.linger_timer.cancel()
+        super().connection_lost(exc)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -264,6 +360,12 @@ class JoiningHttpToolsProtocol(HttpToolsProtocol):
             self.scope["extensions"] = {ZERO_COPY: {}, DELIVERED: {}}  # type: ignore[typeddict-unknown-key]
 
     def on_headers_complete(self) -> None:
+        self.in_head, self.in_body = False, True
+        self.heads_done += 1
         super().on_headers_complete()
         if self.zero_copy and type(self.cycle) is RequestResponseCycle:
             self.cycle.__class__ = ZeroCopyCycle  # the cycle uvicorn just made, with our send
+
+    def on_message_complete(self) -> None:
+        self.in_head, self.in_body, self.head_bytes = True, False, 0  # next: the next request's head
+        HttpToolsProtocol.on_message_complete(self)

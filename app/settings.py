@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 DEMO_ARCHIVE = pathlib.Path(__file__).resolve().parent / "demo" / "demo.pt2"
+MAX_HEADER_BYTES = 64 << 10  # a request's head (request line and header fields), as h11's default
 # The service streams in smaller chunks than the library's 4 MiB: many bodies are in flight at once.
 CHUNK_SIZE = 1 << 20
 
@@ -50,6 +51,12 @@ class Settings:
     open_rate: float = 0.5  # opens per second per client (token bucket) ...
     open_burst: int = 10  # ... with this many at once
     open_concurrency: int = 4  # opens in progress at once; more get 503 + Retry-After
+    # Host names a token-less service answers on a loopback address besides the loopback names
+    # (DNS rebinding: app/hosts.py); "*.example.com" names its subdomains, "*" any host
+    allowed_hosts: tuple[str, ...] = ()
+    # addresses (or networks) of reverse proxies whose X-Forwarded-For names the client
+    trusted_proxies: tuple[str, ...] = ()
+    max_header_bytes: int = MAX_HEADER_BYTES  # read by app/protocol.py from the environment
 
     @classmethod
     def from_environment(
@@ -88,6 +95,9 @@ class Settings:
             open_rate=float(env.get("PT2SERVE_OPEN_RATE", "0.5")),
             open_burst=int(env.get("PT2SERVE_OPEN_BURST", "10")),
             open_concurrency=int(env.get("PT2SERVE_OPEN_CONCURRENCY", "4")),
+            allowed_hosts=_list(env.get("PT2SERVE_ALLOWED_HOSTS", "")),
+            trusted_proxies=_list(env.get("PT2SERVE_TRUSTED_PROXIES", "")),
+            max_header_bytes=max_header_bytes_from(env),
         )
 
 
@@ -105,6 +115,16 @@ def allow_open_from(env: Mapping[str, str]) -> tuple[str, ...]:
 
         Patterns(patterns)  # PatternError, a ValueError, names the pattern and what is wrong
     return patterns
+
+
+def max_header_bytes_from(env: Mapping[str, str]) -> int:
+    """PT2SERVE_MAX_HEADER_BYTES: the most bytes a request's head may take (431 past it)."""
+    return int(env.get("PT2SERVE_MAX_HEADER_BYTES") or MAX_HEADER_BYTES)
+
+
+def _list(value: str) -> tuple[str, ...]:
+    """A list setting: items separated by commas or white space."""
+    return tuple(value.replace(",", " ").split())
 
 
 def parse_archive_specs(specs: Sequence[str]) -> tuple[ArchiveSpec, ...]:

@@ -7,6 +7,10 @@ sig = HMAC-SHA256(key, "GET\\n" + path + "\\n" + query up to and including exp).
 the decoded path (as the server routes it); the query is kept byte for byte, so any change to
 the path, the query, its order or the expiry breaks the signature. Verified with
 hmac.compare_digest (constant time).
+
+A signed URL grants one read and nothing more, so no URL is signed (nor accepted) for the routes
+that grant access themselves: `/sign` (it would mint new URLs, outliving its own expiry) and
+`/auth` (the edge proxy's access check). A path to sign has no `.` or `..` segment, raw or encoded.
 """
 
 from __future__ import annotations
@@ -20,6 +24,12 @@ from urllib.parse import parse_qs, unquote, urlsplit
 SIG = "sig"
 EXP = "exp"
 KEY_CONTEXT = b"pt2serve signed URLs v1"
+NEVER_SIGNED = frozenset({"/sign", "/auth"})  # routes that grant access: a signature never reaches them
+
+
+def grants_access(path: str) -> bool:
+    """Whether the decoded `path` names a route in NEVER_SIGNED, however its slashes are spelled."""
+    return "/" + "/".join(segment for segment in path.split("/") if segment) in NEVER_SIGNED
 
 
 def derive_key(token: str) -> bytes:
@@ -51,14 +61,22 @@ class UrlSigner:
             raise ValueError("path must be a path on this service, like /archives/a/tensors/w/data")
         if any(key in (SIG, EXP) for key in parse_qs(parts.query, keep_blank_values=True)):
             raise ValueError("path must not carry exp or sig already")
+        path = unquote(parts.path)
+        if {".", ".."} & set(path.split("/")):
+            raise ValueError("path must not hold . or .. segments")
+        if grants_access(path):
+            raise ValueError(f"{path} grants access itself: a signed URL never does")
         expires = int(now if now is not None else time.time()) + max(1, min(ttl, self.max_ttl))
         query = f"{parts.query}&" if parts.query else ""
         query += f"{EXP}={expires}"
-        sig = self._mac(unquote(parts.path), query)
+        sig = self._mac(path, query)
         return f"{parts.path}?{query}&{SIG}={sig}", expires
 
     def verify(self, path: str, raw_query: str, now: float | None = None) -> None:
-        """Raise SignatureRefused unless the query ends with a valid, unexpired signature."""
+        """Raise SignatureRefused unless the query ends with a valid, unexpired signature for a
+        path a signature may open."""
+        if grants_access(path):
+            raise SignatureRefused("bad_signature", f"a signed URL never opens {path}")
         signed, sep, sig = raw_query.rpartition(f"{SIG}=")
         if not sep or (signed and not signed.endswith("&")) or "&" in sig:
             raise SignatureRefused("bad_signature", "the signature must be the last query parameter")

@@ -28,6 +28,7 @@ from reader.bodies import TensorBytes
 from .caching import (
     IMMUTABLE,
     IMMUTABLE_PRIVATE,
+    NOSNIFF,
     REVALIDATE,
     STALE_HEADER,
     credentialed,
@@ -37,8 +38,8 @@ from .caching import (
 from .fields import Fields
 from .registry import Served
 
-PINNED_HEADERS = Fields({"cache-control": IMMUTABLE})
-PINNED_PRIVATE_HEADERS = Fields({"cache-control": IMMUTABLE_PRIVATE})  # asked with credentials
+PINNED_HEADERS = Fields({"cache-control": IMMUTABLE, **NOSNIFF})
+PINNED_PRIVATE_HEADERS = Fields({"cache-control": IMMUTABLE_PRIVATE, **NOSNIFF})  # asked with credentials
 PATH_SAFE = "/:@!$&'()*+,;=-._~"  # RFC 3986 pchar and "/": what a path needs no encoding for
 REDIRECT_SWITCH = "redirect"  # ?redirect=1 on an unversioned URL: 307 to the versioned one
 
@@ -102,7 +103,7 @@ def caching_headers(request: Request, served: Served) -> Fields:
 
 
 def _unpinned(pinned: str) -> Fields:
-    return Fields({"cache-control": REVALIDATE, "content-location": pinned})
+    return Fields({"cache-control": REVALIDATE, "content-location": pinned, **NOSNIFF})
 
 
 def data_url(archive_id: str, version: str, info: reader.TensorInfo) -> str:

@@ -9,6 +9,7 @@ import pathlib
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 
 import httpx
 
@@ -66,23 +67,33 @@ async def reader_bytes(location, name: str, order: str = "default", model: str |
 @contextlib.contextmanager
 def serve(specs: list[str], token: str | None = None):
     """`pt2serve serve SPECS` in a subprocess on a free loopback port; yields its URL once /healthz
-    answers, and stops it on exit. A port taken between its choice and the bind (another test's
-    server) is chosen again, a few times at most."""
-    env = {**os.environ, "PT2SERVE_REVALIDATE_SECONDS": "0"}
+    answers, and stops it on exit."""
+    with serve_process(specs, token=token) as (url, _):
+        yield url
+
+
+@contextlib.contextmanager
+def serve_process(
+    specs: list[str], *options: str, token: str | None = None, env: dict[str, str] | None = None
+) -> Iterator[tuple[str, subprocess.Popen]]:
+    """`pt2serve serve SPECS OPTIONS` in a subprocess on a free loopback port; yields its URL and
+    process once /healthz answers, and stops it on exit. A port taken between its choice and the
+    bind (another test's server) is chosen again, a few times at most."""
+    env = {**os.environ, "PT2SERVE_REVALIDATE_SECONDS": "0", **(env or {})}
     env.pop("PT2SERVE_API_TOKEN", None)
     if token:
         env["PT2SERVE_API_TOKEN"] = token
     for _ in range(5):
         port = free_port()
-        cmd = [sys.executable, "-m", "app", "serve", "--port", str(port), "--log-level", "warning", *specs]
-        proc = subprocess.Popen(cmd, env=env)
+        cmd = [sys.executable, "-m", "app", "serve", "--port", str(port), "--log-level", "warning"]
+        proc = subprocess.Popen([*cmd, *options, *specs], env=env)
         if _started(proc, f"http://127.0.0.1:{port}"):
             break
         proc.wait(10)
     else:
         raise RuntimeError("the service exited before it answered, five times (see its stderr)")
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", proc
     finally:
         proc.terminate()
         proc.wait(10)

@@ -1,4 +1,7 @@
-"""The viewer's page as the browser tests open it."""
+"""The viewer's page as the browser tests open it.
+
+The page's Content-Security-Policy has no 'unsafe-eval': Playwright's `wait_for_function` must be
+given a function (`"() => ..."`), since a bare expression is eval'ed in the page and refused."""
 
 from __future__ import annotations
 

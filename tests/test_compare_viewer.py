@@ -74,9 +74,10 @@ def test_compare_view_deep_link_and_difference_heat_map(browser, archives):
             assert page.is_hidden("[data-testid=tensors-pane]")
             # a row's link opens another tensor and the hash follows
             page.click("[data-testid=compare-row][data-name='dec.w'] a")
-            page.wait_for_function("location.hash.endsWith('/tensor/dec.w')")
+            page.wait_for_function("() => location.hash.endsWith('/tensor/dec.w')")
             page.wait_for_function(
-                "document.querySelector('[data-testid=compare-tensor] h3')?.textContent.startsWith('dec.w')"
+                "() => document.querySelector('[data-testid=compare-tensor] h3')"
+                "?.textContent.startsWith('dec.w')"
             )
             assert not errors, errors
         finally:
@@ -119,7 +120,8 @@ def test_graph_coloured_by_relative_change_and_by_a_statistic(browser, versions)
             page.wait_for_selector("[data-testid=graph-node], [data-testid=graph-group]")
             page.select_option("[data-testid=graph-colour]", "change")  # from v1, the first choice
             page.wait_for_function(
-                "document.querySelector('[data-testid=graph-legend]').textContent.includes('relative change')"
+                "() => document.querySelector('[data-testid=graph-legend]')"
+                ".textContent.includes('relative change')"
             )
             values = page.eval_on_selector_all(
                 "[data-module]",
@@ -133,7 +135,7 @@ def test_graph_coloured_by_relative_change_and_by_a_statistic(browser, versions)
             assert len(set(fills)) == 2 and all(fills), fills
             page.select_option("[data-testid=graph-colour]", "std")
             page.wait_for_function(
-                "document.querySelector('[data-testid=graph-legend]').textContent.startsWith('std')"
+                "() => document.querySelector('[data-testid=graph-legend]').textContent.startsWith('std')"
             )
             coloured = page.eval_on_selector_all(
                 "[data-module]", "els => els.filter(e => e.dataset.colourValue).length"

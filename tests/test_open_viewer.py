@@ -71,8 +71,8 @@ def test_open_box_shows_the_tensors_their_origin_and_version(page, server, model
     patterns = page.text_content("[data-testid=open-patterns]")
     assert f"{models}/*" in patterns and "hf://pt2serve-test/*" in patterns
     open_in_box(page, str(models / "v1.pt2"))
-    page.wait_for_function("location.hash.startsWith('#/archive/v1-')")
-    page.wait_for_function("document.querySelectorAll('[data-testid=tensor-row]').length === 2")
+    page.wait_for_function("() => location.hash.startsWith('#/archive/v1-')")
+    page.wait_for_function("() => document.querySelectorAll('[data-testid=tensor-row]').length === 2")
     assert sorted(row_names(page)) == ["enc.b", "enc.w"]
     assert page.text_content("[data-testid=archive-location]") == str(models / "v1.pt2")
     archive_id = urllib.parse.unquote(page.evaluate("location.hash").split("/")[2])
@@ -87,15 +87,15 @@ def test_shareable_link_opens_the_location_in_a_new_page(browser, page, server, 
     page.goto(f"{server}/")
     page.wait_for_selector("[data-testid=tensor-row]")
     open_in_box(page, str(models / "v2.pt2"))
-    page.wait_for_function("location.hash.startsWith('#/archive/v2-')")
+    page.wait_for_function("() => location.hash.startsWith('#/archive/v2-')")
     link = page.get_attribute("[data-testid=open-share]", "href")
     assert link == "#/open/" + urllib.parse.quote(str(models / "v2.pt2"), safe="")
     fresh = browser.new_context(viewport={"width": 1024, "height": 800})
     try:
         other = fresh.new_page()
         other.goto(f"{server}/{link}")
-        other.wait_for_function("location.hash.startsWith('#/archive/v2-')")
-        other.wait_for_function("document.querySelectorAll('[data-testid=tensor-row]').length === 2")
+        other.wait_for_function("() => location.hash.startsWith('#/archive/v2-')")
+        other.wait_for_function("() => document.querySelectorAll('[data-testid=tensor-row]').length === 2")
         assert other.text_content("[data-testid=archive-location]") == str(models / "v2.pt2")
     finally:
         fresh.close()
@@ -104,7 +104,7 @@ def test_shareable_link_opens_the_location_in_a_new_page(browser, page, server, 
 def test_compare_two_opened_locations(page, server, models):
     a, b = (urllib.parse.quote(str(models / name), safe="") for name in ("v1.pt2", "v2.pt2"))
     page.goto(f"{server}/#/open/{a}/{b}")
-    page.wait_for_function("location.hash.startsWith('#/compare/v1-')")
+    page.wait_for_function("() => location.hash.startsWith('#/compare/v1-')")
     page.wait_for_selector("[data-testid=compare-row]")
     names = page.eval_on_selector_all("[data-testid=compare-row]", "rows => rows.map(r => r.dataset.name)")
     assert names == ["enc.w"]  # enc.b is the same on both sides

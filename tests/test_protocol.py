@@ -102,9 +102,9 @@ async def test_pipelined_requests_get_their_own_exact_answers_in_order() -> None
         reader_stream, writer = await asyncio.open_connection(host, int(port))
         try:
             requests = (
-                b"GET /tensors/conv.weight/layout HTTP/1.1\r\nHost: x\r\n\r\n"
-                b"GET /tensors/conv.weight/data HTTP/1.1\r\nHost: x\r\nRange: bytes=4-11\r\n\r\n"
-                b"HEAD /tensors/conv.weight/data HTTP/1.1\r\nHost: x\r\n\r\n"
+                b"GET /tensors/conv.weight/layout HTTP/1.1\r\nHost: localhost\r\n\r\n"
+                b"GET /tensors/conv.weight/data HTTP/1.1\r\nHost: localhost\r\nRange: bytes=4-11\r\n\r\n"
+                b"HEAD /tensors/conv.weight/data HTTP/1.1\r\nHost: localhost\r\n\r\n"
             )
             writer.write(requests)
             answers = [await _response(reader_stream, head_only=index == 2) for index in range(3)]
@@ -115,7 +115,8 @@ async def test_pipelined_requests_get_their_own_exact_answers_in_order() -> None
             assert answers[2][1]["content-length"] == str(len(whole)) and answers[2][2] == b""
             etag = answers[2][1]["etag"]
             writer.write(
-                f"GET /tensors/conv.weight/data HTTP/1.1\r\nHost: x\r\nIf-None-Match: {etag}\r\n\r\n".encode()
+                b"GET /tensors/conv.weight/data HTTP/1.1\r\nHost: localhost\r\n"
+                + f"If-None-Match: {etag}\r\n\r\n".encode()
             )
             status, _, body = await _response(reader_stream, head_only=True)
             assert (status, body) == (304, b"")
@@ -184,7 +185,7 @@ async def test_uvicorn_still_writes_responses_through_the_joining_transport() ->
                 break
             await asyncio.sleep(0.01)
         reader_stream, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(b"GET /tensors/conv.weight/layout HTTP/1.1\r\nHost: x\r\n\r\n")
+        writer.write(b"GET /tensors/conv.weight/layout HTTP/1.1\r\nHost: localhost\r\n\r\n")
         status, _, body = await _response(reader_stream, head_only=False)
         writer.close()
         assert status == 200 and body.startswith(b"{")

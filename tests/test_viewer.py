@@ -248,7 +248,9 @@ def test_deep_link_and_keyboard(page, server):
     assert page.text_content("[data-testid=detail-name]") == "t_int32"
     # changing the hash by hand navigates too
     page.evaluate("location.hash = '#/archive/layouts/tensor/transposed'")
-    page.wait_for_function("document.querySelector('[data-testid=detail-name]').textContent === 'transposed'")
+    page.wait_for_function(
+        "() => document.querySelector('[data-testid=detail-name]').textContent === 'transposed'"
+    )
     assert page.text_content("[data-testid=detail-shape]") == "[6, 4]"
 
 

@@ -59,7 +59,9 @@ def test_ptd_link_follows_the_selection_and_programs_are_offered(page, server) -
     assert ptd.get_attribute("href") == f"/archives/{carry}/ptd?model=model"
     assert ptd.text_content() == ".ptd of all"
     page.locator("[data-testid=search]").fill("lin?.b*")
-    page.wait_for_function("document.querySelector('[data-testid=download-ptd]').href.includes('name=')")
+    page.wait_for_function(
+        "() => document.querySelector('[data-testid=download-ptd]').href.includes('name=')"
+    )
     href = ptd.get_attribute("href")
     assert href == f"/archives/{carry}/ptd?model=model&name=lin1.bias&name=lin2.bias"
     fetched = httpx.get(server + href)
@@ -71,5 +73,5 @@ def test_ptd_link_follows_the_selection_and_programs_are_offered(page, server) -
     assert httpx.get(server + programs.get_attribute("href")).content == PROGRAM
 
     open_viewer(page, server, "#/archive/layouts")  # an archive without programs shows none
-    page.wait_for_function("document.querySelectorAll('[data-testid=executorch-program]').length === 0")
+    page.wait_for_function("() => document.querySelectorAll('[data-testid=executorch-program]').length === 0")
     assert page.locator("[data-testid=executorch-programs]").is_hidden()

@@ -119,7 +119,8 @@ def test_node_counts_match_the_program(page, server, programs):
         page.wait_for_selector("[data-testid=graph-node]")
         count = f"{len(expected['nodes']):,} nodes"
         page.wait_for_function(
-            f"document.querySelector('[data-testid=graph-node-count]').textContent.startsWith('{count}')"
+            "() => document.querySelector('[data-testid=graph-node-count]')"
+            f".textContent.startsWith('{count}')"
         )
         assert node_count_text(page) == len(expected["nodes"]), archive
         assert page.locator("[data-testid=graph-node]").count() > 0
@@ -289,7 +290,7 @@ def test_viewer_behind_a_token(browser, tmp_path):
             page.fill("[data-testid=token-input]", "wrong")
             page.click("[data-testid=token-submit]")
             page.wait_for_function(
-                "document.querySelector('[data-testid=token-error]').textContent.includes('refused')"
+                "() => document.querySelector('[data-testid=token-error]').textContent.includes('refused')"
             )
             page.fill("[data-testid=token-input]", TOKEN)
             page.click("[data-testid=token-submit]")
@@ -298,7 +299,7 @@ def test_viewer_behind_a_token(browser, tmp_path):
             assert page.evaluate("sessionStorage.getItem('pt2serve.token')") == TOKEN
             # the curl command carries a signature, never the token
             page.wait_for_function(
-                "document.querySelector('[data-testid=curl]').textContent.includes('sig=')"
+                "() => document.querySelector('[data-testid=curl]').textContent.includes('sig=')"
             )
             curl = page.text_content("[data-testid=curl]")
             assert TOKEN not in curl

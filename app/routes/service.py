@@ -23,12 +23,17 @@ router = APIRouter()
         kind("not_ready"),
         json_body(
             "every archive has opened once; `status` is `degraded` (still 200) while an archive is "
-            "served from a cached version its origin could not confirm (`stale`: per archive)"
+            "served from a cached version its origin could not confirm; `archives` and `stale` (per "
+            "archive) only for token holders when the service has a token"
         ),
     ),
 )
 async def healthz(request: Request):
+    """With a token, a request without it learns the status only: which archives are configured or
+    were opened (their ids name the locations clients opened) is for token holders."""
     state = request.app.state
+    gate = state.gate
+    named = gate is None or gate.holds_token(request.headers.get("authorization", "").encode("latin-1"))
     slots = state.registry.slots
     archives = {archive_id: s.status for archive_id, s in slots.items()}
     if not getattr(state, "ready", False):
@@ -43,10 +48,13 @@ async def healthz(request: Request):
             if slots[i].status not in ("open", waiting) and not slots[i].opened
         ]
         if waiting_for:
-            message = f"not ready: archives not open yet: {', '.join(waiting_for)}"
+            listed = ", ".join(waiting_for) if named else f"{len(waiting_for)}"
+            message = f"not ready: archives not open yet: {listed}"
             return error_response(503, "not_ready", message, headers={"Retry-After": "5"})
         state.ready = True
     stale = {archive_id: found for archive_id, s in slots.items() if (found := s.staleness()) is not None}
+    if not named:
+        return json_response({"status": "degraded" if stale else "ok"})
     if stale:  # serving, from versions the origin could not confirm (docs/cache.md, stale-if-error)
         return json_response({"status": "degraded", "archives": archives, "stale": stale})
     return json_response({"status": "ok", "archives": archives})

@@ -5,6 +5,11 @@ Each file is read once per (mtime, size), with a strong ETag of its bytes and it
 made on first use: `Cache-Control: no-cache`, so a browser revalidates the page shell and its
 modules on each load and gets a 304 (If-None-Match, or If-Modified-Since) for each unchanged one,
 and a new release is picked up at once.
+
+The page shell (HTML) carries a Content-Security-Policy: scripts, styles and connections from this
+origin only (the viewer has no inline script or style and no CDN), images from here or data:/blob:
+URLs (its canvases), no plugins, no <base>, and no framing by any page (clickjacking); with
+`Referrer-Policy: no-referrer`, a link the page follows never carries its URL elsewhere.
 """
 
 from __future__ import annotations
@@ -27,6 +32,16 @@ MEDIA_TYPES = {
     ".css": "text/css; charset=utf-8",
     ".svg": "image/svg+xml",
     ".md": "text/markdown; charset=utf-8",
+}
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; "
+    "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+PAGE_HEADERS = {
+    "cache-control": REVALIDATE,
+    "content-security-policy": CSP,
+    "referrer-policy": "no-referrer",
+    "x-frame-options": "DENY",  # frame-ancestors for browsers that predate it
 }
 NO_PAGE = b'<!doctype html><title>pt2serve</title><a href="/docs">API documentation</a>'
 
@@ -69,12 +84,13 @@ class Assets:
         asset = self.find(relative)
         if asset is None:
             raise ApiError(404, "not_found", "no such file in the viewer")
+        media_type = media_type or asset.media_type
         return text_response(
             request,
             asset.body,
             asset.etag,
-            media_type or asset.media_type,
-            {"cache-control": REVALIDATE},
+            media_type,
+            PAGE_HEADERS if media_type.startswith("text/html") else {"cache-control": REVALIDATE},
             encoded=asset.encoded,
             last_modified=asset.modified,
         )
@@ -87,7 +103,7 @@ ASSETS = Assets(VIEWER)
 @router.head("/", include_in_schema=False)
 async def index(request: Request) -> Response:
     if ASSETS.find("index.html") is None:
-        return Response(NO_PAGE, media_type="text/html", headers={"cache-control": REVALIDATE})
+        return Response(NO_PAGE, media_type="text/html", headers=PAGE_HEADERS)
     return ASSETS.response(request, "index.html")
 
 

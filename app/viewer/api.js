@@ -70,7 +70,11 @@ export async function signedUrl(url) {
   return body.url;
 }
 
-const enc = encodeURIComponent;
+/** A URL component percent-encoded strictly (RFC 3986): encodeURIComponent leaves !'()* as they
+ * are, and a ' in a URL would end the quoted word of a copied shell command. */
+function enc(text) {
+  return encodeURIComponent(text).replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
+}
 
 /** An archive id, or `{id}@{version}` with its `@` as the service spells it (ids hold no `@`):
  * every client of a versioned URL then names it alike, and an edge cache keeps one copy. */

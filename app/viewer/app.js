@@ -398,7 +398,12 @@ async function showCurl(t) {
   }
   if (state.open !== name) return;
   const full = new URL(url, location.href).href;
-  $("d-curl").textContent = `curl -H 'Range: bytes=0-1023' '${full}' -o ${safeFile(name)}.part`;
+  $("d-curl").textContent = `curl -H 'Range: bytes=0-1023' ${shellQuote(full)} -o ${safeFile(name)}.part`;
+}
+
+/** One shell word holding `text` exactly: single quotes, each ' inside written '\'' */
+function shellQuote(text) {
+  return `'${text.replaceAll("'", "'\\''")}'`;
 }
 
 async function loadConsumers(t) {
