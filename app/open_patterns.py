@@ -27,8 +27,9 @@ The grammar (a wildcard is `*`; every other character stands for itself):
   folder, both once every symbolic link is followed (`realpath`), so neither `..` nor a link out of
   the folder leaves it. A path opens only through a folder pattern.
 
-Before any matching, a key or URL path with a `.`, `..` or empty segment is refused, raw or
-percent-encoded (`%2e%2e`, `%2E.`), and so is a segment holding `/` or `\\` in any spelling (`%2f`):
+Before any matching, a key, URL path or hf:// revision with a `.`, `..` or empty segment is refused,
+raw or percent-encoded (`%2e%2e`, `%2E.`) or with path parameters (`..;x`, which servers that drop
+them take for `..`), and so is a segment holding `/` or `\\` in any spelling (`%2f`):
 what is checked is then byte for byte what is signed and sent (httpx would resolve `..` first).
 """
 
@@ -108,7 +109,8 @@ def check_segments(path: str, what: str) -> None:
     """Refusal for a `.`, `..` or empty segment, or one holding a slash, in any spelling."""
     for segment in path.split("/"):
         decoded = _unquoted(segment)
-        if decoded in ("", ".", "..") or "/" in decoded or "\\" in decoded:
+        bare = decoded.partition(";")[0]  # `..;x`: `..` to servers that drop path parameters (Tomcat)
+        if bare in ("", ".", "..") or "/" in decoded or "\\" in decoded:
             raise Refusal(
                 f"the {what} has a '.', '..' or empty segment, or an encoded slash: it would name "
                 "another object than the one checked"
@@ -208,6 +210,7 @@ def parse_hub(location: str) -> HubParts:
     check_segments(path, "path in the repository")
     if _unquoted(revision) in ("", ".", ".."):
         raise Refusal("the revision is '.', '..' or empty")
+    check_segments(_unquoted(revision), "revision")  # sent encoded, but a server may decode it
     return HubParts(prefix, repo, revision, path)
 
 

@@ -22,7 +22,11 @@ A request's head (request line and header fields) is bounded: httptools buffers 
 whole before handing it over, so the bytes are counted as they arrive, and a head longer than
 `PT2SERVE_MAX_HEADER_BYTES` (default 64 KiB, as h11's) is answered 431 and the connection closed
 before the rest is parsed. Only the bytes of a head count: a chunk that ends a head and carries body
-bytes is parsed in two feeds, the head's part first.
+bytes is parsed in two feeds, the head's part first. A request (head and body) must also be in
+within `REQUEST_SECONDS` of the connection's start or of the previous request's end (counted again
+while an answer goes out), else the connection is closed: uvicorn arms no timer until an answer is
+out and none for a body, so a client that opens connections and trickles (or never sends) their
+heads or bodies would hold them, and their buffers, forever.
 
 A connection closed while its client may still be sending the request (a 431, a 400, or a 413
 answered before the body was read) closes as nginx's lingering close does: the answer is sent and
@@ -58,6 +62,7 @@ DELIVERED_POLL_MAX = 0.01  # seconds between looks at the socket's unacknowledge
 SEND_TURN_MAX = 16 << 20  # bytes one writable callback sends at most before the loop's other work
 LINGER_SECONDS = 2.0  # how long the rest of a refused request is read and dropped, at most ...
 LINGER_BYTES = 64 << 20  # ... and how much of it
+REQUEST_SECONDS = 30.0  # how long a connection may take to send a request, head and body (nginx: 60 s)
 
 
 class JoiningTransport:
@@ -298,6 +303,16 @@ class JoiningHttpToolsProtocol(HttpToolsProtocol):
         self.heads_done = 0  # heads parsed on this connection
         self.dropped: int | None = None  # bytes read and dropped since the connection lingers
         self.linger_timer: asyncio.TimerHandle | None = None
+        self.request_timer = self.loop.call_later(REQUEST_SECONDS, self._request_timed_out)
+
+    def _request_timed_out(self) -> None:
+        """Close a connection whose request is not in yet; while an answer still goes out, wait again."""
+        if self.dropped is not None or not (self.in_head or self.in_body):
+            return
+        if self.cycle is not None and not self.cycle.response_complete:
+            self.request_timer = self.loop.call_later(REQUEST_SECONDS, self._request_timed_out)
+            return
+        self.transport.close()
 
     def data_received(self, data: bytes) -> None:
         if self.in_head:
@@ -352,6 +367,7 @@ class JoiningHttpToolsProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         if self.linger_timer is not None:
             self.linger_timer.cancel()
+        self.request_timer.cancel()
         super().connection_lost(exc)
 
     def on_message_begin(self) -> None:
@@ -368,4 +384,6 @@ class JoiningHttpToolsProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         self.in_head, self.in_body, self.head_bytes = True, False, 0  # next: the next request's head
+        self.request_timer.cancel()
+        self.request_timer = self.loop.call_later(REQUEST_SECONDS, self._request_timed_out)
         HttpToolsProtocol.on_message_complete(self)

@@ -110,6 +110,11 @@ REFUSED = [
     "http://127.0.0.1:8000/models/%2E./admin",
     "http://127.0.0.1:8000/models/.%2e/admin",
     "http://127.0.0.1:8000/models/%252e%252e/admin",
+    "https://cdn.example.com/m/..;/admin/secret",  # `..` to servers that drop path parameters
+    "https://cdn.example.com/m/..;x=1/admin/secret",
+    "https://cdn.example.com/m/%2e%2e%3b/admin/secret",
+    "https://cdn.example.com/m/a/.;/m.pt2",
+    "http://127.0.0.1:8000/models/..;",
     "http://127.0.0.1:8000/models/a%2fb",
     "http://127.0.0.1:8000/models/a%5Cb",
     "http://127.0.0.1:8000/models//m.pt2",
@@ -130,6 +135,10 @@ REFUSED = [
     # hf: the repository is split as the reader splits it
     "hf://org/m.pt2",  # the repository `org`, not `org/*`
     "hf://org/repo/../other/m.pt2",
+    # a revision is sent encoded (`..%2F..%2Fother`), but a server in front may decode it
+    "hf://org/repo@..%2F..%2Fother%2Frepo%2Fresolve%2Fmain/m.pt2",
+    "hf://org/repo@a%2F..%2F..%2F..%2Fother/m.pt2",
+    "hf://org/repo@refs%2Fconvert%2F..%2F..%2Fx/m.pt2",
     "hf://other/repo/m.pt2",
     "hf://datasets/org/data/m.pt2",  # revision main, not v*
     "hf://org/repo/m.pt2?x",

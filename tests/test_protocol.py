@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 
 import pytest
 
 import reader
+from app import protocol
 from app.protocol import HELD_MAX, JoiningTransport
 from testing.paths import ARCHIVES
-from testing.service import make_app, real_server
+from testing.service import make_app, real_server, threaded_server
 
 pytestmark = pytest.mark.emulator
 
@@ -197,3 +199,46 @@ async def test_uvicorn_still_writes_responses_through_the_joining_transport() ->
     finally:
         server.should_exit = True
         await asyncio.wait_for(serving, 10)
+
+
+def _closed_by_server(sock: socket.socket, within: float) -> bool:
+    """Whether the server closes `sock` within `within` seconds (what it sent before is dropped)."""
+    sock.settimeout(within)
+    try:
+        while sock.recv(65536):
+            pass
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        pass
+    return True
+
+
+def test_a_request_that_never_completes_is_closed(monkeypatch) -> None:
+    """Slowloris: connections that send nothing, or trickle a head or a body, are closed once
+    REQUEST_SECONDS pass (200 times shorter here than what the test waits); a request sent at once is
+    answered."""
+    monkeypatch.setattr(protocol, "REQUEST_SECONDS", 0.25)
+    with threaded_server(make_app([f"layouts={ARCHIVES / 'layouts.pt2'}"])) as url:
+        port = int(url.rpartition(":")[2])
+        with socket.create_connection(("127.0.0.1", port)) as silent:
+            assert _closed_by_server(silent, 50)
+        with socket.create_connection(("127.0.0.1", port)) as trickling:
+            trickling.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            for _ in range(3):
+                time.sleep(0.1)
+                trickling.sendall(b"X-A: b\r\n")
+            assert _closed_by_server(trickling, 50)
+        with socket.create_connection(("127.0.0.1", port)) as body:  # answered, then its body trickles
+            body.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1000\r\n\r\nab")
+            for _ in range(3):
+                time.sleep(0.1)
+                body.sendall(b"c")
+            assert _closed_by_server(body, 50)
+        with socket.create_connection(("127.0.0.1", port)) as served:
+            served.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            served.settimeout(50)
+            answer = b""
+            while chunk := served.recv(65536):
+                answer += chunk
+            assert answer.startswith(b"HTTP/1.1 200 ")

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import struct
 import zipfile
 
 import pytest
 
 from reader import ArchiveFormatError, IntegrityError, zipfmt
+from reader.zipfmt.structs import MAX_DIRECTORY_BYTES, MAX_DIRECTORY_ENTRIES
 from testing.paths import ARCHIVES
 from testing.zipbytes import build_zip, content_of, directory_of
 
@@ -140,3 +142,22 @@ def test_a_prediction_is_no_more_than_a_prediction_for_other_writers() -> None:
         found = zipfmt.data_offset(entry, data[entry.header_offset : entry.region_end])
         assert found == entry.header_offset + 30 + len(entry.raw_name)
         assert zipfmt.predicted_data_offset(entry) != found
+
+
+@pytest.mark.parametrize(
+    ("entries", "size"),
+    [
+        (MAX_DIRECTORY_ENTRIES + 1, (MAX_DIRECTORY_ENTRIES + 1) * 46),
+        (10, MAX_DIRECTORY_BYTES + 1),  # few records, with long names and extras
+    ],
+)
+def test_a_directory_over_its_cap_is_refused_before_it_is_read(entries: int, size: int) -> None:
+    """Only the tail is at hand: the end records' claims are refused before the directory is fetched."""
+    offset = 1000  # the directory [1000, 1000 + size), then the ZIP64 end record, locator, end record
+    record_at = offset + size
+    zip64_end = struct.pack("<4sQHHIIQQQQ", b"PK\x06\x06", 44, 45, 45, 0, 0, entries, entries, size, offset)
+    locator = struct.pack("<4sIQI", b"PK\x06\x07", 0, record_at, 1)
+    end = struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, 0xFFFF, 0xFFFF, 0xFFFFFFFF, 0xFFFFFFFF, 0)
+    tail = zip64_end + locator + end
+    with pytest.raises(ArchiveFormatError, match="MAX_DIRECTORY"):
+        zipfmt.locate_directory(tail, record_at, record_at + len(tail))

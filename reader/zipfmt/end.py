@@ -9,6 +9,8 @@ from .structs import (
     END_RECORD,
     END_RECORD_SIGNATURE,
     MAX_COMMENT,
+    MAX_DIRECTORY_BYTES,
+    MAX_DIRECTORY_ENTRIES,
     SENTINEL_16,
     SENTINEL_32,
     ZIP64_END_RECORD,
@@ -104,11 +106,18 @@ def _locate_zip64(tail: bytes, tail_start: int, locator_at: int) -> DirectorySpa
 
 
 def _checked_span(offset: int, size: int, entries: int, limit: int, *, zip64: bool) -> DirectorySpan:
-    """The central directory must end before the end records and hold its claimed entries."""
+    """The central directory must end before the end records, hold its claimed entries, and stay
+    within MAX_DIRECTORY_ENTRIES and MAX_DIRECTORY_BYTES."""
     if offset + size > limit:
         raise ArchiveFormatError(
             f"central directory [{offset}, {offset + size}) runs past the end records at {limit} "
             "(prefixed or truncated archive)"
+        )
+    if entries > MAX_DIRECTORY_ENTRIES or size > MAX_DIRECTORY_BYTES:
+        raise ArchiveFormatError(
+            f"end record claims a central directory of {entries} entries in {size} bytes: over the cap of "
+            f"{MAX_DIRECTORY_ENTRIES} entries and {MAX_DIRECTORY_BYTES} bytes (MAX_DIRECTORY_ENTRIES, "
+            "MAX_DIRECTORY_BYTES); refusing to read it"
         )
     if entries * CENTRAL_HEADER.size > size:
         raise ArchiveFormatError(

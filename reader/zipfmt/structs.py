@@ -62,3 +62,10 @@ METHOD_NAMES = {METHOD_STORED: "stored", METHOD_DEFLATED: "deflate"}
 # DEFLATE cannot expand input by more than about 1032:1; anything claiming
 # more is a lie (a zip bomb or a corrupt size) and is refused up front.
 MAX_DEFLATE_RATIO = 1032
+# What one archive's central directory may hold: it is read whole and every record becomes an
+# object (~300 bytes each as parsed), so an end record's claims are checked against these before
+# the directory is read. Far above torch's archives (one entry per storage: 100,000 entries of a
+# state dict are ~12 MiB), and a bound on a hostile one's memory (1,000,000 records: 370 MB RSS
+# as `pt2serve ls` lists them).
+MAX_DIRECTORY_ENTRIES = 1 << 20
+MAX_DIRECTORY_BYTES = 256 << 20
