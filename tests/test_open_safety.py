@@ -351,6 +351,28 @@ async def test_through_a_proxy_the_target_host_is_checked_before_the_proxy_is_as
         assert listener.accepted == 0
 
 
+async def test_through_a_proxy_the_connection_goes_to_the_address_checked(tmp_path, monkeypatch):
+    """The proxy once resolved an opened host's name itself, after the guard had checked it: a name
+    rebinding between the two reached whatever the proxy could route to. Now the proxy is asked for a
+    tunnel to the address the guard answered, so it resolves nothing (here it could not: the name is
+    the test's own), and the origin still sees the name in its Host field."""
+    data = small_archive(tmp_path / "m.pt2")
+    for variable in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(variable, raising=False)
+    async with FaultServer() as origin, ForwardProxy() as proxy:
+        monkeypatch.setenv("HTTP_PROXY", proxy.url)
+        origin.put("/m.pt2", data)
+        app = opener(allow_open=(f"http://named.test:{origin.port}/**",))  # named: 127.0.0.1 allowed
+        async with in_process(app) as client:
+            opened = await open_location(client, f"http://named.test:{origin.port}/m.pt2")
+            assert opened.status_code == 200, opened.text
+            layout = await client.get(f"/archives/{opened.json()['id']}/tensors/w/data")
+            assert layout.content == np.arange(16, dtype=np.float32).tobytes()
+        assert proxy.log and all(entry["method"] == "CONNECT" for entry in proxy.log)
+        assert {entry["target"] for entry in proxy.log} == {f"127.0.0.1:{origin.port}"}
+        assert {request.headers.get("host") for request in origin.log} == {f"named.test:{origin.port}"}
+
+
 # -- patterns match parts: no escape by port, path, `..` or redirect ----------------------------------
 
 

@@ -60,7 +60,8 @@ class HttpOptions:
     # Asked for every host a connection is made to, redirect targets included, at connect time: it
     # answers the addresses to connect to (and the connection goes to one of those, so a name that
     # resolves differently a moment later changes nothing), or raises to refuse the host. Through a
-    # proxy it is asked about the target host, and the proxy connects. None: the system resolver.
+    # proxy it is asked about the target host, and the proxy is asked for a CONNECT tunnel to the
+    # first address it answered (http too), so the proxy resolves nothing. None: the system resolver.
     # Needs the default transport (http2=False). The service checks opened locations with it.
     resolve_host: ResolveHost | None = None
     # Asked with the URL of every request before it is sent (signed, redirect hops included, as

@@ -73,6 +73,7 @@ class Connection(asyncio.BufferedProtocol):
         self.transport: asyncio.Transport | None = None
         self.socket: socket.socket | None = None  # for the read mark's options (None: not offered)
         self.closed = False  # the connection is gone
+        self.tunnelled = False  # a proxy's CONNECT tunnel carries it: requests in origin form
         self.head_buffer = memoryview(bytearray(HEAD_BUFFER))  # the head's buffer, reused
         self.waiter: asyncio.Future[None] | None = None
         self.wake_timer: asyncio.TimerHandle | None = None
@@ -123,7 +124,7 @@ class Connection(asyncio.BufferedProtocol):
         url = request.url
         target = url.raw_path  # as httpx built it (and SigV4 signed it)
         headers = list(request.headers.raw)
-        if proxy is not None and url.scheme == "http":  # to the proxy itself: the absolute form
+        if proxy is not None and url.scheme == "http" and not self.tunnelled:  # to the proxy: absolute form
             target = b"%s://%s%s" % (url.raw_scheme, url.netloc, target)
             headers += [(name.encode(), value.encode()) for name, value in proxy.headers.items()]
         self._send_head(request.method.encode(), target, headers, content)
@@ -148,6 +149,7 @@ class Connection(asyncio.BufferedProtocol):
         head = await self.wait_head(None)  # within the connect timeout (Pool._connect)
         if not 200 <= head.status_code < 300:
             raise httpx.ProxyError(f"CONNECT answered {head.status_code} {head.reason.decode('latin-1')}")
+        self.tunnelled = True
         self.idle()
 
     async def wait_head(self, timeout: float | None) -> h11.Response:

@@ -10,7 +10,9 @@ meanwhile is replaced by a new one before any byte of the response is taken.
 `HttpOptions.resolve_host`, when set, answers the addresses to connect to, for every host and every
 redirect hop (IP literals included), and the connection goes to one of those very addresses, so a
 name that resolves differently a moment later (DNS rebinding) changes nothing. Through a proxy it is
-asked about the target host, and the proxy connects.
+asked about the target host too, and the proxy is asked for a CONNECT tunnel to the first address it
+answered (for http as for https; TLS still verifies the name, the Host field still names it), so the
+proxy resolves nothing itself.
 """
 
 from __future__ import annotations
@@ -108,8 +110,12 @@ class Pool:
                     if index == len(addresses) - 1:
                         raise
             raise OSError(f"{host} resolved to no address")
-        if self.resolve_host is not None:  # the proxy connects: the hook is asked about the target
-            await self.resolve_host(host, port)
+        target = host
+        if self.resolve_host is not None:  # the proxy would resolve the name again, on its own: so
+            checked = await self.resolve_host(host, port)  # the tunnel goes to the address checked
+            if not checked:
+                raise OSError(f"{host} resolved to no address")
+            target = checked[0]
         to_proxy_tls = proxy.scheme == "https"
         await loop.create_connection(
             lambda: connection,
@@ -118,8 +124,9 @@ class Pool:
             ssl=self.verify if to_proxy_tls else None,
             server_hostname=proxy.host if to_proxy_tls else None,
         )
+        if https or target != host:  # http to a checked address: a tunnel too, the Host field kept
+            await connection.tunnel(target, port, proxy)
         if https:
-            await connection.tunnel(host, port, proxy)
             assert connection.transport is not None
             tls = await loop.start_tls(connection.transport, connection, self.verify, server_hostname=sni)
             connection.connection_made(tls)
