@@ -5,7 +5,10 @@ Behind a reverse proxy every request comes from the proxy's address; the client 
 the proxies name in X-Forwarded-For. Only proxies the operator names (`--trusted-proxy`) are
 believed: the field is read from the right (the hop nearest this service), skipping the trusted
 proxies' own addresses, and the first other address is the client. What a client writes into the
-field itself lies to the left of what its first trusted proxy appended, so it is never reached."""
+field itself lies to the left of what its first trusted proxy appended, so it is never reached.
+
+A client is an IPv4 address, or an IPv6 /64: one host commonly holds a whole /64, and a bucket per
+address would give it 2^64 buckets."""
 
 from __future__ import annotations
 
@@ -20,6 +23,7 @@ from starlette.types import Scope
 from .errors import ApiError
 
 CLIENTS_KEPT = 10_000  # buckets remembered; past it the full ones are forgotten
+IPV6_CLIENT_PREFIX = 64  # the IPv6 addresses one client is taken to hold
 HOP_MAX = 64  # characters of an X-Forwarded-For entry kept as a client key (an address is shorter)
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -44,7 +48,7 @@ class TrustedProxies:
         name (the leftmost when every named hop is a trusted proxy)."""
         peer = scope["client"][0] if scope.get("client") else "-"
         if not self.networks or not self.trusts(peer):
-            return peer
+            return _key(peer)
         hops = [
             hop.strip()
             for name, value in scope["headers"]
@@ -55,16 +59,20 @@ class TrustedProxies:
         for hop in reversed(hops):
             if not self.trusts(hop):
                 return _key(hop)
-        return _key(hops[0]) if hops else peer
+        return _key(hops[0]) if hops else _key(peer)
 
 
 def _key(hop: str) -> str:
-    """One spelling per address (`::ffff:10.0.0.1` and `10.0.0.1` alike); other text as sent, cut."""
+    """One spelling per client (`::ffff:10.0.0.1` and `10.0.0.1` alike; an IPv6 address's /64);
+    other text as sent, cut."""
     try:
         ip = ipaddress.ip_address(hop)
     except ValueError:
         return hop[:HOP_MAX]
-    return str(getattr(ip, "ipv4_mapped", None) or ip)
+    ip = getattr(ip, "ipv4_mapped", None) or ip
+    if ip.version == 6:
+        return str(ipaddress.ip_network(f"{ip}/{IPV6_CLIENT_PREFIX}", strict=False))
+    return str(ip)
 
 
 class OpenLimits:

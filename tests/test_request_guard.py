@@ -180,6 +180,13 @@ def test_the_client_behind_trusted_proxies() -> None:
     assert client("10.0.0.5", "192.168.1.1") == "192.168.1.1"  # every hop a proxy: the leftmost
     assert client("10.0.0.5") == "10.0.0.5"
     assert client("::ffff:10.0.0.5", "::ffff:1.2.3.4") == "1.2.3.4"
+    # an IPv6 client is its /64: one host holds the whole network (a bucket per address: 2^64 buckets)
+    assert (
+        client("10.0.0.5", "2001:db8:1:2::1")
+        == client("10.0.0.5", "2001:db8:1:2:ffff::9")
+        == "2001:db8:1:2::/64"
+    )
+    assert client("2001:db8:1:2::1") == client("2001:db8:1:2:abcd::1") != client("2001:db8:1:3::1")
     untrusting = TrustedProxies()  # no proxy named: nobody's word is taken
     assert untrusting.client({"client": ("10.0.0.5", 1), "headers": [(b"x-forwarded-for", b"1.2.3.4")]}) == (
         "10.0.0.5"
