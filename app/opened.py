@@ -33,9 +33,10 @@ from .settings import ArchiveSpec, Settings, stem_of
 
 
 def opened_id(location: str) -> str:
-    """`gpt2-3f2a1c9d0b`: the file stem (URL-safe characters only) and a digest of the location."""
+    """`gpt2-3f2a1c9d0b4e5f6a7b8c`: the file stem (URL-safe characters only) and 80 bits of a digest of
+    the location (too many to find another location with the same id: it would take the id first)."""
     stem = re.sub(r"[^A-Za-z0-9._-]+", "-", stem_of(location)).strip("-.")[:40] or "archive"
-    return f"{stem}-{hashlib.sha256(location.encode()).hexdigest()[:10]}"
+    return f"{stem}-{hashlib.sha256(location.encode()).hexdigest()[:20]}"
 
 
 class OpenedArchives:
