@@ -73,8 +73,7 @@ def write_views_pt2(path, storages: dict[str, bytes], views: dict[str, tuple], *
     (`weight_N`) to its bytes; `views` maps a tensor name to (payload name, sizes, strides, offset), all
     in elements of `dtype` (serialized ScalarType; 7 is float32). The declared sizes may be anything
     the strides keep inside the payload: a stride-0 view of 64 bytes can declare a gibibyte."""
-    import json
-    import zipfile
+    from .zipbytes import write_pt2_config
 
     root = "views"
 
@@ -98,15 +97,5 @@ def write_views_pt2(path, storages: dict[str, bytes], views: dict[str, tuple], *
         }
         for name, (payload, sizes, strides, offset) in views.items()
     }
-    files = {
-        f"{root}/archive_format": b"pt2",
-        f"{root}/archive_version": b"0",
-        f"{root}/byteorder": b"little",
-        **{f"{root}/data/weights/{name}": data for name, data in storages.items()},
-        f"{root}/data/weights/model_weights_config.json": json.dumps({"config": config}).encode(),
-        f"{root}/data/constants/model_constants_config.json": b'{"config": {}}',
-        f"{root}/models/model.json": b"{}",
-    }
-    with zipfile.ZipFile(path, "w") as archive:
-        for name, data in files.items():
-            archive.writestr(zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0)), data)
+    payloads = {f"{root}/data/weights/{name}": data for name, data in storages.items()}
+    write_pt2_config(path, root, config, payloads)

@@ -78,8 +78,6 @@ def write_pt2(
     row-major strides, offset 0. tied: name → a name of `tensors` whose payload it views too (as
     torch writes a tied weight: two names, one payload).
     """
-    import json
-
     config = {}
     payloads = {}
     for index, (name, (dtype, sizes, payload)) in enumerate(tensors.items()):
@@ -97,6 +95,14 @@ def write_pt2(
         payloads[f"{root}/data/weights/weight_{index}"] = payload
     for alias, name in (tied or {}).items():
         config[alias] = config[name]
+    write_pt2_config(path, root, config, payloads)
+
+
+def write_pt2_config(path, root: str, config: dict, payloads: dict[str, bytes]) -> None:
+    """A PT2 archive of one model `model` whose weights config is `config` (FQN -> PayloadMeta) and
+    whose payload entries are `payloads` (entry name -> bytes); no constants, an empty graph."""
+    import json
+
     files = {
         f"{root}/archive_format": b"pt2",
         f"{root}/archive_version": b"0",
