@@ -1,0 +1,88 @@
+"""The memory budget of a streaming load (`max_buffered`): a model several times the budget, served by
+nginx on loopback, streams through `reader.torch.iter_load` with each tensor dropped as it lands and
+the load's peak resident set (a process of its own, over its resident set before the load) stays
+within the budget plus a fixed margin; the tensors are exact, one bigger than the budget included
+(read alone); a consumer that stops asking stops the reads (bytes counted at the server)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+
+import pytest
+
+import reader
+import reader.torch
+from testing.memory_probe import probe
+from testing.servers import NginxProcess
+from testing.torch_oracle import needs_torch
+
+pytestmark = [pytest.mark.emulator, needs_torch]
+
+MIB = 1 << 20
+BUDGET = 64 * MIB
+TENSOR = 16 * MIB
+TENSORS = 24
+BIG = 96 * MIB  # bigger than the budget: read alone
+MARGIN = 48 * MIB  # what is held besides the budget: the tensor being hashed, allocator slack
+
+
+def _model(path) -> dict[str, str]:
+    """A torch.save checkpoint of TENSORS tensors of TENSOR bytes and one of BIG bytes (float32,
+    each distinct); their sha256 by name."""
+    import torch
+
+    tensors = {
+        f"layer{i}.weight": torch.arange(TENSOR // 4, dtype=torch.float32) + i * 0.5 for i in range(TENSORS)
+    }
+    tensors["embed.weight"] = torch.arange(BIG // 4, dtype=torch.float32) - 7
+    torch.save(tensors, path)
+    return {name: hashlib.sha256(t.numpy().data).hexdigest() for name, t in tensors.items()}
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    root = tmp_path_factory.mktemp("budget")
+    hashes = _model(root / "model.bin")
+    with NginxProcess(root) as nginx:
+        yield nginx, hashes
+
+
+def test_a_model_several_times_the_budget_streams_within_it(served) -> None:
+    nginx, hashes = served
+    model = TENSORS * TENSOR + BIG
+    assert model >= 7 * BUDGET
+    result = probe("stream_dropped", nginx.url("model.bin"), BUDGET)
+    assert result["hashes"] == hashes  # every tensor exact, the one bigger than the budget too
+    grown = result["peak_rss"] - result["rss_before"]
+    assert grown <= max(BUDGET, BIG) + MARGIN, grown / MIB  # today: the whole model, 480 MiB
+
+
+async def test_a_consumer_that_stops_asking_stops_the_reads(served) -> None:
+    nginx, hashes = served
+    nginx.take_log()
+    async with reader.open_archive(nginx.url("model.bin")) as archive:
+        nginx.take_log()  # what the open read
+        tensors = reader.torch.iter_load(archive, names=sorted(hashes)[1:9], max_buffered=BUDGET)
+        async with contextlib.aclosing(tensors):
+            name, tensor = await anext(tensors)
+            del tensor
+            await asyncio.sleep(1.0)  # room for reads that would run ahead (none may)
+            sent = sum(record["bytes"] for record in nginx.take_log())
+            assert sent <= BUDGET + MIB, sent / MIB  # today: all eight tensors, 128 MiB
+            found = {name}
+            async for name, tensor in tensors:  # asked again, the reads go on
+                assert hashlib.sha256(tensor.numpy().data).hexdigest() == hashes[name]
+                found.add(name)
+    assert found == set(sorted(hashes)[1:9])
+
+
+@pytest.mark.parametrize("bad", [0, -1])
+async def test_a_budget_of_zero_or_below_is_refused_naming_the_setting(served, bad) -> None:
+    nginx, _ = served
+    async with reader.open_archive(nginx.url("model.bin")) as archive:
+        with pytest.raises(ValueError, match="max_buffered must be a positive number of bytes"):
+            reader.torch.iter_load(archive, max_buffered=bad)
+        with pytest.raises(ValueError, match="max_buffered"):
+            archive.iter_load(max_buffered=bad)
