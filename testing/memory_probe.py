@@ -92,10 +92,11 @@ async def _compare(path_a: str, path_b: str, exact: str = "") -> dict[str, Any]:
     }
 
 
-async def _stream_dropped(url: str, max_buffered: str) -> dict[str, Any]:
-    """`reader.torch.iter_load` of `url` within `max_buffered`, each tensor hashed and dropped as it
-    lands (a loader copying to a GPU): the hashes, and the resident set before the load (VmHWM is
-    reset to it, so `peak_rss` is the load's peak)."""
+async def _stream_dropped(url: str, max_buffered: str, how: str = "iter_load") -> dict[str, Any]:
+    """Every tensor of `url` within `max_buffered`, hashed and dropped as it lands (a loader copying
+    to a GPU): through `reader.torch.iter_load`, or (`how="safe_open"`) `reader.safe_open`'s
+    `get_tensor` over `keys()`. The hashes, and the resident set before the load (VmHWM is reset to
+    it, so `peak_rss` is the load's peak)."""
     import hashlib
 
     import torch  # noqa: F401 - imported before the baseline (reader.torch imports it when first used)
@@ -104,14 +105,27 @@ async def _stream_dropped(url: str, max_buffered: str) -> dict[str, Any]:
     import reader.torch
 
     hashes = {}
+    if how == "safe_open":
+        with reader.safe_open(url, max_buffered=int(max_buffered)) as handle:
+            before = _reset_peak()
+            for name in handle.keys():  # noqa: SIM118 - safetensors handles have keys(), no __iter__
+                tensor = handle.get_tensor(name)
+                hashes[name] = hashlib.sha256(tensor.numpy().data).hexdigest()  # no copy
+                del tensor
+        return {"hashes": hashes, "rss_before": before}
     async with reader.open_archive(url) as archive:
-        with open("/proc/self/clear_refs", "w") as refs:
-            refs.write("5")  # VmHWM := VmRSS
-        before = _status("VmRSS:")
+        before = _reset_peak()
         async for name, tensor in reader.torch.iter_load(archive, max_buffered=int(max_buffered)):
             hashes[name] = hashlib.sha256(tensor.numpy().data).hexdigest()  # no copy
             del tensor
     return {"hashes": hashes, "rss_before": before}
+
+
+def _reset_peak() -> int:
+    """VmHWM := VmRSS; the resident set now."""
+    with open("/proc/self/clear_refs", "w") as refs:
+        refs.write("5")
+    return _status("VmRSS:")
 
 
 SCENARIOS = {

@@ -2,18 +2,21 @@
 nginx on loopback, streams through `reader.torch.iter_load` with each tensor dropped as it lands and
 the load's peak resident set (a process of its own, over its resident set before the load) stays
 within the budget plus a fixed margin; the tensors are exact, one bigger than the budget included
-(read alone); a consumer that stops asking stops the reads (bytes counted at the server)."""
+(read alone); a consumer that stops asking stops the reads (bytes counted at the server). The same
+for `reader.safe_open`'s `get_tensor` over `keys()`, which reads the next keys ahead within the budget."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import hashlib
+import time
 
 import pytest
 
 import reader
 import reader.torch
+from reader.loading.budget import BudgetWarning
 from testing.memory_probe import probe
 from testing.servers import NginxProcess
 from testing.torch_oracle import needs_torch
@@ -49,11 +52,12 @@ def served(tmp_path_factory):
         yield nginx, hashes
 
 
-def test_a_model_several_times_the_budget_streams_within_it(served) -> None:
+@pytest.mark.parametrize("how", ["iter_load", "safe_open"])
+def test_a_model_several_times_the_budget_streams_within_it(served, how) -> None:
     nginx, hashes = served
     model = TENSORS * TENSOR + BIG
     assert model >= 7 * BUDGET
-    result = probe("stream_dropped", nginx.url("model.bin"), BUDGET)
+    result = probe("stream_dropped", nginx.url("model.bin"), BUDGET, how)
     assert result["hashes"] == hashes  # every tensor exact, the one bigger than the budget too
     grown = result["peak_rss"] - result["rss_before"]
     assert grown <= max(BUDGET, BIG) + MARGIN, grown / MIB  # today: the whole model, 480 MiB
@@ -86,3 +90,22 @@ async def test_a_budget_of_zero_or_below_is_refused_naming_the_setting(served, b
             reader.torch.iter_load(archive, max_buffered=bad)
         with pytest.raises(ValueError, match="max_buffered"):
             archive.iter_load(max_buffered=bad)
+
+
+def test_safe_open_reads_the_next_keys_ahead_within_the_budget(served) -> None:
+    nginx, hashes = served
+    with reader.safe_open(nginx.url("model.bin"), max_buffered=BUDGET) as handle:
+        keys = handle.keys()
+        nginx.take_log()  # what the open read
+        first = handle.get_tensor(keys[1])
+        time.sleep(1.0)  # room for the reads ahead (they stop at the budget)
+        sent = sum(record["bytes"] for record in nginx.take_log())
+        assert TENSOR + 2 * TENSOR <= sent <= TENSOR + BUDGET + MIB, sent / MIB  # today: TENSOR alone
+        assert hashlib.sha256(first.numpy().data).hexdigest() == hashes[keys[1]]
+        del first
+        for name in keys[2:]:  # in turn
+            assert hashlib.sha256(handle.get_tensor(name).numpy().data).hexdigest() == hashes[name]
+        with pytest.warns(BudgetWarning, match="read alone"):  # out of turn, bigger than the budget
+            big = handle.get_tensor(keys[0])
+        assert hashlib.sha256(big.numpy().data).hexdigest() == hashes[keys[0]]
+        assert hashlib.sha256(handle.get_tensor(keys[5]).numpy().data).hexdigest() == hashes[keys[5]]

@@ -1,0 +1,152 @@
+"""Streaming within a memory budget (issue 54 items 1 and 2): peak RSS and speed of the ways a loader
+takes a model larger than it wants to hold, from nginx on loopback.
+
+    python3 bench/stream_memory.py [--repeat N] [--max-buffered BYTES] [--contenders load,iter,safe_open]
+
+The model is 48 x Linear(4096, 4096) float32 (3 GiB; torch.save's `pytorch_model.bin`), made once
+under /tmp/pt2serve-bench. Each contender runs in a fresh process (open included; its peak RSS is
+VmHWM, imports included), the contenders alternate round by round (bench/_rounds.py), and the rows
+compare medians of the same run:
+- load: `reader.torch.load(url)` (returns the model: peak <= 1.05x model + 300 MiB);
+- iter: `reader.torch.iter_load` with each tensor dropped as it lands (peak <= 1.3 GiB; speed >= 0.9x
+  load's);
+- safe_open: `reader.safe_open(url)` and `get_tensor` of every key in `keys()` order, each dropped
+  (peak <= 1.3 GiB; speed >= 0.8x iter's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+for folder in (ROOT, ROOT / "bench"):
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+
+from _rounds import alternate  # noqa: E402
+
+from testing.servers import NginxProcess  # noqa: E402
+
+CACHE = pathlib.Path("/tmp/pt2serve-bench/stream-memory")
+LAYERS, WIDTH = 48, 4096
+GIB, MIB = 1 << 30, 1 << 20
+
+CHILD = r"""
+import asyncio, json, sys, time
+import torch
+import reader, reader.torch
+
+kind, url, budget = sys.argv[1], sys.argv[2], sys.argv[3]
+budget = int(budget) if budget else None
+
+def peak():
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+
+async def iterate():
+    count = 0
+    async with reader.open_archive(url) as archive:
+        async for name, tensor in reader.torch.iter_load(archive, max_buffered=budget):
+            count += tensor.numel() > 0
+            del tensor
+    return count
+
+def run():
+    if kind == "load":
+        return len(reader.torch.load(url))
+    if kind == "iter":
+        return asyncio.run(iterate())
+    count = 0
+    with reader.safe_open(url, framework="pt", max_buffered=budget) as handle:
+        for name in handle.keys():  # noqa: SIM118 - safetensors handles have keys(), no __iter__
+            tensor = handle.get_tensor(name)
+            count += tensor.numel() > 0
+            del tensor
+    return count
+
+start = time.perf_counter()
+count = run()
+print(json.dumps({"seconds": time.perf_counter() - start, "peak": peak(), "tensors": count}))
+"""
+
+
+def make_model() -> pathlib.Path:
+    path = CACHE / "pytorch_model.bin"
+    if path.exists():
+        return path
+    import torch
+
+    CACHE.mkdir(parents=True, exist_ok=True)
+    generator = torch.Generator().manual_seed(0)
+    state = {}
+    for layer in range(LAYERS):
+        state[f"layers.{layer}.weight"] = torch.randn(WIDTH, WIDTH, generator=generator)
+        state[f"layers.{layer}.bias"] = torch.randn(WIDTH, generator=generator)
+    torch.save(state, str(path) + ".part")
+    os.replace(str(path) + ".part", path)
+    return path
+
+
+def child(kind: str, url: str, budget: int | None, peaks: dict[str, list[int]]) -> float:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD, kind, url, "" if budget is None else str(budget)],
+        capture_output=True, text=True, env=env, timeout=900,
+    )  # fmt: skip
+    if done.returncode:
+        raise RuntimeError(f"{kind}: {done.stderr.strip()[-2000:]}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    peaks.setdefault(kind, []).append(result["peak"])
+    return result["seconds"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--max-buffered", type=int, default=None, help="bytes (default: the library's)")
+    parser.add_argument("--contenders", default="load,iter,safe_open")
+    args = parser.parse_args(argv)
+    path = make_model()
+    model = path.stat().st_size
+    kinds = args.contenders.split(",")
+    print(f"model {model / GIB:.2f} GiB, load average {os.getloadavg()}", flush=True)
+    peaks: dict[str, list[int]] = {}
+    with NginxProcess(path.parent) as nginx:
+        url = nginx.url(path.name)
+        contenders = {kind: (lambda kind=kind: child(kind, url, args.max_buffered, peaks)) for kind in kinds}
+        seconds = alternate(contenders, args.repeat)
+    print(f"load average after {os.getloadavg()}")
+    medians = {kind: statistics.median(values) for kind, values in seconds.items()}
+    for kind in kinds:
+        peak = statistics.median(peaks[kind])
+        rate = model / medians[kind] / GIB
+        print(f"{kind:10s} {medians[kind]:6.2f} s  {rate:5.2f} GiB/s  peak RSS {peak / GIB:5.2f} GiB "
+              f"({peak / model:4.2f}x model)  rounds {[round(s, 2) for s in seconds[kind]]}")  # fmt: skip
+    verdicts = []
+    if "load" in medians:
+        bound = 1.05 * model + 300 * MIB
+        verdicts.append(("load peak <= 1.05x model + 300 MiB", statistics.median(peaks["load"]) <= bound))
+    if "iter" in medians:
+        verdicts.append(("iter peak <= 1.3 GiB", statistics.median(peaks["iter"]) <= 1.3 * GIB))
+        if "load" in medians:
+            ratio = medians["load"] / medians["iter"]
+            verdicts.append((f"iter speed {ratio:.2f}x load's >= 0.9x", ratio >= 0.9))
+    if "safe_open" in medians:
+        verdicts.append(("safe_open peak <= 1.3 GiB", statistics.median(peaks["safe_open"]) <= 1.3 * GIB))
+        if "iter" in medians:
+            ratio = medians["iter"] / medians["safe_open"]
+            verdicts.append((f"safe_open speed {ratio:.2f}x iter's >= 0.8x", ratio >= 0.8))
+    for what, ok in verdicts:
+        print(f"{'PASS' if ok else 'FAIL'}  {what}")
+    return 0 if all(ok for _, ok in verdicts) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
