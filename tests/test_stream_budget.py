@@ -109,3 +109,24 @@ def test_safe_open_reads_the_next_keys_ahead_within_the_budget(served) -> None:
             big = handle.get_tensor(keys[0])
         assert hashlib.sha256(big.numpy().data).hexdigest() == hashes[keys[0]]
         assert hashlib.sha256(handle.get_tensor(keys[5]).numpy().data).hexdigest() == hashes[keys[5]]
+
+
+def test_the_vllm_weights_stop_when_vllm_stops_asking(served) -> None:
+    """The vLLM format's iterator hands over one tensor at a time and reads ahead within the budget:
+    bounded by bytes, not by an unbounded queue of tensors."""
+    from reader.integrations.vllm.weights import iter_weights
+
+    nginx, hashes = served
+    weights = iter_weights([nginx.url("model.bin")], options={}, max_buffered=BUDGET)
+    try:
+        nginx.take_log()
+        name, tensor = next(weights)
+        assert hashlib.sha256(tensor.numpy().data).hexdigest() == hashes[name]
+        del tensor
+        time.sleep(1.0)  # room for reads that would run ahead
+        sent = sum(record["bytes"] for record in nginx.take_log())
+        assert sent <= BUDGET + BIG + MIB, sent / MIB  # today: the whole model, 480 MiB
+        found = {name} | {name for name, _ in weights}
+    finally:
+        weights.close()
+    assert found == set(hashes)
