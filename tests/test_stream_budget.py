@@ -130,3 +130,50 @@ def test_the_vllm_weights_stop_when_vllm_stops_asking(served) -> None:
     finally:
         weights.close()
     assert found == set(hashes)
+
+
+def test_dcp_read_data_stops_while_the_tensors_are_not_copied_out(served) -> None:
+    """`StorageReader.read_data` reads whole tensors within the budget: while the state dict's first
+    tensor is not copied out (its planner stalls), the reads do not run further ahead than it."""
+    import threading
+
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+
+    nginx, hashes = served
+    go_on, first_in = threading.Event(), threading.Event()
+
+    class Stalling(DefaultLoadPlanner):
+        def commit_tensor(self, read_item, tensor) -> None:
+            first_in.set()
+            assert go_on.wait(60)  # a guard, not a timing
+            super().commit_tensor(read_item, tensor)
+
+    names = sorted(hashes)[1:9]  # eight tensors of TENSOR bytes
+    state = {name: torch.empty(TENSOR // 4) for name in names}
+    storage_reader = reader.torch.StorageReader(nginx.url("model.bin"), max_buffered=2 * TENSOR)
+    loading = threading.Thread(
+        target=dcp.load,
+        args=(state,),
+        kwargs={"storage_reader": storage_reader, "planner": Stalling(), "no_dist": True},
+    )
+    try:
+        storage_reader.read_metadata()
+        nginx.take_log()
+        loading.start()
+        assert first_in.wait(60)
+        time.sleep(1.0)  # room for reads that would run ahead
+        sent = sum(record["bytes"] for record in nginx.take_log())
+        assert sent <= 2 * TENSOR + MIB, sent / MIB  # today: all eight, 128 MiB
+    finally:
+        go_on.set()
+        loading.join(120)
+        storage_reader.close()
+    for name in names:
+        assert hashlib.sha256(state[name].numpy().data).hexdigest() == hashes[name]
+
+
+def test_dcp_refuses_a_budget_of_zero() -> None:
+    with pytest.raises(ValueError, match="max_buffered must be a positive number of bytes"):
+        reader.torch.StorageReader("http://127.0.0.1:9/model.bin", max_buffered=0)
