@@ -12,6 +12,9 @@ compare medians of the same run:
   load's);
 - safe_open: `reader.safe_open(url)` and `get_tensor` of every key in `keys()` order, each dropped
   (peak <= 1.3 GiB; speed >= 0.8x iter's).
+Then (`--bundles`), once: the service (`pt2serve serve m=url`, its own process) answering
+/archives/m/safetensors and /archives/m/ptd to curl, and an exact `reader.compare` of the model with
+itself (a fresh process): their peak RSS against the model's size (informational: they stream).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import pathlib
 import statistics
 import subprocess
 import sys
+import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 for folder in (ROOT, ROOT / "bench"):
@@ -107,21 +111,81 @@ def child(kind: str, url: str, budget: int | None, peaks: dict[str, list[int]]) 
     return result["seconds"]
 
 
+COMPARE = r"""
+import asyncio, json, sys
+import reader
+
+async def main():
+    async with reader.open_archive(sys.argv[1]) as a, reader.open_archive(sys.argv[1]) as b:
+        comparison = await reader.compare(a, b, exact=True)
+    return len(comparison.tensors)
+
+count = asyncio.run(main())
+for line in open("/proc/self/status"):
+    if line.startswith("VmHWM:"):
+        print(json.dumps({"peak": int(line.split()[1]) * 1024, "tensors": count}))
+"""
+
+
+def status_bytes(pid: int, field: str) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith(field):
+                return int(line.split()[1]) * 1024
+    raise LookupError(field)
+
+
+def bundles(url: str, model: int) -> None:
+    """Peak RSS of the service answering the bundles, and of an exact comparison."""
+    from testing.servers import free_port, stop_process, wait_listening
+
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-m", "app", "serve", f"m={url}", "--port", str(port)]
+    server = subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        wait_listening(port, server, "pt2serve serve", 120)
+        for route in ("safetensors", "ptd"):
+            before = status_bytes(server.pid, "VmRSS:")
+            started = time.perf_counter()
+            subprocess.run(
+                ["curl", "-sf", "-o", "/dev/null", f"http://127.0.0.1:{port}/archives/m/{route}"], check=True
+            )
+            seconds = time.perf_counter() - started
+            peak = status_bytes(server.pid, "VmHWM:")
+            print(f"service /{route}: {seconds:6.2f} s, server peak RSS {peak / GIB:5.2f} GiB "
+                  f"({peak / model:4.2f}x model; {before / GIB:.2f} GiB before)")  # fmt: skip
+    finally:
+        stop_process(server)
+    done = subprocess.run(
+        [sys.executable, "-c", COMPARE, url], capture_output=True, text=True, env=env, check=True
+    )
+    peak = json.loads(done.stdout.strip().splitlines()[-1])["peak"]
+    print(
+        f"exact compare of the model with itself: peak RSS {peak / GIB:5.2f} GiB ({peak / model:4.2f}x model)"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--max-buffered", type=int, default=None, help="bytes (default: the library's)")
     parser.add_argument("--contenders", default="load,iter,safe_open")
+    parser.add_argument("--bundles", action="store_true", help="also the service's bundles and a comparison")
     args = parser.parse_args(argv)
     path = make_model()
     model = path.stat().st_size
-    kinds = args.contenders.split(",")
+    kinds = [kind for kind in args.contenders.split(",") if kind]
     print(f"model {model / GIB:.2f} GiB, load average {os.getloadavg()}", flush=True)
     peaks: dict[str, list[int]] = {}
     with NginxProcess(path.parent) as nginx:
         url = nginx.url(path.name)
         contenders = {kind: (lambda kind=kind: child(kind, url, args.max_buffered, peaks)) for kind in kinds}
-        seconds = alternate(contenders, args.repeat)
+        seconds = alternate(contenders, args.repeat) if kinds else {}
+        if args.bundles:
+            bundles(url, model)
     print(f"load average after {os.getloadavg()}")
     medians = {kind: statistics.median(values) for kind, values in seconds.items()}
     for kind in kinds:
