@@ -2,6 +2,7 @@
 takes a model larger than it wants to hold, from nginx on loopback.
 
     python3 bench/stream_memory.py [--repeat N] [--max-buffered BYTES] [--contenders load,iter,safe_open]
+                                   [--before CHECKOUT] [--bundles]
 
 The model is 48 x Linear(4096, 4096) float32 (3 GiB; torch.save's `pytorch_model.bin`), made once
 under /tmp/pt2serve-bench. Each contender runs in a fresh process (open included; its peak RSS is
@@ -12,9 +13,11 @@ compare medians of the same run:
   load's);
 - safe_open: `reader.safe_open(url)` and `get_tensor` of every key in `keys()` order, each dropped
   (peak <= 1.3 GiB; speed >= 0.8x iter's).
-Then (`--bundles`), once: the service (`pt2serve serve m=url`, its own process) answering
-/archives/m/safetensors and /archives/m/ptd to curl, and an exact `reader.compare` of the model with
-itself (a fresh process): their peak RSS against the model's size (informational: they stream).
+`--before DIR` runs each contender on the code of another checkout too (its own defaults), in the same
+rounds: the same-run baseline. Then (`--bundles`), once: the service (`pt2serve serve m=url`, its own
+process) answering /archives/m/safetensors and /archives/m/ptd to curl, and an exact `reader.compare`
+of the model with itself (a fresh process): their peak RSS against the model's size (informational:
+they stream).
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ import torch
 import reader, reader.torch
 
 kind, url, budget = sys.argv[1], sys.argv[2], sys.argv[3]
-budget = int(budget) if budget else None
+keywords = {"max_buffered": int(budget)} if budget else {}  # none: the library's default (or older code)
 
 def peak():
     for line in open("/proc/self/status"):
@@ -57,7 +60,7 @@ def peak():
 async def iterate():
     count = 0
     async with reader.open_archive(url) as archive:
-        async for name, tensor in reader.torch.iter_load(archive, max_buffered=budget):
+        async for name, tensor in reader.torch.iter_load(archive, **keywords):
             count += tensor.numel() > 0
             del tensor
     return count
@@ -68,7 +71,7 @@ def run():
     if kind == "iter":
         return asyncio.run(iterate())
     count = 0
-    with reader.safe_open(url, framework="pt", max_buffered=budget) as handle:
+    with reader.safe_open(url, framework="pt", **keywords) as handle:
         for name in handle.keys():  # noqa: SIM118 - safetensors handles have keys(), no __iter__
             tensor = handle.get_tensor(name)
             count += tensor.numel() > 0
@@ -98,16 +101,18 @@ def make_model() -> pathlib.Path:
     return path
 
 
-def child(kind: str, url: str, budget: int | None, peaks: dict[str, list[int]]) -> float:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def child(
+    kind: str, url: str, budget: int | None, peaks: dict[str, list[int]], code: pathlib.Path = ROOT
+) -> float:
+    env = {**os.environ, "PYTHONPATH": str(code)}
     done = subprocess.run(
         [sys.executable, "-c", CHILD, kind, url, "" if budget is None else str(budget)],
-        capture_output=True, text=True, env=env, timeout=900,
+        capture_output=True, text=True, env=env, timeout=900, cwd=code,  # (-c puts the cwd first on sys.path)
     )  # fmt: skip
     if done.returncode:
         raise RuntimeError(f"{kind}: {done.stderr.strip()[-2000:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    peaks.setdefault(kind, []).append(result["peak"])
+    peaks.setdefault(kind if code == ROOT else f"{kind} (before)", []).append(result["peak"])
     return result["seconds"]
 
 
@@ -173,6 +178,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--max-buffered", type=int, default=None, help="bytes (default: the library's)")
     parser.add_argument("--contenders", default="load,iter,safe_open")
+    parser.add_argument(
+        "--before", type=pathlib.Path, help="a checkout of the code before: its contenders too"
+    )
     parser.add_argument("--bundles", action="store_true", help="also the service's bundles and a comparison")
     args = parser.parse_args(argv)
     path = make_model()
@@ -183,15 +191,18 @@ def main(argv: list[str] | None = None) -> int:
     with NginxProcess(path.parent) as nginx:
         url = nginx.url(path.name)
         contenders = {kind: (lambda kind=kind: child(kind, url, args.max_buffered, peaks)) for kind in kinds}
+        if args.before:
+            for kind in kinds:
+                contenders[f"{kind} (before)"] = lambda kind=kind: child(kind, url, None, peaks, args.before)
         seconds = alternate(contenders, args.repeat) if kinds else {}
         if args.bundles:
             bundles(url, model)
     print(f"load average after {os.getloadavg()}")
     medians = {kind: statistics.median(values) for kind, values in seconds.items()}
-    for kind in kinds:
+    for kind in seconds:
         peak = statistics.median(peaks[kind])
         rate = model / medians[kind] / GIB
-        print(f"{kind:10s} {medians[kind]:6.2f} s  {rate:5.2f} GiB/s  peak RSS {peak / GIB:5.2f} GiB "
+        print(f"{kind:19s} {medians[kind]:6.2f} s  {rate:5.2f} GiB/s  peak RSS {peak / GIB:5.2f} GiB "
               f"({peak / model:4.2f}x model)  rounds {[round(s, 2) for s in seconds[kind]]}")  # fmt: skip
     verdicts = []
     if "load" in medians:
