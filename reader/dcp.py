@@ -92,7 +92,7 @@ class StorageReader(_DcpStorageReader):
     """A DCP StorageReader over a PyTorch ZIP archive at `location` (a path, http(s)://, s3://, gs://,
     az://, hf://, a sharded `*.index.json`); `model` picks one model of a `.pt2` (default: the only
     one, else "model"). `max_buffered`: the bytes of whole tensors read but not yet copied into the
-    state dict, plus those being read (None: PT2SERVE_MAX_BUFFERED, else 512 MiB; a tensor bigger
+    state dict, plus those being read (None: PT2SERVE_MAX_BUFFERED, else 256 MiB; a tensor bigger
     than that is read alone). The other keywords are `reader.open_archive`'s."""
 
     def __init__(

@@ -12,7 +12,7 @@ and container: a `.pt2`, a `torch.save` checkpoint (`pytorch_model.bin`), a shar
   several threads run concurrently. `close()` / leaving the `with` closes the archive and stops the loop.
 - `get_tensor(k)` also reads the keys after `k` in `keys()` order in the background
   (reader.loading.readahead), at most `max_buffered` bytes of them at once (None:
-  PT2SERVE_MAX_BUFFERED, else 512 MiB; a tensor bigger than that is read alone), so a loop over
+  PT2SERVE_MAX_BUFFERED, else 256 MiB; a tensor bigger than that is read alone), so a loop over
   `keys()` (vLLM's and SGLang's weight iterators) is not one read after the other. A key asked for
   out of turn drops what was read ahead and reads ahead from there.
 - Names: the checkpoint of one model (`model=`, else the default one; reader.loading.selection's

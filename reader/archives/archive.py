@@ -193,7 +193,7 @@ class Archive(SourceBacked):
         names and views with it) and is never written again; a failure is raised from the loop.
         Leaving the loop early: `async with contextlib.aclosing(ar.iter_load()) as it` cancels the
         reads at once. Memory (remote sources): storages read ahead of the consumer and those being
-        read hold at most `max_buffered` bytes (None: PT2SERVE_MAX_BUFFERED, else 512 MiB); a
+        read hold at most `max_buffered` bytes (None: PT2SERVE_MAX_BUFFERED, else 256 MiB); a
         storage bigger than that is read alone. A storage's bytes count until the loop asks for the
         next item after its arrays."""
         selection = Selection(model, prefix, names, order, copy, verify, shard)

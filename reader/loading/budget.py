@@ -19,8 +19,9 @@ import os
 import warnings
 
 # Chosen by measurement (bench/README.md, "Streaming within a memory budget"): the 3 GiB model from
-# nginx streams at the speed of a whole load from 256 MiB up; 512 MiB leaves room for a slow consumer.
-DEFAULT_MAX_BUFFERED = 512 << 20
+# nginx streamed no faster with 512 MiB or 1 GiB than with 256 MiB, and safe_open's reads ahead held
+# 0.25 GiB more with 512 MiB.
+DEFAULT_MAX_BUFFERED = 256 << 20
 ENVIRONMENT = "PT2SERVE_MAX_BUFFERED"
 
 

@@ -3,7 +3,7 @@ and the check that they covered every parameter the model has. torch only, no vl
 
 The reads run on a BackgroundLoop (an event loop in a thread of its own), ahead of the consumer:
 while vLLM copies one tensor into its parameter, the next ones are being received, within
-`iter_load`'s memory budget (PT2SERVE_MAX_BUFFERED, else 512 MiB): a tensor is handed over one at a
+`iter_load`'s memory budget (PT2SERVE_MAX_BUFFERED, else 256 MiB): a tensor is handed over one at a
 time, and the next one is asked of `iter_load` only once vLLM comes back for it, so what vLLM
 dropped is free and the reads stop when it stops asking (bounded by bytes, not a queue of tensors).
 Leaving the loop early (a failed `load_weights`) cancels what is still being read.
