@@ -27,6 +27,7 @@ import os
 import queue
 import uuid
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -49,6 +50,7 @@ from .archives.sharded import ShardedArchive
 from .cache import CacheStore
 from .errors import UnsupportedPayload
 from .loading.background import BackgroundLoop
+from .loading.budget import Budget, budget_bytes
 from .loading.regions import Region, RegionOutOfRange, read_regions
 from .loading.selection import checkpoint
 from .loading.sync import open_options
@@ -89,7 +91,9 @@ class _Handle:
 class StorageReader(_DcpStorageReader):
     """A DCP StorageReader over a PyTorch ZIP archive at `location` (a path, http(s)://, s3://, gs://,
     az://, hf://, a sharded `*.index.json`); `model` picks one model of a `.pt2` (default: the only
-    one, else "model"). The other keywords are `reader.open_archive`'s."""
+    one, else "model"). `max_buffered`: the bytes of whole tensors read but not yet copied into the
+    state dict, plus those being read (None: PT2SERVE_MAX_BUFFERED, else 256 MiB; a tensor bigger
+    than that is read alone). The other keywords are `reader.open_archive`'s."""
 
     def __init__(
         self,
@@ -103,8 +107,10 @@ class StorageReader(_DcpStorageReader):
         cache_dir: str | os.PathLike[str] | CacheStore | None = None,
         offline: bool | None = None,
         stale_if_error: bool | None = None,
+        max_buffered: int | None = None,
     ) -> None:
         super().__init__()
+        self._max_buffered = budget_bytes(max_buffered)
         self.location = location
         self.model = model
         self._options = open_options(
@@ -219,21 +225,23 @@ class StorageReader(_DcpStorageReader):
         archive = self.archive()
         landed: queue.SimpleQueue[Any] = queue.SimpleQueue()
 
-        def arrived(region: Region, view: TensorInfo, buffer: np.ndarray) -> None:
-            landed.put((region, view, buffer))
+        def arrived(region: Region, view: TensorInfo, buffer: np.ndarray, done: Callable[[], None]) -> None:
+            landed.put((region, view, buffer, done))
 
         async def run() -> None:
             try:
-                await read_regions(archive, list(items), arrived, self.model)
+                await read_regions(archive, list(items), arrived, self.model, Budget(self._max_buffered))
             finally:
                 landed.put(_DONE)
 
         reading = self._handle.running().submit(run())
         try:
             while (got := landed.get()) is not _DONE:
-                region, view, buffer = got
+                region, view, buffer, done = got
                 for item in items[region]:
                     _copy(item, region, view, buffer, planner)
+                del got, buffer
+                done()  # its bytes count no more
             reading.result()
         except BaseException:
             reading.cancel()

@@ -10,6 +10,11 @@ and container: a `.pt2`, a `torch.save` checkpoint (`pytorch_model.bin`), a shar
   (reader.loading.background); `get_tensor` reads the tensor's row-major bytes and a slice reads
   only the byte runs it covers (reader.bodies.tensor_slice), never opening again. Calls from
   several threads run concurrently. `close()` / leaving the `with` closes the archive and stops the loop.
+- `get_tensor(k)` also reads the keys after `k` in `keys()` order in the background
+  (reader.loading.readahead), at most `max_buffered` bytes of them at once (None:
+  PT2SERVE_MAX_BUFFERED, else 256 MiB; a tensor bigger than that is read alone), so a loop over
+  `keys()` (vLLM's and SGLang's weight iterators) is not one read after the other. A key asked for
+  out of turn drops what was read ahead and reads ahead from there.
 - Names: the checkpoint of one model (`model=`, else the default one; reader.loading.selection's
   `checkpoint`): an exported program's state dict, not its constants (non-persistent buffers, lifted
   tensors), so `keys()` are the model's `state_dict()` keys; asking for a constant raises
@@ -26,6 +31,7 @@ and container: a `.pt2`, a `torch.save` checkpoint (`pytorch_model.bin`), a shar
 
 from __future__ import annotations
 
+import contextlib
 import os
 import weakref
 from typing import TYPE_CHECKING, Any
@@ -38,6 +44,8 @@ from .bodies.tensor_slice import SliceBytes
 from .errors import TensorNotFound, UnsupportedPayload
 from .formats import safetensors as safetensors_format
 from .loading.background import BackgroundLoop, LoopClosed
+from .loading.budget import Budget, budget_bytes
+from .loading.readahead import ReadAhead
 from .loading.selection import PROGRAM_CONSTANT, checkpoint
 from .pt2.dtypes import BY_NAME
 from .pt2.tensorinfo import TensorInfo
@@ -48,6 +56,8 @@ if TYPE_CHECKING:
     from .archives.archive import Archive
     from .cache import CacheStore
 
+# A tensor at least this big is read straight into its buffer (its local header read first).
+STRAIGHT_IN = 1 << 20
 # framework names as safetensors spells them -> which one
 FRAMEWORKS = {"pt": "pt", "torch": "pt", "pytorch": "pt", "np": "np", "numpy": "np"}
 
@@ -75,7 +85,9 @@ class safe_open:  # noqa: N801 - safetensors' name, used the same way
         cache_dir: str | os.PathLike[str] | CacheStore | None = None,
         offline: bool | None = None,
         stale_if_error: bool | None = None,
+        max_buffered: int | None = None,
     ) -> None:
+        budget = Budget(budget_bytes(max_buffered))
         self._framework = _framework(framework)
         self._device = _device(self._framework, device)
         where = os.fspath(location) if isinstance(location, (str, os.PathLike)) else location.location
@@ -96,7 +108,8 @@ class safe_open:  # noqa: N801 - safetensors' name, used the same way
         except BaseException:
             self._loop.close()
             raise
-        self._closer = weakref.finalize(self, _close, self._loop, self._archive)
+        self._reading_ahead: list[ReadAhead] = []  # the finalizer's to stop (it must not hold the handle)
+        self._closer = weakref.finalize(self, _close, self._loop, self._archive, self._reading_ahead)
         try:
             self._model = self._archive.resolve_model(model)
             tensors = checkpoint(self._archive, self._model)
@@ -106,6 +119,14 @@ class safe_open:  # noqa: N801 - safetensors' name, used the same way
         writable = safetensors_format.writable
         self._tensors = {info.name: info for info in tensors if writable(info)}
         self._skipped = {info.name: info for info in tensors if not writable(info)}
+        archive, infos = self._archive, self._tensors
+        self._ahead = ReadAhead(
+            lambda name: _read_whole(archive, infos[name]),
+            {name: info.nbytes or 0 for name, info in infos.items()},
+            sorted(infos),  # keys()
+            budget,
+        )
+        self._reading_ahead.append(self._ahead)
 
     # -- the context manager ------------------------------------------------------------------------
 
@@ -160,9 +181,9 @@ class safe_open:  # noqa: N801 - safetensors' name, used the same way
         return self._archive.stats
 
     def get_tensor(self, name: str) -> Any:
-        """The whole tensor, a fresh row-major copy (one read of its bytes)."""
+        """The whole tensor, a fresh row-major copy (one read of its bytes, perhaps made ahead)."""
         info = self._info(name)
-        buffer = self._loop_run(_read_whole(self._archive, info))
+        buffer = self._loop_run(self._ahead.get(name))
         return self._convert(buffer, info, info.sizes or ())
 
     def get_tensors(self) -> dict[str, Any]:
@@ -255,8 +276,15 @@ async def _opened(opening: open_archive) -> Archive | ShardedArchive:
 
 
 async def _read_whole(archive: Archive | ShardedArchive, info: TensorInfo) -> np.ndarray:
+    """The tensor's row-major bytes in a buffer of their own. A big one's data offset is found first
+    (its local header: one small request), so that its bytes go straight into the buffer: read
+    with the header, they came as bytes and a copy, twice the tensor for a moment."""
     buffer = np.empty(info.nbytes or 0, dtype=np.uint8)
-    await archive.read_into(info.name, buffer, info.model, "contiguous")
+    tensor = archive.tensor(info.name, info.model, "contiguous")
+    if tensor.length >= STRAIGHT_IN:
+        with contextlib.suppress(ValueError):  # not a stored run of bytes: gathered, as before
+            await tensor.archive_span()
+    await tensor.read_into(buffer)
     return buffer
 
 
@@ -265,10 +293,13 @@ async def _read_slice(sliced: SliceBytes) -> np.ndarray:
     return np.frombuffer(bytearray(data), dtype=np.uint8)
 
 
-def _close(loop: BackgroundLoop, archive: Archive | ShardedArchive) -> None:
-    """Close the archive on its loop, then stop the loop (a finalizer: holds no handle)."""
+def _close(loop: BackgroundLoop, archive: Archive | ShardedArchive, reading_ahead: list[ReadAhead]) -> None:
+    """Stop reading ahead, close the archive on its loop, then stop the loop (a finalizer: holds no
+    handle)."""
     try:
         if loop.usable:
+            for ahead in reading_ahead:
+                loop.run(ahead.stop())
             loop.run(archive.close())
     finally:
         loop.close()

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from .bodies.tensor import Order
 from .bodies.tensor_slice import SliceBytes
+from .loading.budget import budget_bytes
 from .loading.load import iter_storages, load_storages
 from .loading.selection import Selection
 from .loading.shards import Shard
@@ -63,9 +64,13 @@ def iter_load(
     copy: bool = False,
     verify: bool | None = None,
     shard: Shard | None = None,
+    max_buffered: int | None = None,
 ) -> AsyncIterator[tuple[str, _torch.Tensor]]:
-    """`Archive.iter_load` as torch tensors: `async for name, tensor in reader.torch.iter_load(ar)`."""
-    return _iter_tensors(archive, Selection(model, prefix, names, order, copy, verify, shard))
+    """`Archive.iter_load` as torch tensors: `async for name, tensor in reader.torch.iter_load(ar)`,
+    within the same memory budget (`max_buffered`: a storage's bytes count until the loop asks for
+    the next tensor after its tensors; a storage bigger than the budget is read alone)."""
+    selection = Selection(model, prefix, names, order, copy, verify, shard)
+    return _iter_tensors(archive, selection, budget_bytes(max_buffered))
 
 
 async def _tensors(archive: Archive | ShardedArchive, selection: Selection) -> dict[str, _torch.Tensor]:
@@ -81,7 +86,7 @@ async def _tensors(archive: Archive | ShardedArchive, selection: Selection) -> d
 
 
 async def _iter_tensors(
-    archive: Archive | ShardedArchive, selection: Selection
+    archive: Archive | ShardedArchive, selection: Selection, max_buffered: int
 ) -> AsyncIterator[tuple[str, _torch.Tensor]]:
     import torch
 
@@ -89,16 +94,18 @@ async def _iter_tensors(
 
     if isinstance(archive, ShardedArchive):  # shard after shard, each part as it lands
         for shard, part in archive.parts(selection):
-            async with contextlib.aclosing(_iter_tensors(shard, part)) as tensors:
+            async with contextlib.aclosing(_iter_tensors(shard, part, max_buffered)) as tensors:
                 async for item in tensors:
                     yield item
         return
 
-    async with contextlib.aclosing(iter_storages(archive, selection)) as storages:  # closed with this one
+    storages = iter_storages(archive, selection, max_buffered)
+    async with contextlib.aclosing(storages):  # closed with this one
         async for infos, buffer in storages:
             storage = storage_of(torch, buffer)
             for info in infos:
                 yield info.name, _tensor(torch, info, storage, selection)
+            del buffer, storage  # the consumer came back: what it dropped is free
 
 
 def _tensor(

@@ -92,16 +92,65 @@ async def _compare(path_a: str, path_b: str, exact: str = "") -> dict[str, Any]:
     }
 
 
-SCENARIOS = {"open": _open, "service_ranges": _service_ranges, "compare": _compare}
+async def _stream_dropped(url: str, max_buffered: str, how: str = "iter_load") -> dict[str, Any]:
+    """Every tensor of `url` within `max_buffered`, hashed and dropped as it lands (a loader copying
+    to a GPU): through `reader.torch.iter_load`, or (`how="safe_open"`) `reader.safe_open`'s
+    `get_tensor` over `keys()`. The hashes, and the resident set before the load (VmHWM is reset to
+    it, so `peak_rss` is the load's peak)."""
+    import hashlib
+
+    import torch  # noqa: F401 - imported before the baseline (reader.torch imports it when first used)
+
+    import reader
+    import reader.torch
+
+    hashes = {}
+    if how == "safe_open":
+        with reader.safe_open(url, max_buffered=int(max_buffered)) as handle:
+            before = _reset_peak()
+            for name in handle.keys():  # noqa: SIM118 - safetensors handles have keys(), no __iter__
+                tensor = handle.get_tensor(name)
+                hashes[name] = hashlib.sha256(tensor.numpy().data).hexdigest()  # no copy
+                del tensor
+        return {"hashes": hashes, "rss_before": before}
+    async with reader.open_archive(url) as archive:
+        before = _reset_peak()
+        async for name, tensor in reader.torch.iter_load(archive, max_buffered=int(max_buffered)):
+            hashes[name] = hashlib.sha256(tensor.numpy().data).hexdigest()  # no copy
+            del tensor
+    return {"hashes": hashes, "rss_before": before}
+
+
+def _reset_peak() -> int:
+    """VmHWM := VmRSS; the resident set now."""
+    with open("/proc/self/clear_refs", "w") as refs:
+        refs.write("5")
+    return _status("VmRSS:")
+
+
+SCENARIOS = {
+    "open": _open,
+    "service_ranges": _service_ranges,
+    "compare": _compare,
+    "stream_dropped": _stream_dropped,
+}
+
+
+def _status(field: str) -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field):
+                return int(line.split()[1]) * 1024
+    raise LookupError(field)
 
 
 def peak_rss() -> int:
     """This process's peak resident set in bytes: VmHWM, which starts afresh at exec (ru_maxrss keeps
     the peak of the process that forked this one, a test runner holding hundreds of MB)."""
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
+    try:
+        return _status("VmHWM:")
+    except LookupError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
 
 

@@ -21,6 +21,7 @@ from ..errors import (
     TensorNotFound,
     UnsupportedPayload,
 )
+from ..loading.budget import budget_bytes
 from ..loading.load import iter_arrays, load_arrays
 from ..loading.selection import Payloads, Selection
 from ..loading.shards import Shard
@@ -185,13 +186,18 @@ class Archive(SourceBacked):
         copy: bool = False,
         verify: bool | None = None,
         shard: Shard | None = None,
+        max_buffered: int | None = None,
     ) -> AsyncIterator[tuple[str, np.ndarray]]:
         """What `load` returns, as (name, array) pairs in the order the storages land: the same
-        plan, reads, memory and checks. An array is handed over once its storage is in and checked
-        (tied names and views with it) and is never written again; a failure is raised from the
-        loop. Leaving the loop early: `async with contextlib.aclosing(ar.iter_load()) as it`
-        cancels the reads at once."""
-        return iter_arrays(self, Selection(model, prefix, names, order, copy, verify, shard))
+        plan, reads and checks. An array is handed over once its storage is in and checked (tied
+        names and views with it) and is never written again; a failure is raised from the loop.
+        Leaving the loop early: `async with contextlib.aclosing(ar.iter_load()) as it` cancels the
+        reads at once. Memory (remote sources): storages read ahead of the consumer and those being
+        read hold at most `max_buffered` bytes (None: PT2SERVE_MAX_BUFFERED, else 256 MiB); a
+        storage bigger than that is read alone. A storage's bytes count until the loop asks for the
+        next item after its arrays."""
+        selection = Selection(model, prefix, names, order, copy, verify, shard)
+        return iter_arrays(self, selection, budget_bytes(max_buffered))
 
     def payloads(self) -> Payloads:
         """What a load reads through (reader.loading): the source, the entries and the fetcher."""

@@ -122,6 +122,7 @@ class ArchiveLike(Protocol):
         copy: bool = False,
         verify: bool | None = None,
         shard: Shard | None = None,
+        max_buffered: int | None = None,
     ) -> AsyncIterator[tuple[str, np.ndarray]]: ...
 
     @property

@@ -16,6 +16,7 @@ from ..zipfmt import ZipEntry
 from .arrays import view_array
 from .blockplan import SMALL_WHOLE, Block, set_small_apart, split_by_shard
 from .blocks import read_blocks
+from .budget import Budget, Ledger, budget_bytes
 from .plan import LoadPlan, plan_load
 from .selection import Loadable, Payloads, Selection
 from .storages import Buffers, Landed, read_storages
@@ -47,13 +48,18 @@ async def read_planned(
     blocks: list[Block],
     selection: Selection,
     landed: Landed | None = None,
+    ledger: Ledger | None = None,
 ) -> Buffers:
-    """The plan's storages and the blocks' buffers, read at once; `landed` hears of each as it lands."""
+    """The plan's storages and the blocks' buffers, read at once; `landed` hears of each as it lands.
+    With a `ledger`, the whole storages of a remote source are read within its budget (a shard's
+    blocks are not counted)."""
     source, fetcher = payloads.source, payloads.fetcher
     nearby: list[ZipEntry] = []
     if blocks and not source.local:  # requests cost: small ones join the headers
         plan, nearby = set_small_apart(plan, SMALL_WHOLE)
-    whole = read_storages(source, fetcher, plan, copy=selection.copy, verify=selection.verify, landed=landed)
+    whole = read_storages(
+        source, fetcher, plan, copy=selection.copy, verify=selection.verify, landed=landed, ledger=ledger
+    )
     if not blocks:
         return await whole
     async with task_group() as group:  # the first failure cancels the rest
@@ -69,23 +75,38 @@ def _ignore(buffers: Buffers) -> None:
 
 
 async def iter_storages(
-    archive: Loadable, selection: Selection
+    archive: Loadable, selection: Selection, max_buffered: int | None = None
 ) -> AsyncIterator[tuple[list[TensorInfo], np.ndarray]]:
     """The same plan and reads as `load_storages`, handed over as they land: each storage (once it
     is in and checked) with the selected tensors that view it, in completion order. A failure of
-    any read is raised here; leaving the loop early (aclose) cancels what is still being read."""
+    any read is raised here; leaving the loop early (aclose) cancels what is still being read.
+
+    Memory (remote sources): the storages read but not yet handed over, plus those being read, hold
+    at most `max_buffered` bytes (reader.loading.budget; None: PT2SERVE_MAX_BUFFERED or the
+    default). A range's bytes are given back when the consumer comes back for more after its last
+    storage, so a consumer that drops each tensor keeps the load within the budget, and one that
+    stops asking stops the reads. A storage bigger than the budget is read alone."""
+    ledger = Ledger(Budget(budget_bytes(max_buffered)))
     payloads = archive.payloads()
     plan, blocks = _plan(archive, payloads, selection)
     views: dict[str, list[TensorInfo]] = {}
     for info in plan.tensors:
         views.setdefault(info.storage.entry, []).append(info)
     arrived: asyncio.Queue[Buffers] = asyncio.Queue()
-    reading = asyncio.ensure_future(read_planned(payloads, plan, blocks, selection, arrived.put_nowait))
+    reading = asyncio.ensure_future(
+        read_planned(payloads, plan, blocks, selection, arrived.put_nowait, ledger)
+    )
     try:
         while views:
-            for name, buffer in (await _next_batch(arrived, reading)).items():
+            batch = await _next_batch(arrived, reading)
+            while batch:
+                name = next(iter(batch))  # in the order they landed
+                buffer = batch.pop(name)
                 yield views.pop(name), buffer
+                del buffer  # the consumer came back: what it dropped is free
+                ledger.consumed([name])
     finally:
+        ledger.release_all()
         if not reading.done():
             reading.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -125,11 +146,15 @@ async def load_arrays(archive: Loadable, selection: Selection) -> dict[str, np.n
     }
 
 
-async def iter_arrays(archive: Loadable, selection: Selection) -> AsyncIterator[tuple[str, np.ndarray]]:
-    """`load_arrays`' arrays as their storages land (see `iter_storages`)."""
+async def iter_arrays(
+    archive: Loadable, selection: Selection, max_buffered: int | None = None
+) -> AsyncIterator[tuple[str, np.ndarray]]:
+    """`load_arrays`' arrays as their storages land, within `max_buffered` (see `iter_storages`)."""
     source = archive.payloads().source
-    async with contextlib.aclosing(iter_storages(archive, selection)) as storages:  # closed with this one
+    storages = iter_storages(archive, selection, max_buffered)
+    async with contextlib.aclosing(storages):  # closed with this one
         async for infos, buffer in storages:
             read_only(source, buffer)
             for info in infos:
                 yield info.name, view_array(info, buffer, selection.order)
+            del buffer

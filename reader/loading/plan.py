@@ -123,6 +123,19 @@ def set_apart(rng: ReadRange, limit: int) -> list[ReadRange]:
     return ranges + ([_range(run)] if run else [])
 
 
+def split_within(rng: ReadRange, limit: int) -> list[ReadRange]:
+    """`rng` cut between entries into ranges of at most `limit` bytes (an entry bigger than that is
+    a range of its own): what a streaming read takes from its memory budget at once."""
+    ranges: list[ReadRange] = []
+    run: list[ZipEntry] = []
+    for entry in rng.entries:
+        if run and entry.region_end - run[0].header_offset > limit:
+            ranges.append(_range(run))
+            run = []
+        run.append(entry)
+    return ranges + ([_range(run)] if run else [])
+
+
 def _range(run: list[ZipEntry]) -> ReadRange:
     return ReadRange(run[0].header_offset, max(entry.region_end for entry in run), tuple(run))
 

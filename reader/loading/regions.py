@@ -6,10 +6,17 @@ locally), as a load reads it; any other is a block (blocks.py): its runs, coales
 region's into as few ranged requests as the store allows, read at once with the whole storages (the
 same `read_planned` a sharded load goes through). Each region's bytes are handed over as they land.
 A sharded checkpoint's regions are read shard by shard, the shards concurrently.
+
+Memory (remote sources): the whole storages read but not yet copied out, and those being read, hold
+at most a `Budget` (reader/loading/budget.py; the shards share it): `landed`'s `done` says a region
+was copied out, and a range's bytes are given back once every region it holds was. The blocks of
+partial regions are a rank's own part and are not counted.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -20,6 +27,7 @@ from ..errors import ReaderError
 from ..pt2.tensorinfo import TensorInfo
 from ..tasks import task_group
 from .blockplan import Block, cut_block
+from .budget import Budget, Ledger, budget_bytes
 from .load import read_planned
 from .plan import plan_load
 from .selection import Selection
@@ -68,8 +76,9 @@ class Region:
 
 
 # Hears of each region once its bytes are in: the region, a TensorInfo viewing `buffer` (its sizes,
-# strides, storage offset in elements), and the buffer (read-only: copy out of it).
-RegionLanded = Callable[[Region, TensorInfo, np.ndarray], None]
+# strides, storage offset in elements), the buffer (read-only: copy out of it), and `done`, to call
+# (from any thread) once it was copied out: what the region held counts against the budget till then.
+RegionLanded = Callable[[Region, TensorInfo, np.ndarray, Callable[[], None]], None]
 
 
 async def read_regions(
@@ -77,12 +86,15 @@ async def read_regions(
     regions: Sequence[Region],
     landed: RegionLanded,
     model: str | None = None,
+    budget: Budget | None = None,
 ) -> None:
     """Every region's bytes, handed to `landed` as they land; a region of no bytes (a length 0) is
     handed over at once. TensorNotFound for a name the model lacks, RegionOutOfRange for a region
-    outside its tensor, both before anything is read."""
+    outside its tensor, both before anything is read. `budget`: None reads PT2SERVE_MAX_BUFFERED,
+    else the default."""
     from ..archives.sharded import ShardedArchive
 
+    budget = budget or Budget(budget_bytes(None))
     if isinstance(archive, ShardedArchive):
         by_shard: dict[str, tuple[Archive, list[Region]]] = {}
         for region in regions:
@@ -90,13 +102,13 @@ async def read_regions(
             by_shard.setdefault(shard.location, (shard, []))[1].append(region)
         async with task_group() as group:  # a failure cancels the other shards' reads
             for shard, part in by_shard.values():
-                group.create_task(_read_archive(shard, part, landed, None))
+                group.create_task(_read_archive(shard, part, landed, None, budget))
         return
-    await _read_archive(archive, regions, landed, model)
+    await _read_archive(archive, regions, landed, model, budget)
 
 
 async def _read_archive(
-    archive: Archive, regions: Sequence[Region], landed: RegionLanded, model: str | None
+    archive: Archive, regions: Sequence[Region], landed: RegionLanded, model: str | None, budget: Budget
 ) -> None:
     payloads = archive.payloads()
     views: dict[str, list[tuple[Region, TensorInfo]]] = {}  # buffer key -> the regions it holds
@@ -107,7 +119,7 @@ async def _read_archive(
         region.check(info)
     for region, info in infos:
         if region.empty():
-            landed(region, info, np.empty(0, np.uint8))
+            landed(region, info, np.empty(0, np.uint8), _nothing)
         elif region.whole(info):
             whole.setdefault((info.model, info.name), info)
             views.setdefault(info.storage.entry, []).append((region, info))
@@ -117,11 +129,28 @@ async def _read_archive(
                 blocks[key] = cut_block(info, region.index(), payloads.entries[info.storage.entry], key)
             views.setdefault(key, []).append((region, blocks[key].info))
 
+    ledger = Ledger(budget)
+    loop = asyncio.get_running_loop()
+    copying = {key: len(held) for key, held in views.items()}  # regions not yet copied out, by buffer
+
+    def copied(key: str) -> None:  # on the loop
+        copying[key] -= 1
+        if not copying[key]:
+            ledger.consumed([key])
+
     def arrived(buffers: dict[str, np.ndarray]) -> None:
         for key, buffer in buffers.items():
+            done = functools.partial(loop.call_soon_threadsafe, copied, key)
             for region, view in views.get(key, ()):
-                landed(region, view, buffer)
+                landed(region, view, buffer, done)
 
     if views:
         plan = plan_load(list(whole.values()), payloads.entries)
-        await read_planned(payloads, plan, list(blocks.values()), Selection(), arrived)
+        try:
+            await read_planned(payloads, plan, list(blocks.values()), Selection(), arrived, ledger)
+        finally:
+            ledger.release_all()
+
+
+def _nothing() -> None:
+    pass

@@ -34,8 +34,9 @@ from ..sources import ByteSource
 from ..tasks import task_group
 from ..zipfmt import ZipEntry
 from ..zipfmt.structs import METHOD_STORED
+from .budget import Ledger
 from .landing import Arrivals, Follower
-from .plan import LoadPlan, ReadRange, group_ranges, set_apart
+from .plan import LoadPlan, ReadRange, group_ranges, set_apart, split_within
 from .prefault import prefaulting
 
 Buffers = dict[str, np.ndarray]
@@ -52,6 +53,10 @@ IN_PLACE_GAP = 64 << 10
 # after the smaller ranges, so that GPT-2's 154 MB embedding (the archive's first third) does not
 # hold back the tensors behind it. One more request; the same bytes and checks.
 APART = 32 << 20
+# Within a memory budget (a streaming read), a range takes at most this share of it, so that several
+# are in flight while the consumer holds others; ranges this small or bigger run this many at once.
+BUDGET_SHARE = 4
+BUDGETED_BIG_AT_ONCE = 2
 
 
 async def read_storages(
@@ -62,9 +67,13 @@ async def read_storages(
     copy: bool = False,
     verify: bool | None = None,
     landed: Landed | None = None,
+    ledger: Ledger | None = None,
 ) -> Buffers:
     """Every storage of `plan` by entry name; zero payloads are zeros of the views' extent.
-    `landed` (when given) hears of each batch of storages as soon as they are in and checked."""
+    `landed` (when given) hears of each batch of storages as soon as they are in and checked.
+    With a `ledger` (a streaming read, remote), each range takes its bytes from the budget before it
+    is read and the storages are handed to `landed` only, not kept: what is returned holds the
+    zero payloads alone."""
     heard = landed or _ignore
     buffers: Buffers = {
         name: np.zeros(storage.nbytes, dtype=np.uint8)
@@ -80,6 +89,8 @@ async def read_storages(
             mapped = _mapped(source, fetcher, plan, copy, verify)
         heard(mapped)
         buffers.update(mapped)
+    elif ledger is not None:
+        await _streamed(source, fetcher, plan, heard, ledger)
     else:
         buffers.update(await _received(source, fetcher, plan, heard, apart=landed is not None))
     return buffers
@@ -176,6 +187,38 @@ async def _received(
             group.create_task(read_small(rng))
         group.create_task(read_big())
     return buffers
+
+
+async def _streamed(
+    source: ByteSource, fetcher: EntryFetcher, plan: LoadPlan, landed: Landed, ledger: Ledger
+) -> None:
+    """The plan's ranges read in archive order, none launched before its bytes fit in the budget;
+    each storage goes to `landed` and is not kept here."""
+    share = max(1, ledger.budget.capacity // BUDGET_SHARE)
+    ranges = [
+        piece
+        for rng in plan.ranges
+        for part in group_ranges(rng.entries, IN_PLACE_GAP)
+        for piece in split_within(part, share)
+    ]
+    small, big = asyncio.Semaphore(SMALL_RANGES_AT_ONCE), asyncio.Semaphore(BUDGETED_BIG_AT_ONCE)
+
+    async def read(rng: ReadRange, gate: asyncio.Semaphore) -> None:
+        try:
+            await _read_range(source, fetcher, rng, landed)
+        finally:
+            gate.release()
+
+    async with task_group() as group:  # the first failure cancels the rest
+        for rng in ranges:
+            gate = small if rng.size <= SMALL_RANGE else big
+            await gate.acquire()
+            try:
+                await ledger.take(rng.size, [entry.name for entry in rng.entries])
+            except BaseException:
+                gate.release()
+                raise
+            group.create_task(read(rng, gate))
 
 
 async def _read_range(source: ByteSource, fetcher: EntryFetcher, rng: ReadRange, landed: Landed) -> Buffers:

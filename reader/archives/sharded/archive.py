@@ -38,6 +38,7 @@ from ...errors import (
     SourceError,
     TensorNotFound,
 )
+from ...loading.budget import budget_bytes
 from ...loading.selection import Selection
 from ...loading.shards import Shard
 from ...pt2.checkpoint import CHECKPOINT_MODEL
@@ -308,15 +309,18 @@ class ShardedArchive(SourceBacked):
         copy: bool = False,
         verify: bool | None = None,
         shard: Shard | None = None,
+        max_buffered: int | None = None,
     ) -> AsyncIterator[tuple[str, np.ndarray]]:
         """`(name, array)` for the selection `load` makes, in completion order: each shard's part
-        through its own `iter_load`, READ_CONCURRENCY shards at once. Stopping early cancels what
-        is still reading."""
-        landed: asyncio.Queue[tuple[str, np.ndarray] | None] = asyncio.Queue()
+        through its own `iter_load`, READ_CONCURRENCY shards at once, each within its share of
+        `max_buffered` (a part hands over one array at a time, when the consumer takes it).
+        Stopping early cancels what is still reading."""
+        share = max(1, budget_bytes(max_buffered) // READ_CONCURRENCY)
+        landed: asyncio.Queue[tuple[str, np.ndarray] | None] = asyncio.Queue(maxsize=1)
 
         async def part(archive: Archive, selection: Selection) -> dict[str, Any]:
-            async for item in archive.iter_load(**selection.keywords()):
-                landed.put_nowait(item)
+            async for item in archive.iter_load(**selection.keywords(), max_buffered=share):
+                await landed.put(item)
             return {}
 
         async def run() -> None:
@@ -324,7 +328,7 @@ class ShardedArchive(SourceBacked):
                 selection = Selection(model, prefix, names, order, copy, verify, shard)
                 await self._by_shard(self.parts(selection), part)
             finally:
-                landed.put_nowait(None)
+                await landed.put(None)
 
         task = asyncio.ensure_future(run())
         try:

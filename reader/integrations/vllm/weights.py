@@ -2,12 +2,16 @@
 and the check that they covered every parameter the model has. torch only, no vllm.
 
 The reads run on a BackgroundLoop (an event loop in a thread of its own), ahead of the consumer:
-while vLLM copies one tensor into its parameter, the next ones are being received. Leaving the
-loop early (a failed `load_weights`) cancels what is still being read.
+while vLLM copies one tensor into its parameter, the next ones are being received, within
+`iter_load`'s memory budget (PT2SERVE_MAX_BUFFERED, else 256 MiB): a tensor is handed over one at a
+time, and the next one is asked of `iter_load` only once vLLM comes back for it, so what vLLM
+dropped is free and the reads stop when it stops asking (bounded by bytes, not a queue of tensors).
+Leaving the loop early (a failed `load_weights`) cancels what is still being read.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import queue
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -15,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from ...archives.opener import open_archive
 from ...errors import ReaderError
-from ...loading.background import BackgroundLoop
+from ...loading.background import BackgroundLoop, LoopClosed
+from ...loading.budget import budget_bytes
 from ...loading.selection import checkpoint
 from ...torch import iter_load
 
@@ -38,20 +43,34 @@ class WeightsNotLoaded(ReaderError, ValueError):
 
 
 def iter_weights(
-    locations: Sequence[str], *, options: dict[str, Any], verify: bool | None = None
+    locations: Sequence[str],
+    *,
+    options: dict[str, Any],
+    verify: bool | None = None,
+    max_buffered: int | None = None,
 ) -> Iterator[tuple[str, torch.Tensor]]:
     """Every readable tensor of the checkpoint of each archive at `locations` (opened with
     `open_archive`'s `options`; an exported program's state dict, not its constants), by the name the
-    checkpoint gives it, in the order they land; a read's failure is raised here."""
-    arrived: queue.Queue[Any] = queue.Queue()
+    checkpoint gives it, in the order they land; a read's failure is raised here. At most
+    `max_buffered` bytes are read ahead (None: PT2SERVE_MAX_BUFFERED, else the default)."""
+    budget = budget_bytes(max_buffered, "max_buffered")
+    arrived: queue.Queue[Any] = queue.Queue()  # one tensor at a time: each waits for `asked`
+    asked = asyncio.Event()
 
     async def read_all() -> None:
         for location in locations:
             async with open_archive(location, **options) as archive:
                 names = [info.name for info in checkpoint(archive) if info.readable]
-                async with contextlib.aclosing(iter_load(archive, names=names, verify=verify)) as tensors:
+                tensors = iter_load(archive, names=names, verify=verify, max_buffered=budget)
+                async with contextlib.aclosing(tensors):
                     async for item in tensors:
                         arrived.put(item)
+                        del item
+                        await asked.wait()  # vLLM is done with it: the next one frees its storage
+                        asked.clear()
+
+    async def ask() -> None:
+        asked.set()
 
     loop = BackgroundLoop("pt2serve-vllm-weights")
     try:
@@ -59,6 +78,9 @@ def iter_weights(
         reading.add_done_callback(lambda _: arrived.put(_DONE))  # after every tensor it put
         while (item := arrived.get()) is not _DONE:
             yield item
+            del item
+            with contextlib.suppress(LoopClosed):
+                loop.run(ask())
         reading.result()  # the reads' failure, if any
     finally:
         loop.close()  # cancels what is still being read, and ends the thread
