@@ -1,0 +1,77 @@
+"""The vLLM format's tensor-parallel reading (reader/integrations/vllm/ranks.py) without vLLM: two
+rank processes in a gloo group on loopback (testing/tp_ranks.py) read one torch-exported archive
+from a FaultServer together. Each is handed every tensor of the checkpoint, exact, while the
+server sends about one copy of the tensors' bytes, not one per rank; an object replaced while the
+ranks read fails both ranks with SourceChanged (the owner's read sees it, the other learns it), and
+neither is left waiting.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from testing import versioned_archives
+from testing.faultserver import ChangeObject, FaultServer
+from testing.servers import free_port
+from testing.tp_ranks import describe, run_ranks
+
+pytestmark = pytest.mark.emulator
+
+PATH = "/net.pt2"
+RANKS = 2
+
+
+@pytest.fixture(scope="module")
+def two_versions(tmp_path_factory) -> tuple[pathlib.Path, pathlib.Path]:
+    """Two versions of one archive with 8 MiB of tensors: each rank's open (the archive's tail) is
+    small beside them."""
+    out = tmp_path_factory.mktemp("versions")
+    return tuple(
+        versioned_archives.write_version(out / f"v{version}" / "net.pt2", version, width=512, depth=8)
+        for version in (1, 2)
+    )
+
+
+def _checkpoint(path: pathlib.Path) -> dict[str, dict]:
+    """The archive's state dict as torch loads it, described as the ranks describe theirs."""
+    import torch
+
+    return {name: describe(tensor) for name, tensor in torch.export.load(str(path)).state_dict.items()}
+
+
+async def test_two_ranks_each_get_every_tensor_while_the_store_sends_it_once(two_versions, tmp_path) -> None:
+    v1, _ = two_versions
+    expected = _checkpoint(v1)
+    async with FaultServer(objects={PATH: v1.read_bytes()}) as server:
+        results = await run_ranks(server.url(PATH), RANKS, free_port(), tmp_path)
+        sent = sum(record.body_bytes for record in server.log)
+
+    for result in results:
+        assert result.get("tensors") == expected, result.get("message")
+    tensor_bytes = sum(tensor.numel() * tensor.element_size() for tensor in _tensors(v1))
+    assert sent <= 1.1 * v1.stat().st_size, f"sent {sent} for {tensor_bytes} bytes of tensors"  # each all: 2x
+
+
+async def test_an_object_replaced_while_the_ranks_read_fails_every_rank_with_source_changed(
+    two_versions, tmp_path
+) -> None:
+    v1, v2 = two_versions
+    async with FaultServer(objects={PATH: v1.read_bytes()}) as server:
+        await run_ranks(server.url(PATH), RANKS, free_port(), tmp_path / "clean")
+        requests = len(server.log)  # the opens come first (the ranks agree before any read): the
+        server.log.clear()  # last request is a tensor's read
+        change = ChangeObject(data=v2.read_bytes(), after=requests - 1)
+        server.faults.append(change)
+        results = await run_ranks(server.url(PATH), RANKS, free_port(), tmp_path / "changed")
+
+    assert change.applied == 1 and server.log[-1].status == 412  # a rank's read saw the change
+
+    assert [result.get("error") for result in results] == ["SourceChanged"] * RANKS, results
+
+
+def _tensors(path: pathlib.Path) -> list:
+    import torch
+
+    return list(torch.export.load(str(path)).state_dict.values())
