@@ -3,7 +3,8 @@
 `load_weights` hands the checkpoint's `(name, tensor)` pairs to the model's own `load_weights` as
 they land, by the names the checkpoint gives them (HF names in a `pytorch_model.bin`, `state_dict`
 names in a `.pt2` exported from an HF model, its program's constants left out: what vLLM's models
-map), then fails with the names of the parameters nothing filled.
+map), then fails with the names of the parameters nothing filled. Under tensor parallelism the
+ranks read the checkpoint once between them (ranks.py) unless the settings say each reads all.
 """
 
 from __future__ import annotations
