@@ -214,9 +214,9 @@ def _agree(group: RankGroup, opened: tuple[str, list[str]] | None, error: BaseEx
         raise _rank_error(rank, message)
     versions = {identity for (identity, _), _ in everyone}
     if len(versions) > 1 or any(names != opened[1] for (_, names), _ in everyone):  # type: ignore[index]
-        raise SourceChanged(
-            f"the tensor-parallel ranks opened different versions of the checkpoint ({sorted(versions)}): "
-            "it changed while they opened it; load again"
+        raise SourceChanged(  # the identities are not shown: a presigned URL's carries credentials
+            f"the {group.size} tensor-parallel ranks opened {len(versions)} different versions of the "
+            "checkpoint (or different tensors): it changed while they opened it; load again"
         )
 
 
