@@ -3,7 +3,7 @@ rank processes in a gloo group on loopback (testing/tp_ranks.py) read one torch-
 from a FaultServer together. Each is handed every tensor of the checkpoint, exact, while the
 server sends about one copy of the tensors' bytes, not one per rank; an object replaced while the
 ranks read fails both ranks with SourceChanged (the owner's read sees it, the other learns it), and
-neither is left waiting.
+neither is left waiting; ranks that opened different versions both fail before reading a tensor.
 """
 
 from __future__ import annotations
@@ -72,6 +72,21 @@ async def test_an_object_replaced_while_the_ranks_read_fails_every_rank_with_sou
 
     assert change.applied == 1 and 412 in [record.status for record in server.log]  # a read saw it
     assert [result.get("error") for result in results] == ["SourceChanged"] * RANKS, results
+
+
+async def test_ranks_that_opened_different_versions_all_fail_with_source_changed_before_reading(
+    two_versions, tmp_path
+) -> None:
+    v1, v2 = two_versions
+    async with FaultServer(objects={PATH: v1.read_bytes()}) as server:
+        change = ChangeObject(data=v2.read_bytes(), after=1)  # the second rank's open sees version 2
+        server.faults.append(change)
+        results = await run_ranks(server.url(PATH), RANKS, free_port(), tmp_path)
+
+    assert change.applied == 1
+    assert [result.get("error") for result in results] == ["SourceChanged"] * RANKS, results
+    assert all((record.range or "").startswith("bytes=-") for record in server.log)  # nothing read after
+    assert len(server.log) == RANKS
 
 
 @dataclasses.dataclass
