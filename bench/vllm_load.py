@@ -26,6 +26,15 @@ Where runai_streamer cannot run here, the baseline becomes `aws s3 cp` of the sa
 (the AWS CLI in a tool venv) then vLLM's own safetensors load, and the output says so.
 
 target: pt2serve <= 1.0x the baseline's seconds (printed as baseline / pt2serve >= 1.0x).
+
+    python3 bench/vllm_load.py --tensor-parallel 2 [--n-embd 1024] [--n-layer 12] [--repeat 3]
+
+Tensor parallelism (issue 54): vLLM's own processes with N ranks, one core each, the `.pt2` and the
+`pytorch_model.bin` served by nginx (on loopback, its access log counting the bytes it sent), with
+`--load-format pt2serve` as it is (`ranks: read-once`: the ranks read the checkpoint once between
+them) against `ranks: each-reads-all` (every rank reads all of it, as before). Rows: LLM(...) to the
+first token, and nginx's bytes over the file's. targets: read-once's bytes <= 1.1x the file; its
+first token no later than each-reads-all's.
 """
 
 from __future__ import annotations
@@ -51,6 +60,7 @@ from _rounds import alternate, compare  # noqa: E402
 
 from testing.provision import ensure_venv_tool  # noqa: E402
 from testing.seaweed import SeaweedS3  # noqa: E402
+from testing.servers import NginxProcess  # noqa: E402
 from testing.vllm import ChildFailed, child_env, ensure_vllm, generate, make_model, s3_env  # noqa: E402
 
 TARGET = 1.0
@@ -174,6 +184,46 @@ def table(title: str, seconds: dict[str, list[float]], baseline: str) -> float:
     return ratio
 
 
+READ_ONCE_TARGET = 1.1  # nginx's bytes over the file's, the ranks together
+
+
+def tensor_parallel(python: pathlib.Path, model: pathlib.Path, ranks: int, repeat: int) -> bool:
+    """read-once against each-reads-all at `ranks` ranks, for the .pt2 and the .bin from nginx."""
+    passed = True
+    with NginxProcess(model) as nginx, tempfile.TemporaryDirectory(prefix="vllm-bench-tp-") as work:
+        config_only = pathlib.Path(work) / "config_only"
+        config_only.mkdir()
+        (config_only / "config.json").symlink_to(model / "config.json")
+        for weights in ("model.pt2", "pytorch_model.bin"):
+            size = (model / weights).stat().st_size
+            sent: dict[str, list[float]] = {}
+            tokens: set[tuple[int, ...]] = set()
+
+            def run(mode: str, weights: str = weights, size: int = size, sent=sent, tokens=tokens) -> float:
+                nginx.take_log()
+                extra = {"location": nginx.url(weights), "ranks": mode}
+                out = pathlib.Path(work) / "run.json"
+                result = generate(python, config_only, out, load_format="pt2serve", extra=extra,
+                                  tensor_parallel=ranks)  # fmt: skip
+                sent.setdefault(mode, []).append(sum(r["bytes"] for r in nginx.take_log()) / size)
+                tokens.add(tuple(result["tokens"]))
+                return result["first_token_seconds"]
+
+            seconds = alternate({"read-once": lambda: run("read-once"),
+                                 "each-reads-all": lambda: run("each-reads-all")}, repeat)  # fmt: skip
+            print(f"\n{weights} ({size / 1e6:.0f} MB) from nginx, {ranks} ranks, {repeat} rounds, medians:")
+            for mode in seconds:
+                each = " ".join(f"{v:.1f}" for v in seconds[mode])
+                print(f"  {mode:15s} first token {statistics.median(seconds[mode]):6.1f} s (rounds {each})   "
+                      f"nginx sent {statistics.median(sent[mode]):.2f}x the file", flush=True)  # fmt: skip
+            print(f"    {compare(seconds, 'read-once', 'each-reads-all', 1.0)}", flush=True)
+            ok = statistics.median(sent["read-once"]) <= READ_ONCE_TARGET and len(tokens) == 1
+            print(f"  {'PASS' if ok else 'FAIL'} (target: read-once <= {READ_ONCE_TARGET}x the file; "
+                  f"same tokens every run: {len(tokens) == 1})", flush=True)  # fmt: skip
+            passed = passed and ok
+    return passed
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n-embd", type=int, default=1024)
@@ -183,10 +233,14 @@ def main(argv: list[str] | None = None) -> int:
     spawn = "vLLM's own engine and worker processes (then no figure of the load alone)"
     parser.add_argument("--spawn", action="store_true", help=spawn)
     parser.add_argument("--strict", action="store_true", help="exit 1 on FAIL")
+    parser.add_argument("--tensor-parallel", type=int, default=1, help="ranks: read-once vs each-reads-all")
     args = parser.parse_args(argv)
 
     python = ensure_vllm()
     model = ensure_model(python, args.cache_dir, args.n_embd, args.n_layer)
+    if args.tensor_parallel > 1:
+        passed = tensor_parallel(python, model, args.tensor_parallel, args.repeat)
+        return 1 if args.strict and not passed else 0
     nbytes = (model / "model.safetensors").stat().st_size
     print(f"model {model.name}: model.safetensors {nbytes / 1e6:.0f} MB, "
           f"model.pt2 {(model / 'model.pt2').stat().st_size / 1e6:.0f} MB", flush=True)  # fmt: skip

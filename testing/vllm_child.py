@@ -9,8 +9,10 @@ testing/vllm.py cannot shadow the vllm package): make a tiny GPT-2-style model, 
       greedy tokens differ from one step to the next. --drop leaves names out of the .bin and the .pt2.
       Llama and Qwen2 have grouped KV heads (--kv-heads of --n-head) of size --n-embd / --n-head.
   generate MODEL_DIR OUT.json --load-format F [--extra JSON] --prompt 1,2,3 --max-tokens N --logprobs K
-      vLLM's LLM(...) without a tokenizer, greedy: OUT.json holds the tokens, each step's top
-      logprobs, and the seconds from LLM(...) to the first token (a one-token request first).
+           [--tensor-parallel-size N]
+      vLLM's LLM(...) without a tokenizer, greedy (N tensor-parallel ranks): OUT.json holds the
+      tokens, each step's top logprobs, and the seconds from LLM(...) to the first token (a
+      one-token request first).
       --in-process (with VLLM_ENABLE_V1_MULTIPROCESSING=0): the engine and its worker in this
       process, and the seconds of the model's load alone (vLLM's get_model) as well.
 """
@@ -127,6 +129,7 @@ def generate(args: argparse.Namespace) -> None:
         max_model_len=args.max_model_len,
         dtype="float32",
         seed=0,
+        tensor_parallel_size=args.tensor_parallel_size,
     )
     llm.generate([prompt], SamplingParams(max_tokens=1, temperature=0.0, detokenize=False), use_tqdm=False)
     first_token = time.perf_counter() - started
@@ -197,6 +200,7 @@ def main() -> None:
     run.add_argument("--max-tokens", type=int, default=8)
     run.add_argument("--logprobs", type=int, default=5)
     run.add_argument("--max-model-len", type=int, default=64)
+    run.add_argument("--tensor-parallel-size", type=int, default=1)
     run.add_argument("--in-process", action="store_true", help="engine and worker here; times get_model")
     args = parser.parse_args()
     (make_model if args.command == "make-model" else generate)(args)

@@ -9,6 +9,11 @@ grouped KV heads (exported with their rotary frequencies as non-persistent buffe
 program's constants, not the checkpoint's) load from a model folder's `.pt2` as from their
 safetensors. A model folder whose `.pt2` lacks a parameter (found in the folder, no location given)
 fails with that parameter's name.
+
+Tensor parallelism (2 ranks, one core each): the tiny GPT-2 (`c_attn`, tied embeddings, biases)
+and a tiny Llama with grouped KV heads (`qkv_proj`, `gate_up_proj`), served by nginx as
+`pytorch_model.bin` and `.pt2`, give vLLM's own safetensors tokens and logprobs at 2 ranks while
+the ranks together take about one copy of the file from nginx (its access log), not one each.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import uuid
 import pytest
 
 from testing.seaweed import SeaweedS3
+from testing.servers import NginxProcess
 from testing.vllm import ChildFailed, ensure_vllm, generate, make_model, s3_env
 
 pytestmark = pytest.mark.heavy
@@ -28,6 +34,12 @@ DROPPED = "transformer.h.1.mlp.c_fc.weight"
 # 4 heads of size 32 (what vLLM's CPU attention needs) sharing 2 KV heads
 GROUPED_KV = {"n_embd": 128, "n_head": 4, "kv_heads": 2}
 ROTARY = ["model.rotary_emb.inv_freq", "model.rotary_emb.original_inv_freq"]
+# big enough that the weights, not each rank's open (central directory, configs), are what nginx sends
+TENSOR_PARALLEL_MODELS = {
+    "gpt2": {"n_embd": 256, "n_head": 8, "vocab": 4096},
+    "llama": {"n_embd": 256, "n_head": 8, "kv_heads": 2, "vocab": 4096},
+}
+READ_ONCE = 1.1  # the ranks' bytes from the store over the file's (each reading all of it: 2x)
 
 
 @pytest.fixture(scope="module")
@@ -131,3 +143,43 @@ def test_a_parameter_the_archive_lacks_fails_the_load_naming_it(
     assert DROPPED in lines[-1]
     assert "transformer.h.0.mlp.c_fc.weight" not in lines[-1]  # only what is missing is listed
     assert not (tmp_path / "result.json").exists()
+
+
+@pytest.mark.parametrize("arch", sorted(TENSOR_PARALLEL_MODELS))
+def test_tensor_parallel_ranks_read_the_checkpoint_once_between_them(
+    vllm_python: pathlib.Path, tmp_path: pathlib.Path, arch: str
+) -> None:
+    made = tmp_path / "made"
+    make_model(vllm_python, made, arch=arch, **TENSOR_PARALLEL_MODELS[arch])
+    reference_folder = tmp_path / "safetensors"
+    reference_folder.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(made / name, reference_folder / name)
+    reference = generate(
+        vllm_python,
+        reference_folder,
+        tmp_path / "reference.json",
+        load_format="safetensors",
+        tensor_parallel=2,
+    )
+    assert len(set(reference["tokens"])) > 1, "every greedy token equal: the comparison would prove nothing"
+    config_only = tmp_path / "config_only"
+    config_only.mkdir()
+    shutil.copy(made / "config.json", config_only / "config.json")
+
+    with NginxProcess(made) as nginx:
+        for weights in ("pytorch_model.bin", "model.pt2"):
+            nginx.take_log()
+            result = generate(
+                vllm_python,
+                config_only,
+                tmp_path / f"{weights}.json",
+                load_format="pt2serve",
+                extra={"location": nginx.url(weights)},
+                tensor_parallel=2,
+            )
+            sent = sum(record["bytes"] for record in nginx.take_log())
+
+            _assert_same_generation(result, reference)
+            size = (made / weights).stat().st_size
+            assert sent <= READ_ONCE * size, f"{weights}: nginx sent {sent / size:.2f}x the file to 2 ranks"

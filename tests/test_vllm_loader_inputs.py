@@ -14,6 +14,7 @@ import torch
 
 import reader
 import reader.torch
+from reader.integrations.vllm.ranks import owners
 from reader.integrations.vllm.settings import LoaderSettings, folder_weights
 from reader.integrations.vllm.weights import WeightsNotLoaded, iter_weights, missing_parameters
 
@@ -63,11 +64,26 @@ def test_extra_config_becomes_open_options() -> None:
         ({"offline": "yes"}, "offline"),
         ({"s3": {"endpoint_url": "http://x"}}, "endpoint_url"),
         ({"http": {"parts": 2}}, "parts"),
+        ({"ranks": "each-reads-half"}, "ranks"),
     ],
 )
 def test_bad_extra_config_is_a_value_error_naming_the_key(extra: dict, named: str) -> None:
     with pytest.raises(ValueError, match=named):
         LoaderSettings.from_extra_config(extra)
+
+
+def test_tensor_parallel_ranks_read_once_unless_the_config_says_each_reads_all() -> None:
+    assert LoaderSettings.from_extra_config({}).ranks == "read-once"
+    assert LoaderSettings.from_extra_config({"ranks": "each-reads-all"}).ranks == "each-reads-all"
+
+
+def test_the_ranks_share_the_storages_bytes_about_equally_and_agree_on_who_reads_what() -> None:
+    storages = [(f"data/{place}", nbytes) for place, nbytes in enumerate([400, 100, 300, 200, 50, 50, 0])]
+    chosen = owners(storages, 2)
+    assert chosen == owners(list(reversed(storages)), 2)  # every rank's plan, whatever its order
+    held = [sum(nbytes for key, nbytes in storages if chosen[key] == rank) for rank in (0, 1)]
+    assert held == [550, 550]
+    assert set(owners(storages, 8).values()) == set(range(7))  # more ranks than storages: some read none
 
 
 def _touch(folder: pathlib.Path, *names: str) -> pathlib.Path:

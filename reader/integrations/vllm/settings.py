@@ -2,7 +2,8 @@
 weights are when it names no location: no vllm and no torch here.
 
 `{"location": "s3://bucket/model.pt2", "cache_dir": ..., "offline": ..., "stale_if_error": ...,
-"verify": ..., "s3": {S3Settings fields}, "http": {HttpOptions fields}}`; every key is optional. Credentials
+"verify": ..., "ranks": "read-once" | "each-reads-all", "s3": {S3Settings fields},
+"http": {HttpOptions fields}}`; every key is optional. Credentials
 and endpoints come from the environment as for every reader open (AWS_*, PT2SERVE_S3_ENDPOINT,
 GOOGLE_APPLICATION_CREDENTIALS, HF_TOKEN, ...) unless `s3` spells them out.
 """
@@ -22,6 +23,8 @@ from ...sources import HttpOptions, S3Settings
 # what transformers' Trainer saves beside the weights (vLLM leaves the same files out)
 NOT_WEIGHTS = ("training_args.bin", "optimizer.bin")
 SAFETENSORS_INDEX = ".safetensors.index.json"
+# how tensor-parallel ranks read: together, each byte once (handed to each other), or each all of it
+RANKS_READ_ONCE, RANKS_EACH_READS_ALL = "read-once", "each-reads-all"
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,7 @@ class LoaderSettings:
     offline: bool | None = None
     stale_if_error: bool | None = None
     verify: bool | None = None
+    ranks: str = RANKS_READ_ONCE
     s3_settings: S3Settings | None = None
     http_options: HttpOptions | None = None
 
@@ -54,12 +58,19 @@ class LoaderSettings:
                     f"pt2serve load format: model_loader_extra_config[{key!r}] must be "
                     f"{_type_names(_KEYS[key])}, not {type(value).__name__}"
                 )
+        ranks = extra.get("ranks") or RANKS_READ_ONCE
+        if ranks not in (RANKS_READ_ONCE, RANKS_EACH_READS_ALL):
+            raise ValueError(
+                f"pt2serve load format: model_loader_extra_config['ranks'] must be "
+                f"{RANKS_READ_ONCE!r} or {RANKS_EACH_READS_ALL!r}, not {ranks!r}"
+            )
         return cls(
             location=extra.get("location"),
             cache_dir=extra.get("cache_dir"),
             offline=extra.get("offline"),
             stale_if_error=extra.get("stale_if_error"),
             verify=extra.get("verify"),
+            ranks=ranks,
             s3_settings=_options(S3Settings, "s3", extra.get("s3")),
             http_options=_options(HttpOptions, "http", extra.get("http")),
         )
@@ -85,6 +96,7 @@ _KEYS: dict[str, type | tuple[type, ...]] = {
     "offline": bool,
     "stale_if_error": bool,
     "verify": bool,
+    "ranks": str,
     "s3": dict,
     "http": dict,
 }
