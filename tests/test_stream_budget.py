@@ -60,7 +60,9 @@ def test_a_model_several_times_the_budget_streams_within_it(served, how) -> None
     result = probe("stream_dropped", nginx.url("model.bin"), BUDGET, how)
     assert result["hashes"] == hashes  # every tensor exact, the one bigger than the budget too
     grown = result["peak_rss"] - result["rss_before"]
-    assert grown <= max(BUDGET, BIG) + MARGIN, grown / MIB  # today: the whole model, 480 MiB
+    # the budget read ahead, and the tensor the consumer holds (handed over: no longer the budget's);
+    # the code before the budget held the whole model, 480 MiB
+    assert grown <= BUDGET + BIG + MARGIN, grown / MIB
 
 
 async def test_a_consumer_that_stops_asking_stops_the_reads(served) -> None:

@@ -25,7 +25,6 @@ import concurrent.futures
 import contextlib
 import functools
 import logging
-import queue
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -33,8 +32,10 @@ from typing import TYPE_CHECKING, Any
 from ...archives.opener import open_archive
 from ...errors import ReaderError, SourceChanged
 from ...loading.background import BackgroundLoop
+from ...loading.budget import budget_bytes
 from ...loading.selection import checkpoint
 from ...torch import iter_load
+from .handover import Handover
 
 if TYPE_CHECKING:
     import torch
@@ -79,39 +80,53 @@ def owners(storages: Sequence[tuple[str, int]], size: int) -> dict[str, int]:
 
 
 def iter_shared_weights(
-    locations: Sequence[str], group: RankGroup, *, options: dict[str, Any], verify: bool | None = None
+    locations: Sequence[str],
+    group: RankGroup,
+    *,
+    options: dict[str, Any],
+    verify: bool | None = None,
+    max_buffered: int | None = None,
 ) -> Iterator[tuple[str, torch.Tensor]]:
     """Every readable tensor of the checkpoint of each archive at `locations`, as `iter_weights`
-    gives them, with this rank reading about 1/size of the bytes and receiving the rest."""
+    gives them, with this rank reading about 1/size of the bytes and receiving the rest; its own
+    reads run at most `max_buffered` bytes ahead (None: PT2SERVE_MAX_BUFFERED, else the default)."""
+    budget = budget_bytes(max_buffered, "max_buffered")
     loop = BackgroundLoop("pt2serve-vllm-ranks")
     try:
         for location in locations:
-            yield from _shared_location(loop, location, group, options=options, verify=verify)
+            yield from _shared_location(loop, location, group, options=options, verify=verify, budget=budget)
     finally:
         loop.close()  # cancels what is still being read, and ends the thread
 
 
 def _shared_location(
-    loop: BackgroundLoop, location: str, group: RankGroup, *, options: dict[str, Any], verify: bool | None
+    loop: BackgroundLoop,
+    location: str,
+    group: RankGroup,
+    *,
+    options: dict[str, Any],
+    verify: bool | None,
+    budget: int,
 ) -> Iterator[tuple[str, torch.Tensor]]:
     import torch
 
-    arrived: queue.Queue[Any] = queue.Queue()
+    arrived = Handover(loop)  # this rank's own reads, one tensor at a time within the budget
     decided: concurrent.futures.Future[list[str]] = concurrent.futures.Future()
 
     async def read() -> None:
         """Open, say what was opened, wait for this rank's share, read it as it lands."""
         async with open_archive(location, **options) as archive:
             infos = [info for info in checkpoint(archive) if info.readable]
-            arrived.put((archive.identity, archive.location, infos))
+            arrived.end((archive.identity, archive.location, infos))
             names = await asyncio.wrap_future(decided)
             if names:
-                async with contextlib.aclosing(iter_load(archive, names=names, verify=verify)) as tensors:
+                tensors = iter_load(archive, names=names, verify=verify, max_buffered=budget)
+                async with contextlib.aclosing(tensors):
                     async for item in tensors:
-                        arrived.put(item)
+                        await arrived.put(item)
 
     reading = loop.submit(read())
-    reading.add_done_callback(lambda done: arrived.put(_outcome(done)))  # after all it put
+    reading.add_done_callback(lambda done: arrived.end(_outcome(done)))  # after all it put
     try:
         opened = arrived.get()
         if not isinstance(opened, tuple):  # the open failed: every rank must learn of it first
@@ -147,7 +162,7 @@ def _outcome(done: concurrent.futures.Future[None]) -> Any:
 
 
 def _exchange(
-    torch: Any, group: RankGroup, names: list[str], arrived: queue.Queue[Any]
+    torch: Any, group: RankGroup, names: list[str], arrived: Handover
 ) -> Iterator[tuple[str, torch.Tensor]]:
     """The ranks' turns, round-robin among those not done, until every rank is done."""
     import torch.distributed as dist
@@ -187,6 +202,9 @@ def _exchange(
             _broadcast_bytes(torch, dist, tensor, group, sender)
             name = names[int(header[1])]
         yield name, tensor
+        if sender == group.rank:
+            del tensor, item
+            arrived.done()  # vLLM is done with this rank's own tensor: its reads go on
         turn += 1
 
 

@@ -11,18 +11,17 @@ Leaving the loop early (a failed `load_weights`) cancels what is still being rea
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import queue
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...archives.opener import open_archive
 from ...errors import ReaderError
-from ...loading.background import BackgroundLoop, LoopClosed
+from ...loading.background import BackgroundLoop
 from ...loading.budget import budget_bytes
 from ...loading.selection import checkpoint
 from ...torch import iter_load
+from .handover import Handover
 
 if TYPE_CHECKING:
     import torch
@@ -54,8 +53,8 @@ def iter_weights(
     checkpoint gives it, in the order they land; a read's failure is raised here. At most
     `max_buffered` bytes are read ahead (None: PT2SERVE_MAX_BUFFERED, else the default)."""
     budget = budget_bytes(max_buffered, "max_buffered")
-    arrived: queue.Queue[Any] = queue.Queue()  # one tensor at a time: each waits for `asked`
-    asked = asyncio.Event()
+    loop = BackgroundLoop("pt2serve-vllm-weights")
+    arrived = Handover(loop)
 
     async def read_all() -> None:
         for location in locations:
@@ -64,23 +63,15 @@ def iter_weights(
                 tensors = iter_load(archive, names=names, verify=verify, max_buffered=budget)
                 async with contextlib.aclosing(tensors):
                     async for item in tensors:
-                        arrived.put(item)
-                        del item
-                        await asked.wait()  # vLLM is done with it: the next one frees its storage
-                        asked.clear()
+                        await arrived.put(item)  # vLLM is done with it: the next one frees its storage
 
-    async def ask() -> None:
-        asked.set()
-
-    loop = BackgroundLoop("pt2serve-vllm-weights")
     try:
         reading = loop.submit(read_all())
-        reading.add_done_callback(lambda _: arrived.put(_DONE))  # after every tensor it put
+        reading.add_done_callback(lambda _: arrived.end(_DONE))  # after every tensor it put
         while (item := arrived.get()) is not _DONE:
             yield item
             del item
-            with contextlib.suppress(LoopClosed):
-                loop.run(ask())
+            arrived.done()
         reading.result()  # the reads' failure, if any
     finally:
         loop.close()  # cancels what is still being read, and ends the thread
