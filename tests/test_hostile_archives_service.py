@@ -68,7 +68,9 @@ def test_healthz_answers_while_an_opened_archive_parses(tmp_path: pathlib.Path) 
             return took, slowest
 
     took, slowest = run(scenario(), timeout=300)
-    assert slowest < took / 5, f"/healthz took {slowest:.3f} s during a {took:.3f} s open"
+    # the open's parse held the event loop on main (/healthz waited for nearly all of it); on a worker
+    # thread, only the host's load delays an answer
+    assert slowest < took / 2, f"/healthz took {slowest:.3f} s during a {took:.3f} s open"
 
 
 def test_a_hostile_open_is_a_format_error_and_leaves_nothing_behind(tmp_path: pathlib.Path) -> None:
