@@ -90,12 +90,11 @@ Resolve = Callable[[str, int], Awaitable[Sequence[str]]]
 def refusal(address: str) -> str | None:
     """Why `address` may not be reached from an opened location, or None if it may."""
     ip = _parse(address)
-    if ip in METADATA:
-        return "cloud metadata"
+    reason = _metadata(ip)
+    if reason is not None:
+        return reason
     if isinstance(ip, ipaddress.IPv6Address):
         for form, embedded in _embedded_ipv4(ip):
-            if embedded in METADATA:
-                return f"cloud metadata (as {form})"
             reason = _refusal(embedded)
             if reason is not None:
                 return f"{reason} (as {form})"
@@ -106,7 +105,11 @@ def refusal(address: str) -> str | None:
 
 def metadata_refusal(address: str) -> str | None:
     """`refusal` for a host a pattern names: only the metadata endpoints, in any spelling."""
-    ip = _parse(address)
+    return _metadata(_parse(address))
+
+
+def _metadata(ip: IPAddress) -> str | None:
+    """A cloud metadata or wire-server endpoint, as itself or embedded in an IPv6 address."""
     if ip in METADATA:
         return "cloud metadata"
     if isinstance(ip, ipaddress.IPv6Address):
