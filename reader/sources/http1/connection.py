@@ -37,6 +37,8 @@ WAKE_DELAY = 0.001
 SINK_WAKE_DELAY = 0.02
 # A streamed body with at least this much still to come is received on a thread (receiver.py)
 THREAD_MIN = 8 << 20
+# what a read was, looked up once (an enum member's lookup costs more than the rest of a read's check)
+BODY, LANDED = Read.BODY, Read.LANDED
 
 
 class Connection(asyncio.BufferedProtocol):
@@ -83,18 +85,16 @@ class Connection(asyncio.BufferedProtocol):
         if proxy is not None and url.scheme == "http" and not self.tunnelled:  # to the proxy: absolute form
             target = b"%s://%s%s" % (url.raw_scheme, url.netloc, target)
             headers += [(name.encode(), value.encode()) for name, value in proxy.headers.items()]
-        self._write(self.framing.request(request.method.encode(), target, headers, content))
-
-    def _write(self, data: bytes) -> None:
         assert self.transport is not None
-        self.transport.write(data)
+        self.transport.write(self.framing.request(request.method.encode(), target, headers, content))
 
     async def tunnel(self, host: str, port: int, proxy: Proxy) -> None:
         """Ask the proxy for a tunnel to host:port (CONNECT); then the connection is the origin's."""
         authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         headers = [(b"Host", authority.encode())]
         headers += [(name.encode(), value.encode()) for name, value in proxy.headers.items()]
-        self._write(self.framing.request(b"CONNECT", authority.encode(), headers))
+        assert self.transport is not None
+        self.transport.write(self.framing.request(b"CONNECT", authority.encode(), headers))
         head = await self.wait_head(None)  # within the connect timeout (Pool._connect)
         if not 200 <= head.status_code < 300:
             raise httpx.ProxyError(f"CONNECT answered {head.status_code} {head.reason.decode('latin-1')}")
@@ -114,13 +114,13 @@ class Connection(asyncio.BufferedProtocol):
         self.socket = self.mark.socket = transport.get_extra_info("socket")
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        return self.inbox.get_buffer()
+        return self.inbox.get_buffer(sizehint)
 
     def buffer_updated(self, nbytes: int) -> None:
         inbox = self.inbox
         read = inbox.received(nbytes)
         framing = self.framing
-        if read is Read.BODY:
+        if read is BODY:
             self.mark.read(framing.remaining)  # type: ignore[arg-type]
             if inbox.held >= READ_AHEAD:
                 self._pause()
@@ -131,7 +131,7 @@ class Connection(asyncio.BufferedProtocol):
                     return
             elif framing.stopped:  # bytes past the body
                 self._stop()
-        elif read is Read.LANDED:
+        elif read is LANDED:
             self.mark.read(framing.remaining)  # type: ignore[arg-type]
             if not framing.done:
                 if self.wake_timer is None and self.waiter is not None:
@@ -200,13 +200,15 @@ class Connection(asyncio.BufferedProtocol):
     def take(self) -> Chunk | None:
         """The next chunk (all that arrived in a row in one buffer, or a receive thread's buffer
         with its CRC-32s), or None if no chunk is here yet."""
-        taken = self.inbox.take()
-        if taken is None:
+        inbox = self.inbox
+        if not inbox.held:  # nothing here (the consumer's every other call)
             return None
+        taken = inbox.take()
+        assert taken is not None
         if self.receiver is not None:  # the socket is the receiver's: the transport stays paused
             if type(taken) is Posted:
-                self.receiver.taken(taken.size)
-        elif self.paused and self.inbox.held < READ_AHEAD // 2 and self.transport is not None:
+                self.receiver.taken(len(taken.data))
+        elif self.paused and inbox.held < READ_AHEAD // 2 and self.transport is not None:
             self.paused = False
             self.transport.resume_reading()
         return taken

@@ -66,13 +66,17 @@ class Framing:
     def request(
         self, method: bytes, target: bytes, headers: list[tuple[bytes, bytes]], content: bytes = b""
     ) -> bytes:
-        """Start an exchange: the bytes of the request (h11.LocalProtocolError for one h11 will not write)."""
-        self._h11 = connection = h11.Connection(h11.CLIENT)
-        self.method = method
+        """Start an exchange: the bytes of the request (h11.LocalProtocolError for one h11 will not
+        write, or while another exchange is under way: requests are never pipelined)."""
+        if self._h11 is not None:
+            raise h11.LocalProtocolError("a response is still expected: one exchange at a time")
+        connection = h11.Connection(h11.CLIENT)
         data = connection.send(h11.Request(method=method, target=target, headers=headers))
         if content:
             data += connection.send(h11.Data(data=content))
-        return data + connection.send(h11.EndOfMessage())
+        data += connection.send(h11.EndOfMessage())
+        self._h11, self.method = connection, method  # a request h11 refused leaves this idle
+        return data
 
     def feed(self, data: bytes) -> list[Event]:
         """Bytes of the head, or of a body h11 parses (b"": the server closed the connection); what
@@ -94,7 +98,7 @@ class Framing:
                     if self._counted(event):  # from here on, the body bypasses h11
                         trailing, _ = connection.trailing_data
                         if trailing:
-                            events.append(Data(bytes(trailing)))
+                            events.append(Data(trailing))
                         return events
                 elif isinstance(event, h11.Data):
                     events.append(Data(event.data))

@@ -32,7 +32,12 @@ class ReadMark:
     def read(self, remaining: int) -> None:
         """A read of a body happened; `remaining` bytes of it are still to come."""
         self.read_lately = True
-        self.follow(remaining)
+        if remaining and self.gather and self.timer is not None:  # gathering already: the mark only
+            size = min(self.gather, self.ceiling, remaining)
+            if size != self.lowat:
+                self._mark(size)
+        else:
+            self.follow(remaining)
 
     def follow(self, remaining: int) -> None:
         """The next read of the body waits for GATHER bytes, or all that is still to come."""
