@@ -24,12 +24,13 @@ import h11
 import httpx
 
 from ..proxies import Proxy
-from .inbox import Chunk, Inbox, Posted, Read
+from .inbox import BODY, LANDED, Chunk, Inbox, Posted
 from .readmark import ReadMark
 from .receiver import Receiver
 
 # received but not yet consumed, per connection, before the socket stops being read
 READ_AHEAD = 4 << 20
+# a waiting consumer is woken once WAKE_AT bytes wait for it, or WAKE_DELAY after the first of fewer
 WAKE_AT = 256 << 10
 WAKE_DELAY = 0.001
 # A body received into the caller's memory (`BodyStream.receive_into`) wakes its consumer when it
@@ -37,8 +38,6 @@ WAKE_DELAY = 0.001
 SINK_WAKE_DELAY = 0.02
 # A streamed body with at least this much still to come is received on a thread (receiver.py)
 THREAD_MIN = 8 << 20
-# what a read was, looked up once (an enum member's lookup costs more than the rest of a read's check)
-BODY, LANDED = Read.BODY, Read.LANDED
 
 
 class Connection(asyncio.BufferedProtocol):

@@ -57,6 +57,11 @@ class Read(enum.Enum):
     LANDED = "counted body bytes, in the consumer's memory"
 
 
+# the members by module-level names: returned and compared each read at a global lookup's cost
+# (an attribute of the enum class costs more than the rest of a read's bookkeeping)
+PARSED, BODY, LANDED = Read.PARSED, Read.BODY, Read.LANDED
+
+
 class Inbox:
     """The received side of one exchange at a time (`framing` tells where its response ends).
     `error`: what went wrong (raised to the consumer); after one, or once `framing.stopped`, the
@@ -105,16 +110,16 @@ class Inbox:
         self.answered = True
         if self.framing.remaining is None:
             self._parse(bytes(self.buffer[:nbytes]))
-            return Read.PARSED
+            return PARSED
         nbytes = self.framing.count(nbytes)  # bytes past the body's end are dropped
         if self.landing:
             self.landing = False
             self.sink.advance(nbytes)  # type: ignore[union-attr]
             self.landed += nbytes
-            return Read.LANDED
+            return LANDED
         self.filled += nbytes
         self.held += nbytes
-        return Read.BODY
+        return BODY
 
     def posted(self, data: memoryview, crcs: list[int] | None, trailing: bool) -> None:
         """The receive thread's next buffer of the body (exactly the body's bytes); `trailing`: more
