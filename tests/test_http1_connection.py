@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from reader.sources.http1.connection import READ_AHEAD, WAKE_AT, Connection
+from reader.sources.http1.stream import BodyStream
 
 pytestmark = pytest.mark.unit
 
@@ -156,3 +157,17 @@ async def test_an_unfinished_body_is_aborted_a_finished_one_closed() -> None:
     _read(connection, _head(5) + b"12345")
     connection.close()
     assert transport.state == "closed"
+
+
+@pytest.mark.parametrize("taken", [False, True])
+async def test_a_body_closed_before_all_was_taken_drops_its_connection(taken: bool) -> None:
+    connection, transport = _connect()
+    _read(connection, _head(5))
+    _read(connection, b"hello")  # arrived whole, in the buffer's run
+    released: list[bool] = []
+    body = BodyStream(connection, 5, lambda: released.append(True))
+    if taken:
+        assert bytes(connection.take().data) == b"hello"
+    await body.aclose()
+    assert released == ([True] if taken else [])
+    assert transport.state == ("open" if taken else "closed")

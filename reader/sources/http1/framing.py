@@ -60,7 +60,7 @@ class Framing:
 
     @property
     def expecting(self) -> bool:
-        """A request was written and its response is not over."""
+        """A request was written, and its exchange not yet ended (`idle`)."""
         return self._h11 is not None
 
     def request(

@@ -113,7 +113,7 @@ class BodyStream(httpx.AsyncByteStream):
         if self.release is None:  # back in the pool already (or dropped)
             return
         inbox = self.connection.inbox
-        if inbox.done and not inbox.chunks:
+        if inbox.done and not inbox.held:  # all of it arrived and was taken
             self._finish()
         else:
             self.release = None
