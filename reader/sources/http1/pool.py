@@ -143,7 +143,7 @@ class Pool:
             raise httpx.LocalProtocolError(str(exc)) from exc
         except httpx.RemoteProtocolError:
             connection.close()
-            if reused and not connection.answered:
+            if reused and not connection.inbox.answered:
                 raise _Stale() from None
             raise
         except BaseException:
@@ -155,7 +155,7 @@ class Pool:
     def _release(self, origin: Origin, connection: Connection) -> None:
         """A body read to its end: keep its connection if it can carry another exchange."""
         idle = self.idle.setdefault(origin, [])
-        if connection.reusable and len(idle) < self.max_idle:
+        if connection.framing.reusable and len(idle) < self.max_idle:
             connection.idle()
             idle.append(connection)
         else:

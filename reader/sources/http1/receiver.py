@@ -5,7 +5,7 @@ CRC-32 taken later on another thread reads bytes that have left the receiving co
 least an asyncio client of `ar.stream`'s shape can do measured 0.65 - 0.70x curl from loopback nginx;
 a thread that reads the socket in a loop (the GIL released in each read) and takes each full
 buffer's CRC-32 right after it fills measured 0.90x, and 0.77x with the CRC-32 left to the consumer
-(same runs). So `BodyProtocol` pauses its transport once the head is parsed and hands the socket's
+(same runs). So `Connection` pauses its transport once the head is parsed and hands the socket's
 remaining body bytes to a `Receiver`: exactly that many bytes are read (a byte past the body stays
 in the kernel, and the pool's check catches it), each full buffer is posted to the loop with the
 CRC-32 of each `PIECE` of it (taken right after it filled, while its bytes are in this core's

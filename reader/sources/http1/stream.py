@@ -48,14 +48,14 @@ class BodyStream(httpx.AsyncByteStream):
         while True:
             taken = connection.take()
             if taken is not None:
-                chunk, crcs = taken
+                chunk, crcs = taken.data, taken.crcs
                 if crcs is not None and self.checked is not None:
                     for index, crc in enumerate(crcs):
                         at = index * PIECE
                         self.checked(self.position + at, min(PIECE, len(chunk) - at), crc)
                 self.position += len(chunk)
                 yield chunk
-            elif connection.done:
+            elif connection.framing.done:
                 self._finish()
                 return
             else:
@@ -68,30 +68,27 @@ class BodyStream(httpx.AsyncByteStream):
         Content-Length is copied in from its chunks. Its end releases the connection as `__aiter__`'s
         does; a failure raises as `__aiter__`'s does, after the bytes that did land were yielded."""
         connection = self.connection
+        inbox = connection.inbox
         sink = Scatter([view] if isinstance(view, memoryview) else view)
-        if connection.remaining is not None:  # what came with the head first, then the sink
+        if connection.framing.counting:  # what came with the head first, then the sink
             while (taken := connection.take()) is not None:
-                sink.write(taken[0])
+                sink.write(taken.data)
             if sink.filled:
                 yield sink.filled
-            if sink.size - sink.filled != connection.remaining:
-                raise ValueError(
-                    f"a body of {sink.filled + connection.remaining} bytes for {sink.size} bytes of memory"
-                )
-            connection.sink, connection.sunk = sink, 0
+            inbox.land_into(sink)
             reported = 0
             while True:
-                if connection.sunk > reported:
-                    yield connection.sunk - reported
-                    reported = connection.sunk
-                if connection.done:
+                if inbox.landed > reported:
+                    yield inbox.landed - reported
+                    reported = inbox.landed
+                if inbox.done:
                     self._finish()
                     return
                 try:
                     await connection.wait(self.timeout)
                 except Exception:
-                    if connection.sunk > reported:  # what landed before the failure counts
-                        yield connection.sunk - reported
+                    if inbox.landed > reported:  # what landed before the failure counts
+                        yield inbox.landed - reported
                     raise
         async for chunk in self:
             sink.write(chunk)  # a body longer than the memory: ValueError
@@ -102,8 +99,8 @@ class BodyStream(httpx.AsyncByteStream):
         how it is laid out before saying where it goes. Only before anything was taken."""
         connection = self.connection
         while True:
-            queued = b"".join(bytes(_bytes_of(item)) for item in connection.chunks)
-            if len(queued) >= size or connection.done:
+            queued = connection.inbox.queued()
+            if len(queued) >= size or connection.framing.done:
                 return queued[:size]
             await connection.wait(self.timeout)
 
@@ -115,16 +112,9 @@ class BodyStream(httpx.AsyncByteStream):
     async def aclose(self) -> None:
         if self.release is None:  # back in the pool already (or dropped)
             return
-        if self.connection.done and not self.connection.chunks:
+        inbox = self.connection.inbox
+        if inbox.done and not inbox.held:  # all of it arrived and was taken
             self._finish()
         else:
             self.release = None
             self.connection.close()
-
-
-def _bytes_of(item: bytes | bytearray | list | tuple) -> bytes | bytearray | memoryview:
-    """A queued chunk's bytes (connection.py's `chunks`: bytes, a [buffer, start, end] run, or a
-    receive thread's (view, crcs))."""
-    if isinstance(item, list):
-        return item[0][item[1] : item[2]]
-    return item[0] if isinstance(item, tuple) else item
