@@ -20,9 +20,20 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
+from typing import NamedTuple
 
 from ..tasks import task_group
 from .speed import PROBE_BYTES, rate
+
+
+class Parts(NamedTuple):
+    """How a big read is split: parts of `part_size` bytes, up to `parts_in_flight` at once; with
+    `fast_connection` (bytes/s) the first part is timed alone, and one connection at least that
+    fast reads the rest by itself."""
+
+    part_size: int
+    parts_in_flight: int
+    fast_connection: float | None = None
 
 
 class _Part:
@@ -62,10 +73,7 @@ async def ordered_parts(
     fetch: Callable[[int, int], AsyncIterator[bytes]],
     start: int,
     end: int,
-    *,
-    part_size: int,
-    parts_in_flight: int,
-    fast_connection: float | None = None,
+    how: Parts,
 ) -> AsyncIterator[bytes]:
     """Bytes [start, end) in order, fetched as parts up to `parts_in_flight` at a time.
 
@@ -75,6 +83,7 @@ async def ordered_parts(
     follows as one request read at the consumer's pace (the transport's read-ahead bounds its
     memory); otherwise the other parts start at once.
     """
+    part_size, parts_in_flight, fast_connection = how
     waiting = deque(split(start, end, part_size))
     running: deque[_Part] = deque()
     wake = asyncio.Event()
@@ -127,10 +136,7 @@ async def parts_into(
     fetch_into: Callable[[int, memoryview], Awaitable[None]],
     start: int,
     buffer: memoryview,
-    *,
-    part_size: int,
-    parts_in_flight: int,
-    fast_connection: float | None = None,
+    how: Parts,
 ) -> None:
     """Bytes [start, start + len(buffer)) into `buffer`, each part received by `fetch_into` (retried
     and resumed on its own) straight into its slice, up to `parts_in_flight` at a time. Nothing is
@@ -140,6 +146,7 @@ async def parts_into(
     `ordered_parts` does: at least that fast, the rest follows as one request (on loopback SeaweedFS
     two connections loaded a model at 0.6x the time of one); otherwise the other parts run at once.
     """
+    part_size, parts_in_flight, fast_connection = how
     parts = split(0, len(buffer), part_size)
     if fast_connection is not None and len(parts) > 1:
         low, high = parts.pop(0)
