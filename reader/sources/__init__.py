@@ -25,6 +25,7 @@ from .base import (
     fresh_buffer,
     redact_location,
 )
+from .contentrange import ContentRange, parse_content_range
 from .local import LocalFileSource
 from .memory import BytesSource
 from .options import HttpOptions, S3Settings
@@ -144,6 +145,7 @@ __all__ = [
     "ByteSource",
     "BytesSource",
     "Checked",
+    "ContentRange",
     "HttpOptions",
     "HttpSource",
     "LocalFileSource",
@@ -153,6 +155,7 @@ __all__ = [
     "is_remote",
     "make_client",
     "open_source",
+    "parse_content_range",
     "redact_location",
     "tail_size_for",
     "verified_context",

@@ -19,9 +19,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 
-from .exchange import Exchange
 from .http import HttpOptions, HttpSource
-from .policy import StorePolicy
+from .policy import ExchangeView, StorePolicy
 
 API_VERSION = "2023-11-03"
 BLOB_HOST_SUFFIXES = (
@@ -75,7 +74,7 @@ class BlobPolicy(StorePolicy):
     def __init__(self, auth: BlobAuth) -> None:
         self.auth = auth
 
-    def explain(self, response: httpx.Response, exchange: Exchange, generic: str) -> str:
+    def explain(self, response: httpx.Response, exchange: ExchangeView, generic: str) -> str:
         status = response.status_code
         code = response.headers.get("x-ms-error-code", "no error code")
         if status == 404:  # at open (later, a 404 is a blob gone: SourceChanged)

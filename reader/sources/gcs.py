@@ -31,10 +31,9 @@ from urllib.parse import quote
 import httpx
 
 from ..errors import LocationError, SourceChanged, SourceError
-from .exchange import Exchange
 from .http import HttpOptions, HttpSource
 from .keys import check_key
-from .policy import StorePolicy
+from .policy import ExchangeView, StorePolicy
 from .refresh import Refreshing
 
 DEFAULT_ENDPOINT = "https://storage.googleapis.com"
@@ -247,7 +246,7 @@ class GcsPolicy(StorePolicy):
     def identity(self) -> str:
         return f"generation:{self.generation}"
 
-    def remember(self, response: httpx.Response, exchange: Exchange) -> str:
+    def remember(self, response: httpx.Response, exchange: ExchangeView) -> str:
         """The generation the answer names; later reads name it (`url` names the live object)."""
         generation = response.headers.get("x-goog-generation", "")
         if not generation.isdigit():
@@ -261,22 +260,22 @@ class GcsPolicy(StorePolicy):
         exchange.etag = exchange.last_modified = None
         return f"{exchange.url}&generation={generation}"
 
-    def pinned_by_url(self, exchange: Exchange) -> bool:
+    def pinned_by_url(self, exchange: ExchangeView) -> bool:
         return True  # every read names the generation
 
-    def check_same(self, response: httpx.Response, exchange: Exchange) -> None:
+    def check_same(self, response: httpx.Response, exchange: ExchangeView) -> None:
         generation = response.headers.get("x-goog-generation")
         if generation and generation != self.generation:
             raise SourceChanged(
                 f"{exchange.location} changed: generation {self.generation} is now {generation}"
             )
 
-    def explain(self, response: httpx.Response, exchange: Exchange, generic: str) -> str:
+    def explain(self, response: httpx.Response, exchange: ExchangeView, generic: str) -> str:
         if response.status_code in (401, 403, 404):
             return f"{generic}; credentials: {self.auth.description}"
         return generic
 
-    async def revalidate(self, exchange: Exchange) -> bool:
+    async def revalidate(self, exchange: ExchangeView) -> bool:
         """True if the object's current generation is still the one opened (a 1-byte read)."""
         request = exchange.request("GET", {"Range": "bytes=0-0"}, exchange.url)
         response = await exchange.send(request, "revalidate")

@@ -27,10 +27,9 @@ from urllib.parse import quote, unquote
 import httpx
 
 from ..errors import LocationError
-from .exchange import Exchange
 from .http import HttpOptions, HttpSource
 from .keys import bad_segment
-from .policy import StorePolicy
+from .policy import ExchangeView, StorePolicy
 from .redirects import origin_of
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -145,7 +144,7 @@ class HubPolicy(StorePolicy):
         self.commit: str | None = None  # the commit the first answer named
         self.file_tag: str | None = None  # ... and its tag of the file's bytes (the LFS SHA-256 or the ETag)
 
-    def remember(self, response: httpx.Response, exchange: Exchange) -> str | None:
+    def remember(self, response: httpx.Response, exchange: ExchangeView) -> str | None:
         """The resolve URL at the commit the Hub's answer names (a moving `main` pinned)."""
         first = response.history[0] if response.history else response
         commit = first.headers.get("x-repo-commit", "").strip().lower()
@@ -155,11 +154,11 @@ class HubPolicy(StorePolicy):
         self.file_tag = _file_tag(first)
         return self.hub_file.url(self.endpoint, commit)
 
-    def pinned_by_url(self, exchange: Exchange) -> bool:
+    def pinned_by_url(self, exchange: ExchangeView) -> bool:
         # the Hub's own answers are pinned by the commit in the URL; If-Match is for the CDN's object
         return self.commit is not None and origin_of(exchange.read_url) == exchange.origin
 
-    async def revalidate(self, exchange: Exchange) -> bool | None:
+    async def revalidate(self, exchange: ExchangeView) -> bool | None:
         """True while the revision as given still names the bytes opened: asked of the Hub alone
         (its answer names the commit and the file's tag; the CDN is not asked), so a moved `main`
         whose file changed makes the service reopen."""
@@ -174,7 +173,7 @@ class HubPolicy(StorePolicy):
             return True
         return self.file_tag is not None and _file_tag(response) == self.file_tag
 
-    def explain(self, response: httpx.Response, exchange: Exchange, generic: str) -> str:
+    def explain(self, response: httpx.Response, exchange: ExchangeView, generic: str) -> str:
         if origin_of(response.url) != exchange.origin:  # the CDN's answer, not the Hub's
             return generic
         reason = self._reason(response)

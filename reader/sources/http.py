@@ -46,16 +46,15 @@ from .exchange import Exchange
 from .http1 import Http1Transport
 from .multiget import ranges_once
 from .options import CheckUrl, HttpOptions
-from .parallel import Parts, ordered_parts, parts_into
+from .parallel import ordered_parts, parts_for, parts_into
 from .policy import StorePolicy
 from .proxies import Proxy
 from .proxies import mounts as proxy_mounts
 from .ranged import resumed
 from .retry import deadline
 from .spans import COALESCE_GAP
+from .tail import open_tail
 from .tls import verified_context
-
-SUFFIX_REFUSED_STATUS = {405, 416, 501}
 
 
 class HttpSource(ByteSource):
@@ -83,7 +82,7 @@ class HttpSource(ByteSource):
         self.options = options
         self.owns_client = owns_client
         self.stats: SourceStats = self.exchange.stats
-        self._held: BytesAt | None = None  # bytes kept from open (the tail, or a small whole object)
+        self.held: BytesAt | None = None  # bytes the open read and keeps (the tail, or a small whole object)
         # Does the server answer a multi-range request with multipart/byteranges? None: not asked yet.
         self.multirange: bool | None = self.policy.multirange if options.multi_range else False
 
@@ -111,7 +110,10 @@ class HttpSource(ByteSource):
         try:
             if pinned is not None and await source._still(pinned):
                 return source
-            await source.exchange.retrying(lambda: source._open_with_tail(max(tail_size, 1)))
+            tail = max(tail_size, 1)
+            source.held = await source.exchange.retrying(
+                lambda: open_tail(source.exchange, tail, source._fetch)
+            )
         except BaseException:
             await source.close()
             raise
@@ -120,10 +122,6 @@ class HttpSource(ByteSource):
     @property
     def size(self) -> int:
         return self.exchange.size
-
-    @property
-    def etag(self) -> str | None:
-        return self.exchange.etag
 
     @property
     def identity(self) -> str:
@@ -142,11 +140,6 @@ class HttpSource(ByteSource):
     def part_cost(self) -> float | None:
         return self.options.part_cost
 
-    @property
-    def held(self) -> BytesAt | None:
-        """Bytes the open read and keeps (the tail, or a small whole object)."""
-        return self._held
-
     def pinned(self) -> dict[str, Any]:
         """What names the version opened, to open it again with one revalidation."""
         return self.exchange.pinned()
@@ -159,52 +152,11 @@ class HttpSource(ByteSource):
         self.exchange.restore(None)
         return False
 
-    async def _open_with_tail(self, tail_size: int) -> None:
-        exchange = self.exchange
-        if not self.policy.suffix_open:
-            await self._open_with_head(tail_size)
-            return
-        response = await exchange.send(exchange.request("GET", {"Range": f"bytes=-{tail_size}"}), "open")
-        try:
-            if response.status_code in SUFFIX_REFUSED_STATUS:
-                await response.aclose()
-                await self._open_with_head(tail_size)
-                return
-            exchange.check_status(response, allow=(200, 206))
-            exchange.remember(response)
-            if response.status_code == 200:
-                self._held = BytesAt(0, await exchange.whole_body(response, "open"))
-                exchange.size = len(self._held.data)
-                return
-            got = exchange.content_range(response)
-            start, end, total = got.first, got.last, got.total
-            assert start is not None and end is not None and total is not None
-            if end != total - 1:
-                raise SourceError(f"{self.location}: suffix range answered with bytes {start}-{end}/{total}")
-            exchange.size = total
-            body = await exchange.body(response, "open").read(expected=end + 1 - start)
-            self._held = BytesAt(start, body)
-        finally:
-            await response.aclose()
-
-    async def _open_with_head(self, tail_size: int) -> None:
-        exchange = self.exchange
-        response = await exchange.send(exchange.request("HEAD", {}), "open")
-        await response.aclose()
-        exchange.check_status(response, allow=(200,))
-        length = response.headers.get("content-length")
-        if length is None or not length.isdigit():
-            raise SourceError(f"{self.location}: no suffix ranges and no Content-Length; cannot find the end")
-        exchange.remember(response)
-        exchange.size = int(length)
-        start = max(0, exchange.size - tail_size)
-        self._held = BytesAt(start, await self._fetch(start, exchange.size, "open"))
-
     # -- reading -------------------------------------------------------------
 
     def _kept(self, start: int, end: int) -> memoryview | None:
         """Bytes [start, end) where the open kept them (the tail), else None."""
-        return self._held.slice(start, end) if self._held and self._held.covers(start, end) else None
+        return self.held.slice(start, end) if self.held and self.held.covers(start, end) else None
 
     async def read(self, start: int, end: int, *, purpose: str = "data") -> bytes:
         check_range(self, start, end)
@@ -239,15 +191,8 @@ class HttpSource(ByteSource):
                         landed(at, len(piece))
                     at += len(piece)
 
-        parts = self._parts(end - start)
+        parts = parts_for(self.options, end - start)
         await (receive(start, buffer) if parts is None else parts_into(receive, start, buffer, parts))
-
-    def _parts(self, size: int) -> Parts | None:
-        """How the parallel reader splits a read of `size` bytes; None: one connection."""
-        options = self.options
-        if options.parallel_parts > 1 and size > max(options.parallel_above, options.part_size):
-            return Parts(options.part_size, options.parallel_parts, options.fast_connection)
-        return None
 
     async def stream(
         self,
@@ -274,7 +219,7 @@ class HttpSource(ByteSource):
                     for at in range(0, len(data), chunk_size):
                         yield data[at : at + chunk_size]
 
-        parts = self._parts(end - start)
+        parts = parts_for(self.options, end - start)
         chunks = once(start, end) if parts is None else ordered_parts(once, start, end, parts)
         async with aclosing(chunks) as pieces:
             async for chunk in pieces:

@@ -23,6 +23,7 @@ from contextlib import aclosing
 from typing import NamedTuple
 
 from ..tasks import task_group
+from .options import HttpOptions
 from .speed import PROBE_BYTES, rate
 
 
@@ -34,6 +35,13 @@ class Parts(NamedTuple):
     part_size: int
     parts_in_flight: int
     fast_connection: float | None = None
+
+
+def parts_for(options: HttpOptions, size: int) -> Parts | None:
+    """How a read of `size` bytes is split as `options` say; None: one connection."""
+    if options.parallel_parts > 1 and size > max(options.parallel_above, options.part_size):
+        return Parts(options.part_size, options.parallel_parts, options.fast_connection)
+    return None
 
 
 class _Part:

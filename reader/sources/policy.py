@@ -20,12 +20,27 @@ steps. Signing is not here: it is each store's `httpx.Auth`, run for the origin 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import httpx
 
-if TYPE_CHECKING:
-    from .exchange import Exchange
+
+class ExchangeView(Protocol):
+    """What a policy sees of the source's requests (exchange.py's `Exchange`): the URLs, the
+    validators it may clear, and requests of its own (a store's way to revalidate)."""
+
+    url: str  # as given
+    read_url: str  # where reads go now
+    origin: str  # the only origin credentials go to
+    location: str  # for messages
+    etag: str | None
+    last_modified: str | None
+
+    def request(self, method: str, headers: Mapping[str, str], url: str | None = None) -> httpx.Request: ...
+
+    async def send(
+        self, request: httpx.Request, purpose: str, *, follow_redirects: bool = True
+    ) -> httpx.Response: ...
 
 
 class StorePolicy:
@@ -39,24 +54,24 @@ class StorePolicy:
         """What names the version opened where the store has its own name for it (None: the ETag)."""
         return None
 
-    def remember(self, response: httpx.Response, exchange: Exchange) -> str | None:
+    def remember(self, response: httpx.Response, exchange: ExchangeView) -> str | None:
         """Read the open's answer for the store's validators; the URL that names the version opened
         where `exchange.url` may move (None: `url` itself, pinned by its validators)."""
         return None
 
-    def pinned_by_url(self, exchange: Exchange) -> bool:
+    def pinned_by_url(self, exchange: ExchangeView) -> bool:
         """Whether the URL reads go to names the version itself (no If-Match needed)."""
         return False
 
-    def check_same(self, response: httpx.Response, exchange: Exchange) -> None:
+    def check_same(self, response: httpx.Response, exchange: ExchangeView) -> None:
         """Raise SourceChanged if `response` comes from another version than the one opened."""
         return None
 
-    def explain(self, response: httpx.Response, exchange: Exchange, generic: str) -> str:
+    def explain(self, response: httpx.Response, exchange: ExchangeView, generic: str) -> str:
         """The message of a final refusal after the location (`generic`: `HTTP 403 (access denied)`)."""
         return generic
 
-    async def revalidate(self, exchange: Exchange) -> bool | None:
+    async def revalidate(self, exchange: ExchangeView) -> bool | None:
         """True if the object is still the version opened, asked the store's way (one attempt;
         retried by the caller); None: asked as of any HTTP server."""
         return None
