@@ -15,18 +15,21 @@ import ast
 import asyncio
 import pathlib
 import re
+from types import SimpleNamespace
 
 import httpx
 import pytest
 
+from reader.archives.sharded.archive import _check_one_commit
 from reader.errors import SourceChanged, SourceError
-from reader.sources import ByteSource, ContentRange, HttpOptions, parse_content_range
+from reader.sources import ByteSource, ContentRange, HttpOptions, HttpSource, parse_content_range
 from reader.sources.blob import BlobAuth, BlobPolicy
 from reader.sources.exchange import Exchange
 from reader.sources.gcs import GcsPolicy, Unsigned
 from reader.sources.hf import HubFile, HubPolicy
 from reader.sources.policy import StorePolicy
 from reader.sources.refresh import Refreshing
+from reader.versions import version_basis
 
 pytestmark = pytest.mark.unit
 
@@ -151,6 +154,38 @@ def test_plain_http_is_the_default_policy() -> None:
     assert exchange.pinned() == {"size": 0, "etag": '"v1"', "last_modified": None}
     with pytest.raises(SourceError, match=r"HTTP 403 \(access denied\)$"):
         exchange.check_status(_answer(url, 403), allow=(206,))
+
+
+def test_an_archive_version_still_comes_from_the_validators() -> None:
+    """reader.versions names a remote version by its strong ETag (or Last-Modified) and size, as the
+    source's `etag` and `last_modified` say: the exchange keeps them, the source shows them."""
+    url = "https://files.example/model.pt2"
+    source = HttpSource(url, httpx.AsyncClient(), HttpOptions())
+    source.exchange.remember(_answer(url, 206, {"etag": '"v1"', "last-modified": "Mon, 07 Dec 2026"}))
+    source.exchange.size = 10
+    assert (source.etag, source.last_modified, source.identity) == ('"v1"', "Mon, 07 Dec 2026", '"v1"')
+    assert version_basis(source) == 'etag:"v1":10'
+    gcs = HttpSource(MEDIA, httpx.AsyncClient(), HttpOptions(), policy=GcsPolicy(Unsigned("none")))
+    gcs.exchange.remember(_answer(MEDIA, 206, {"etag": '"e"', "x-goog-generation": "5"}))
+    assert version_basis(gcs) == "identity:generation:5"  # metadata-only changes move Google's ETag
+
+
+def test_shards_of_the_hub_are_checked_for_one_commit() -> None:
+    """A sharded checkpoint on the Hub refuses shards read at another commit than its index: the
+    commit each source pinned is in its `pinned()`."""
+
+    def hub_source(commit: str) -> HttpSource:
+        hub_file = HubFile("", "org/model", "main", "model.safetensors.index.json")
+        url = hub_file.url("https://hub.example")
+        policy = HubPolicy(hub_file, "https://hub.example", has_token=False)
+        source = HttpSource(url, httpx.AsyncClient(), HttpOptions(), location="hf://org/model", policy=policy)
+        source.exchange.remember(_answer(url, 206, {"x-repo-commit": commit}))
+        return source
+
+    index = hub_source("a" * 40)
+    _check_one_commit(index, {"one": SimpleNamespace(source=hub_source("a" * 40))})  # type: ignore[dict-item]
+    with pytest.raises(SourceChanged, match="the revision moved while opening"):
+        _check_one_commit(index, {"two": SimpleNamespace(source=hub_source("b" * 40))})  # type: ignore[dict-item]
 
 
 # -- credential refresh ------------------------------------------------------------------------

@@ -76,6 +76,32 @@ class Exchange:
         self.policy.restore(pinned)
         self.resolve_url = self.read_url = state.get("resolve_url") or self.url
 
+    async def still(self, pinned: Mapping[str, Any]) -> bool:
+        """Take `pinned` as the version opened if the object still is that version (one request,
+        retried as every request is); else forget it."""
+        self.restore(pinned)
+        if await self.retrying(self.revalidate_once):
+            return True
+        self.restore(None)
+        return False
+
+    async def revalidate_once(self) -> bool:
+        """True if the object is still the version opened: the store's own question, else a
+        conditional HEAD of `url` (304 where ETags allow). One attempt."""
+        answer = await self.policy.revalidate(self)
+        if answer is not None:
+            return answer
+        headers = {"If-None-Match": self.etag} if self.etag else {}
+        response = await self.send(self.request("HEAD", headers, self.url), "revalidate")
+        await response.aclose()
+        if response.status_code == 304:
+            return True
+        if response.status_code != 200:
+            return False
+        same_etag = response.headers.get("etag") == self.etag
+        same_size = response.headers.get("content-length") in (None, str(self.size))
+        return same_etag and same_size and response.headers.get("last-modified") == self.last_modified
+
     def remember(self, response: httpx.Response) -> None:
         """The open's answer names the version: its validators, and where reads of it go."""
         self.etag = response.headers.get("etag")

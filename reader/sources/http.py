@@ -108,7 +108,7 @@ class HttpSource(ByteSource):
         client = client or make_client(options, auth)
         source = cls(url, client, options, location=location, owns_client=owns, policy=policy)
         try:
-            if pinned is not None and await source._still(pinned):
+            if pinned is not None and await source.exchange.still(pinned):
                 return source
             tail = max(tail_size, 1)
             source.held = await source.exchange.retrying(
@@ -122,6 +122,14 @@ class HttpSource(ByteSource):
     @property
     def size(self) -> int:
         return self.exchange.size
+
+    @property
+    def etag(self) -> str | None:
+        return self.exchange.etag
+
+    @property
+    def last_modified(self) -> str | None:
+        return self.exchange.last_modified
 
     @property
     def identity(self) -> str:
@@ -143,14 +151,6 @@ class HttpSource(ByteSource):
     def pinned(self) -> dict[str, Any]:
         """What names the version opened, to open it again with one revalidation."""
         return self.exchange.pinned()
-
-    async def _still(self, pinned: Mapping[str, Any]) -> bool:
-        """Take `pinned` as the version opened if the object still is that version (one request)."""
-        self.exchange.restore(pinned)
-        if await self.revalidate():
-            return True
-        self.exchange.restore(None)
-        return False
 
     # -- reading -------------------------------------------------------------
 
@@ -275,23 +275,7 @@ class HttpSource(ByteSource):
     async def revalidate(self) -> bool:
         """True if the object is still the one opened (a conditional HEAD, 304 when ETags allow, or
         the store's own question), retried as every request is."""
-        return await self.exchange.retrying(self._revalidate_once)
-
-    async def _revalidate_once(self) -> bool:
-        exchange = self.exchange
-        answer = await self.policy.revalidate(exchange)
-        if answer is not None:
-            return answer
-        headers = {"If-None-Match": exchange.etag} if exchange.etag else {}
-        response = await exchange.send(exchange.request("HEAD", headers, self.url), "revalidate")
-        await response.aclose()
-        if response.status_code == 304:
-            return True
-        if response.status_code != 200:
-            return False
-        same_etag = response.headers.get("etag") == exchange.etag
-        same_size = response.headers.get("content-length") in (None, str(exchange.size))
-        return same_etag and same_size and response.headers.get("last-modified") == exchange.last_modified
+        return await self.exchange.retrying(self.exchange.revalidate_once)
 
     async def close(self) -> None:
         if self.owns_client:
