@@ -91,8 +91,10 @@ class BytesAt:
 class ByteSource(Protocol):
     """Exact byte ranges of one immutable object (a file, a URL, an S3 key).
 
-    The reads, `revalidate` and `close` each source implements; the capabilities after them have
-    defaults for a source that lacks them (a source subclasses this class to inherit them)."""
+    `read`, `read_into`, `revalidate` and `close` each source implements (`stream` reads chunk by
+    chunk unless the source streams otherwise); the capabilities after them have defaults for a
+    source that lacks them (a source subclasses this class to inherit them). A source knows bytes,
+    not entries: which entries were checked is kept above it (a cache's, in reader.cache)."""
 
     location: str
     size: int
