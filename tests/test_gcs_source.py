@@ -16,7 +16,7 @@ import pytest
 import reader
 from app.pull import pull
 from reader.sources import HttpOptions
-from reader.sources.gcs import GcsSource
+from reader.sources.gcs import GcsPolicy
 from testing.checks import run
 from testing.cli import cli, console_script, one_line_error
 from testing.cli import reader_bytes as _reader_bytes
@@ -86,7 +86,7 @@ async def test_reads_equal_local(emulated: FakeGcs, name: str) -> None:
     location = f"gs://{BUCKET}/archives/{name}"
     async with reader.open_archive(location, tail_size=8192) as ar:
         assert ar.location == location
-        assert isinstance(ar.source, GcsSource)
+        assert isinstance(ar.source.policy, GcsPolicy)
         await _same_as_local(ar, name)
 
 
@@ -105,7 +105,7 @@ async def test_open_is_two_requests_then_every_read_asks_for_the_opened_generati
         assert ar.stats["open"]["requests"] == 2
         await ar.read(ar.tensors()[100].name)
         assert ar.stats["data"]["requests"] == 1
-        generation = ar.source.generation
+        generation = ar.source.policy.generation
         assert ar.identity == f"generation:{generation}"
     first, *later = front.storage_requests()
     assert first.target == "/download/storage/v1/b/pt2serve-archives/o/archives%2Fmany.pt2?alt=media"
@@ -243,7 +243,7 @@ async def test_parallel_parts_share_one_refresh_and_the_generation(
         before = len(front.storage_requests())
         ar.source.client.auth.credentials.expiry = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
         assert b"".join([bytes(c) async for c in ar.stream("big")]) == big.tobytes()
-        generation = ar.source.generation
+        generation = ar.source.policy.generation
     parts = front.storage_requests()[before:]
     assert len(parts) >= 16 and all(s.target.endswith(f"&generation={generation}") for s in parts)
     assert front.tokens == ["ya29.test-1", "ya29.test-2"]  # the parts in flight waited for one refresh

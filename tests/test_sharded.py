@@ -354,7 +354,7 @@ def test_from_the_hugging_face_hub_each_shard_at_the_revision(big, tmp_path, mon
 
         async def check() -> None:
             async with reader.open_archive(location) as ar:
-                assert {archive.source.commit for archive in ar.shards.values()} == {first}
+                assert {archive.source.policy.commit for archive in ar.shards.values()} == {first}
                 assert await ar.read(name, order="contiguous") == raw(expected[name])
                 hub.rotate({("org/gpt", "main"): second})
                 assert await ar.read(name, order="contiguous") == raw(expected[name])  # still pinned

@@ -13,6 +13,7 @@ import pathlib
 
 import pytest
 
+from reader.cache.source import needs_full_check
 from reader.errors import SourceError
 from reader.sources import BytesSource, LocalFileSource
 
@@ -78,7 +79,7 @@ async def test_a_source_without_capabilities_answers_the_defaults() -> None:
     assert source.fast_connection is None and source.part_size > 0
     assert not await source.serves_multiple_ranges()
     assert source.pinned() is None and await source.current() is source
-    assert not source.needs_check("any", 0)
+    assert not needs_full_check(source, "any", 0)  # a mapped entry checked where the caller asks
     await source.fill([(0, 10)])  # nothing to fetch
     with pytest.raises(SourceError, match="cannot be memory-mapped"):
         source.map()

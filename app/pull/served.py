@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import httpx
 
 import reader
+from reader.sources import parse_content_range
 
 from .mirror import Mirror
 from .update import Advance, Entry, Manifest
@@ -81,9 +82,8 @@ class FromServer:
             have = 0
         headers = {"Range": f"bytes={have}-"} if have else {}
         async with self.client.stream("GET", entry["url"], headers=headers) as response:
-            if response.status_code == 206 and response.headers.get("content-range", "").startswith(
-                f"bytes {have}-"
-            ):
+            holds = parse_content_range(response.headers.get("content-range"))
+            if response.status_code == 206 and holds is not None and holds.first == have:
                 mode = "ab"
             elif response.status_code == 200:
                 mode, have = "wb", 0

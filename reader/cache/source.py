@@ -25,7 +25,7 @@ import mmap
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import NotCached, OriginUnreachable, SourceChanged
 from ..sources.base import (
@@ -177,8 +177,8 @@ class CachedSource(ByteSource):
             async for chunk in self._through(start, end, chunk_size, purpose, checked):
                 yield chunk
             return
-        for at in range(start, end, chunk_size):
-            yield await self.read(at, min(end, at + chunk_size), purpose=purpose)
+        async for chunk in ByteSource.stream(self, start, end, chunk_size=chunk_size, purpose=purpose):
+            yield chunk
 
     def _same_version(self, remote: HttpSource) -> bool:
         pinned = remote.pinned()
@@ -242,11 +242,8 @@ class CachedSource(ByteSource):
         return mmap.mmap(self.version.descriptor(), self.size, access=mmap.ACCESS_COPY)
 
     def verified(self, name: str, crc: int) -> bool:
+        """Whether entry `name` (with `crc`) passed its CRC-32 in full for this version."""
         return self.version.verified(name, crc)
-
-    def needs_check(self, name: str, crc: int) -> bool:
-        """An entry not yet checked in full for this version: its bytes came from afar."""
-        return not self.verified(name, crc)
 
     def mark_verified(self, name: str, crc: int) -> None:
         self.version.mark_verified(name, crc)
@@ -296,6 +293,19 @@ async def keep_version(remote: HttpSource, key: str, store: CacheStore) -> Cache
         await remote.close()
         raise
     return CachedSource(version, remote, key, store)
+
+
+def needs_full_check(source: ByteSource, name: str, crc: int) -> bool:
+    """Whether a mapped entry must be CRC-checked in full though the caller did not ask: a cache's
+    entry (its bytes came from afar) not yet checked for this version. Other sources' mapped bytes
+    are checked where the caller asks."""
+    return source.cached and not cast(CachedSource, source).verified(name, crc)
+
+
+def full_check_passed(source: ByteSource, name: str, crc: int) -> None:
+    """Entry `name` (with `crc`) passed its CRC-32 in full: a cache remembers it for this version."""
+    if source.cached:
+        cast(CachedSource, source).mark_verified(name, crc)
 
 
 def _age_text(seconds: float) -> str:

@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from .. import zipfmt
+from ..cache.source import full_check_passed, needs_full_check
 from ..entries.fetcher import EntryFetcher
 from ..errors import IntegrityError
 from ..sources import ByteSource
@@ -129,16 +130,18 @@ def _mapped(
             if entry.method != METHOD_STORED:
                 buffers[entry.name] = _inflate(entry, stored)
                 continue
-            if copy or verify or source.needs_check(entry.name, entry.crc32):
+            if copy or verify or needs_full_check(source, entry.name, entry.crc32):
                 _check_crc(entry, stored)
-                source.mark_verified(entry.name, entry.crc32)
+                full_check_passed(source, entry.name, entry.crc32)
             buffers[entry.name] = stored.copy() if copy else stored
     return buffers
 
 
 def _unchecked(source: ByteSource, plan: LoadPlan) -> bool:
     """A cache's entries not yet checked in full: the mapping reads them once."""
-    return any(source.needs_check(entry.name, entry.crc32) for rng in plan.ranges for entry in rng.entries)
+    return any(
+        needs_full_check(source, entry.name, entry.crc32) for rng in plan.ranges for entry in rng.entries
+    )
 
 
 def _deflated(plan: LoadPlan) -> bool:

@@ -3,6 +3,10 @@
 Every source is a `ByteSource` (base.py): its reads, and the capabilities its callers ask of it
 instead of testing its type (local, mappable, reports_landed, serves_multiple_ranges, ...).
 
+Every remote store is one `HttpSource` (http.py) given a `StorePolicy` (policy.py: what the store
+does differently) and an `httpx.Auth` (its signing): its requests and their checks are exchange.py,
+its one ranged read ranged.py, the open's tail tail.py, several ranges a request multiget.py.
+
 The remote sources (httpx and the HTTP/1.1 client under it, http1/; botocore and the cloud SDKs)
 are imported when a remote location is first opened, so reading local archives does not pay for
 them at start.
@@ -25,6 +29,7 @@ from .base import (
     fresh_buffer,
     redact_location,
 )
+from .contentrange import ContentRange, parse_content_range
 from .local import LocalFileSource
 from .memory import BytesSource
 from .options import HttpOptions, S3Settings
@@ -144,6 +149,7 @@ __all__ = [
     "ByteSource",
     "BytesSource",
     "Checked",
+    "ContentRange",
     "HttpOptions",
     "HttpSource",
     "LocalFileSource",
@@ -153,6 +159,7 @@ __all__ = [
     "is_remote",
     "make_client",
     "open_source",
+    "parse_content_range",
     "redact_location",
     "tail_size_for",
     "verified_context",

@@ -19,8 +19,8 @@ into a read-only SAS for this one blob, valid `SAS_LIFETIME` seconds and renewed
 seconds ahead, so the signing is Microsoft's own code and not a hand-written HMAC canonicalisation.
 A SAS or token only ever goes to the configured endpoint, tokens only over https.
 
-The bytes are read by `blob.BlobSource` (HttpSource: retries, resume, parallel parts, pinning by
-ETag). The Azure SDKs are the `pt2serve[azure]` extra and are imported only by the paths that need
+The bytes are read by HttpSource with `blob.BlobPolicy` (retries, resume, parallel parts, pinning
+by ETag). The Azure SDKs are the `pt2serve[azure]` extra and are imported only by the paths that need
 them (a SAS needs neither).
 """
 
@@ -39,9 +39,10 @@ from typing import Any
 from urllib.parse import quote
 
 from ..errors import LocationError, SourceError
-from .blob import BlobAuth, BlobSource
+from .blob import BlobAuth, open_blob
 from .http import HttpOptions, HttpSource
 from .keys import check_key
+from .refresh import Refreshing
 
 STORAGE_SCOPE = "https://storage.azure.com/.default"
 SAS_LIFETIME = 3600.0  # seconds a generated SAS is valid
@@ -188,14 +189,14 @@ class EntraToken:
         self._credential = credential
         self._token = ""
         self._expires_on = 0.0
-        self._lock = asyncio.Lock()
+        self._refreshing = Refreshing()
 
     async def __call__(self) -> tuple[str, dict[str, str]]:
-        if time.time() >= self._expires_on - TOKEN_REFRESH_BEFORE:
-            async with self._lock:
-                if time.time() >= self._expires_on - TOKEN_REFRESH_BEFORE:
-                    await self._refresh()
+        await self._refreshing.refresh_if_due(self._due, self._refresh)
         return "", {"Authorization": f"Bearer {self._token}"}
+
+    def _due(self) -> bool:
+        return time.time() >= self._expires_on - TOKEN_REFRESH_BEFORE
 
     async def _refresh(self) -> None:
         from azure.core.exceptions import AzureError, ClientAuthenticationError
@@ -287,6 +288,4 @@ async def open_azure(
         )
     auth = credential_for(settings, container, blob, credential=credential)
     url = blob_url(settings.endpoint, container, blob)
-    return await BlobSource.open(
-        url, tail_size=tail_size, options=options, auth=auth, location=location, pinned=pinned
-    )
+    return await open_blob(url, auth, tail_size=tail_size, options=options, location=location, pinned=pinned)

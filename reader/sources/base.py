@@ -20,8 +20,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..entries.ranges import coalesce
 from ..errors import SourceError
+from .spans import COALESCE_GAP, coalesce
 
 # bench/stream_local.py's sweep: 4 MiB streams fastest against a pread loop of the same size
 # (1 MiB within noise, 256 KiB clearly slower); the service sets its own (PT2SERVE_CHUNK_SIZE).
@@ -91,8 +91,10 @@ class BytesAt:
 class ByteSource(Protocol):
     """Exact byte ranges of one immutable object (a file, a URL, an S3 key).
 
-    The reads, `revalidate` and `close` each source implements; the capabilities after them have
-    defaults for a source that lacks them (a source subclasses this class to inherit them)."""
+    `read`, `read_into`, `revalidate` and `close` each source implements (`stream` reads chunk by
+    chunk unless the source streams otherwise); the capabilities after them have defaults for a
+    source that lacks them (a source subclasses this class to inherit them). A source knows bytes,
+    not entries: which entries were checked is kept above it (a cache's, in reader.cache)."""
 
     location: str
     size: int
@@ -113,7 +115,7 @@ class ByteSource(Protocol):
         other sources never call it."""
         ...
 
-    def stream(
+    async def stream(
         self,
         start: int,
         end: int,
@@ -125,8 +127,11 @@ class ByteSource(Protocol):
         """Bytes [start, end) in chunks of at most chunk_size, exactly. `checked(at, nbytes, crc)`
         hears, before the chunk holding them is handed on, of archive bytes whose CRC-32 the source
         took where it received them (HttpSource's receive thread; others never call it), so whoever
-        checks the bytes joins those values instead of reading the bytes again."""
-        ...
+        checks the bytes joins those values instead of reading the bytes again. Here: one `read` a
+        chunk (the one copy of that loop; a source that streams otherwise overrides it)."""
+        check_range(self, start, end)
+        for at in range(start, end, chunk_size):
+            yield await self.read(at, min(end, at + chunk_size), purpose=purpose)
 
     async def revalidate(self) -> bool:
         """True if the object is still the one opened (cheaply: a stat, a conditional request)."""
@@ -185,7 +190,7 @@ class ByteSource(Protocol):
         into: Sequence[memoryview],
         *,
         purpose: str = "data",
-        fallback_gap: int = 64 << 10,
+        fallback_gap: int = COALESCE_GAP,
     ) -> None:
         """Bytes [start, end) of each of `ranges` (sorted, disjoint), end to end across the buffers of
         `into` (each holds whole ranges: one, or several in a row). Here: the ranges joined where at
@@ -201,16 +206,6 @@ class ByteSource(Protocol):
     def map(self) -> mmap.mmap:
         """The object's bytes mapped copy-on-write, where the source is `mappable`."""
         raise SourceError(f"{self.location} cannot be memory-mapped")
-
-    def needs_check(self, name: str, crc: int) -> bool:
-        """Whether a mapped entry must be CRC-checked in full though the caller did not ask: its
-        bytes came from afar and were not checked yet for this version (a cache's). No: mapped
-        bytes are checked where the caller asks."""
-        return False
-
-    def mark_verified(self, name: str, crc: int) -> None:
-        """Entry `name` (with `crc`) passed its CRC-32 in full: remembered where the source keeps it."""
-        return None
 
     async def current(self) -> ByteSource:
         """The source of the version the object is now: this one, unless it was opened from a

@@ -19,8 +19,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 
-from ..errors import SourceError
 from .http import HttpOptions, HttpSource
+from .policy import ExchangeView, StorePolicy
 
 API_VERSION = "2023-11-03"
 BLOB_HOST_SUFFIXES = (
@@ -64,28 +64,49 @@ class BlobAuth(httpx.Auth):
         yield request
 
 
-class BlobSource(HttpSource):
-    """HttpSource for the Blob service: HEAD + tail open, errors that name the credential."""
+class BlobPolicy(StorePolicy):
+    """The Blob service: HEAD + tail open (no suffix ranges), one range a request, refusals that
+    name the credential (never its secret) and the service's error code."""
 
-    multirange = False  # the Blob service answers one range a request
+    suffix_open = False
+    multirange = False
 
-    async def _open_with_tail(self, tail_size: int) -> None:
-        await self._open_with_head(tail_size)
+    def __init__(self, auth: BlobAuth) -> None:
+        self.auth = auth
 
-    def _check_status(self, response: httpx.Response, allow: tuple[int, ...]) -> None:
+    def explain(self, response: httpx.Response, exchange: ExchangeView, generic: str) -> str:
         status = response.status_code
         code = response.headers.get("x-ms-error-code", "no error code")
-        if status == 404 and not self.size:  # at open; later, a 404 is a blob gone (SourceChanged)
-            raise SourceError(f"{self.location}: HTTP 404 ({code}): no such blob or container")
-        if status in (401, 403) and status not in allow:
-            auth = self.client.auth
-            what = auth.description if isinstance(auth, BlobAuth) else "the request's credential"
-            raise SourceError(
-                f"{self.location}: HTTP {status} ({code}): Azure refused {what}: "
+        if status == 404:  # at open (later, a 404 is a blob gone: SourceChanged)
+            return f"HTTP 404 ({code}): no such blob or container"
+        if status in (401, 403):
+            return (
+                f"HTTP {status} ({code}): Azure refused {self.auth.description}: "
                 "a wrong account key, an expired or revoked signature or token, or no read permission "
                 "on this blob"
             )
-        super()._check_status(response, allow)
+        return generic
+
+
+async def open_blob(
+    url: str,
+    auth: BlobAuth,
+    *,
+    tail_size: int,
+    options: HttpOptions | None,
+    location: str | None = None,
+    pinned: Mapping[str, Any] | None = None,
+) -> HttpSource:
+    """The blob at `url`, read with `auth`'s credential."""
+    return await HttpSource.open(
+        url,
+        tail_size=tail_size,
+        options=options,
+        auth=auth,
+        location=location,
+        pinned=pinned,
+        policy=BlobPolicy(auth),
+    )
 
 
 async def open_blob_url(
@@ -94,6 +115,4 @@ async def open_blob_url(
     """A plain https URL of a blob (its SAS, if any, stays in the query; the location shown omits it)."""
     has_sas = "sig" in parse_qs(urlsplit(url).query)
     description = "the SAS in the URL" if has_sas else "an anonymous request (no SAS in the URL)"
-    return await BlobSource.open(
-        url, tail_size=tail_size, options=options, auth=BlobAuth(description), pinned=pinned
-    )
+    return await open_blob(url, BlobAuth(description), tail_size=tail_size, options=options, pinned=pinned)

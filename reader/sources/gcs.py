@@ -33,6 +33,8 @@ import httpx
 from ..errors import LocationError, SourceChanged, SourceError
 from .http import HttpOptions, HttpSource
 from .keys import check_key
+from .policy import ExchangeView, StorePolicy
+from .refresh import Refreshing
 
 DEFAULT_ENDPOINT = "https://storage.googleapis.com"
 READ_SCOPE = "https://www.googleapis.com/auth/devstorage.read_only"
@@ -176,7 +178,7 @@ class GoogleBearer(httpx.Auth):
     def __init__(self, found: FoundCredentials) -> None:
         self.found = found
         self.credentials = found.credentials
-        self._refreshing: asyncio.Lock | None = None
+        self._refreshing = Refreshing()
 
     @property
     def description(self) -> str:
@@ -200,14 +202,12 @@ class GoogleBearer(httpx.Auth):
 
     async def _token(self, rejected: str | None = None) -> str:
         credentials = self.credentials
-        if credentials.valid and credentials.token != rejected:
-            return credentials.token
-        if self._refreshing is None:
-            self._refreshing = asyncio.Lock()
-        async with self._refreshing:  # one refresh at a time; the others take its token
-            if not (credentials.valid and credentials.token != rejected):
-                await self._refresh()
-            return credentials.token
+
+        def due() -> bool:
+            return not (credentials.valid and credentials.token != rejected)
+
+        await self._refreshing.refresh_if_due(due, self._refresh)
+        return credentials.token
 
     async def _refresh(self) -> None:
         from google.auth import exceptions
@@ -233,56 +233,52 @@ class Unsigned(httpx.Auth):
 # -- the source --------------------------------------------------------------------------------
 
 
-class GcsSource(HttpSource):
-    """HttpSource pinned to the generation its open saw; errors name the credentials used."""
+class GcsPolicy(StorePolicy):
+    """Cloud Storage: pinned to the generation its open saw; refusals name the credentials used."""
 
-    generation: str | None = None
-    PINNED = (*HttpSource.PINNED, "generation")
     multirange = False  # Cloud Storage answers one range a request
+    PINNED = ("generation",)
 
-    @property
+    def __init__(self, auth: GoogleBearer | Unsigned) -> None:
+        self.auth = auth  # its description names the credentials in messages (never a secret)
+        self.generation: str | None = None
+
     def identity(self) -> str:
         return f"generation:{self.generation}"
 
-    def _remember_validators(self, response: httpx.Response) -> None:
+    def remember(self, response: httpx.Response, exchange: ExchangeView) -> str:
+        """The generation the answer names; later reads name it (`url` names the live object)."""
         generation = response.headers.get("x-goog-generation", "")
         if not generation.isdigit():
             raise SourceError(
-                f"{self.location}: the answer names no object generation (x-goog-generation): "
+                f"{exchange.location}: the answer names no object generation (x-goog-generation): "
                 f"is {response.url.host} Cloud Storage?"
             )
         self.generation = generation
-        super()._remember_validators(response)
         # the generation alone names the bytes: Google's ETag and Last-Modified also move when only
         # metadata changes, so pinning or versioning by them would refuse unchanged bytes
-        self.etag = self.last_modified = None
+        exchange.etag = exchange.last_modified = None
+        return f"{exchange.url}&generation={generation}"
 
-    def _pinned_url(self, response: httpx.Response) -> str | None:
-        """`url` names the live object; later reads name the generation opened."""
-        return f"{self.url}&generation={self.generation}"
+    def pinned_by_url(self, exchange: ExchangeView) -> bool:
+        return True  # every read names the generation
 
-    def _check_same_object(self, response: httpx.Response, whole_size: int | None) -> None:
-        super()._check_same_object(response, whole_size)
+    def check_same(self, response: httpx.Response, exchange: ExchangeView) -> None:
         generation = response.headers.get("x-goog-generation")
         if generation and generation != self.generation:
-            raise SourceChanged(f"{self.location} changed: generation {self.generation} is now {generation}")
+            raise SourceChanged(
+                f"{exchange.location} changed: generation {self.generation} is now {generation}"
+            )
 
-    def _check_status(self, response: httpx.Response, allow: tuple[int, ...]) -> None:
-        try:
-            super()._check_status(response, allow)
-        except SourceChanged:
-            raise
-        except SourceError as exc:
-            if response.status_code in (401, 403, 404):
-                credentials = getattr(self.client.auth, "description", "none")
-                raise SourceError(f"{exc}; credentials: {credentials}") from None
-            raise
+    def explain(self, response: httpx.Response, exchange: ExchangeView, generic: str) -> str:
+        if response.status_code in (401, 403, 404):
+            return f"{generic}; credentials: {self.auth.description}"
+        return generic
 
-    async def _revalidate_once(self) -> bool:
-        """True if the object's current generation is still the one opened (a 1-byte read; retried
-        as every request is, by HttpSource.revalidate)."""
-        headers = {"Accept-Encoding": "identity", **self.options.headers, "Range": "bytes=0-0"}
-        response = await self._send(self.client.build_request("GET", self.url, headers=headers), "revalidate")
+    async def revalidate(self, exchange: ExchangeView) -> bool:
+        """True if the object's current generation is still the one opened (a 1-byte read)."""
+        request = exchange.request("GET", {"Range": "bytes=0-0"}, exchange.url)
+        response = await exchange.send(request, "revalidate")
         await response.aclose()
         return (
             response.status_code in (200, 206)
@@ -297,15 +293,16 @@ async def open_gcs(
     options: HttpOptions | None = None,
     settings: GcsSettings | None = None,
     pinned: Mapping[str, Any] | None = None,
-) -> GcsSource:
+) -> HttpSource:
     bucket, name = parse_gs_location(location)
     settings = settings or GcsSettings.from_environment()
     if settings.emulator:
-        auth: httpx.Auth = Unsigned(f"none (STORAGE_EMULATOR_HOST={settings.endpoint})")
+        auth: GoogleBearer | Unsigned = Unsigned(f"none (STORAGE_EMULATOR_HOST={settings.endpoint})")
     else:
         found = await asyncio.to_thread(find_credentials)
         auth = Unsigned(found.description) if found.credentials is None else GoogleBearer(found)
     url = media_url(settings.endpoint, bucket, name)
-    return await GcsSource.open(
-        url, tail_size=tail_size, options=options, auth=auth, location=location, pinned=pinned
+    policy = GcsPolicy(auth)
+    return await HttpSource.open(
+        url, tail_size=tail_size, options=options, auth=auth, location=location, pinned=pinned, policy=policy
     )

@@ -29,6 +29,7 @@ import httpx
 from ..errors import LocationError
 from .http import HttpOptions, HttpSource
 from .keys import bad_segment
+from .policy import ExchangeView, StorePolicy
 from .redirects import origin_of
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -131,31 +132,20 @@ class HubToken(httpx.Auth):
         yield request
 
 
-class HubSource(HttpSource):
-    """An HttpSource pinned to the commit its first answer names, with the Hub's errors spelled out."""
+class HubPolicy(StorePolicy):
+    """The Hub: pinned to the commit its first answer names, with the Hub's errors spelled out."""
 
-    PINNED = (*HttpSource.PINNED, "commit", "file_tag")
+    PINNED = ("commit", "file_tag")
 
-    def __init__(
-        self,
-        url: str,
-        client: httpx.AsyncClient,
-        options: HttpOptions,
-        *,
-        hub_file: HubFile,
-        endpoint: str,
-        has_token: bool,
-        location: str | None = None,
-        owns_client: bool = True,
-    ) -> None:
-        super().__init__(url, client, options, location=location, owns_client=owns_client)
+    def __init__(self, hub_file: HubFile, endpoint: str, *, has_token: bool) -> None:
         self.hub_file = hub_file
         self.endpoint = endpoint
         self.has_token = has_token
         self.commit: str | None = None  # the commit the first answer named
         self.file_tag: str | None = None  # ... and its tag of the file's bytes (the LFS SHA-256 or the ETag)
 
-    def _pinned_url(self, response: httpx.Response) -> str | None:
+    def remember(self, response: httpx.Response, exchange: ExchangeView) -> str | None:
+        """The resolve URL at the commit the Hub's answer names (a moving `main` pinned)."""
         first = response.history[0] if response.history else response
         commit = first.headers.get("x-repo-commit", "").strip().lower()
         if not COMMIT.fullmatch(commit):
@@ -164,14 +154,18 @@ class HubSource(HttpSource):
         self.file_tag = _file_tag(first)
         return self.hub_file.url(self.endpoint, commit)
 
-    async def _revalidate_once(self) -> bool:
+    def pinned_by_url(self, exchange: ExchangeView) -> bool:
+        # the Hub's own answers are pinned by the commit in the URL; If-Match is for the CDN's object
+        return self.commit is not None and origin_of(exchange.read_url) == exchange.origin
+
+    async def revalidate(self, exchange: ExchangeView) -> bool | None:
         """True while the revision as given still names the bytes opened: asked of the Hub alone
         (its answer names the commit and the file's tag; the CDN is not asked), so a moved `main`
-        whose file changed makes the service reopen. Retried as every request is (revalidate)."""
+        whose file changed makes the service reopen."""
         if self.commit is None:  # not the Hub's answer: as any HTTP source
-            return await super()._revalidate_once()
-        request = self._request("HEAD", {}, self.url)
-        response = await self._send(request, "revalidate", follow_redirects=False)
+            return None
+        request = exchange.request("HEAD", {}, exchange.url)
+        response = await exchange.send(request, "revalidate", follow_redirects=False)
         await response.aclose()
         if not (response.is_success or response.is_redirect):
             return False
@@ -179,15 +173,13 @@ class HubSource(HttpSource):
             return True
         return self.file_tag is not None and _file_tag(response) == self.file_tag
 
-    def _pin(self) -> dict[str, str]:
-        # the Hub's own answers are pinned by the commit in the URL; If-Match is for the CDN's object
-        if self.commit and origin_of(self.read_url) == self.origin:
-            return {}
-        return super()._pin()
+    def explain(self, response: httpx.Response, exchange: ExchangeView, generic: str) -> str:
+        if origin_of(response.url) != exchange.origin:  # the CDN's answer, not the Hub's
+            return generic
+        reason = self._reason(response)
+        return generic if reason is None else f"HTTP {response.status_code} ({reason})"
 
-    def _refusal(self, response: httpx.Response) -> str:
-        if origin_of(response.url) != self.origin:  # the CDN's answer, not the Hub's
-            return super()._refusal(response)
+    def _reason(self, response: httpx.Response) -> str | None:
         code = response.headers.get("x-error-code", "")
         hub = self.hub_file
         repo = f"{hub.prefix}{hub.repo_id}"
@@ -205,7 +197,7 @@ class HubSource(HttpSource):
             return f"revision {hub.revision!r} not found in {repo}"
         if code == "EntryNotFound" or response.status_code == 404:
             return f"file {hub.path!r} not found in {repo} at revision {hub.revision!r}"
-        return super()._refusal(response)
+        return None
 
 
 def _file_tag(response: httpx.Response) -> str | None:
@@ -215,19 +207,17 @@ def _file_tag(response: httpx.Response) -> str | None:
 
 async def open_hf(
     location: str, *, tail_size: int, options: HttpOptions | None, pinned: Mapping[str, Any] | None = None
-) -> HubSource:
+) -> HttpSource:
     """Open a file on the Hub (see the module docstring)."""
     hub_file = parse_hf_location(location)
     endpoint = (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
     token = hub_token()
-    return await HubSource.open(
+    return await HttpSource.open(
         hub_file.url(endpoint),
         tail_size=tail_size,
         options=options,
         auth=HubToken(token) if token else None,
         location=location,
         pinned=pinned,
-        hub_file=hub_file,
-        endpoint=endpoint,
-        has_token=token is not None,
+        policy=HubPolicy(hub_file, endpoint, has_token=token is not None),
     )

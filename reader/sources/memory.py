@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterator
 
-from .base import DEFAULT_CHUNK_SIZE, ByteSource, Checked, Landed, SourceStats, check_range
+from .base import ByteSource, Landed, SourceStats, check_range
 
 
 class BytesSource(ByteSource):
-    """An immutable bytes object behind the source interface (standing in for a remote one)."""
+    """An immutable bytes object behind the source interface (standing in for a remote one); it
+    streams as every source does by default, one `read` a chunk."""
 
     def __init__(self, data: bytes, location: str = "<memory>") -> None:
         self._data = bytes(data)
@@ -30,21 +30,6 @@ class BytesSource(ByteSource):
         check_range(self, start, end)
         buffer[:] = memoryview(self._data)[start:end]
         self.stats.record(purpose, end - start)
-
-    async def stream(
-        self,
-        start: int,
-        end: int,
-        *,
-        chunk_size: int = DEFAULT_CHUNK_SIZE,
-        purpose: str = "data",
-        checked: Checked | None = None,
-    ) -> AsyncIterator[bytes]:
-        check_range(self, start, end)
-        for position in range(start, end, chunk_size):
-            chunk = self._data[position : min(end, position + chunk_size)]
-            self.stats.record(purpose, len(chunk))
-            yield chunk
 
     async def close(self) -> None:
         return None

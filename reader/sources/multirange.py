@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import SourceChanged, SourceError
+from .contentrange import parse_content_range
 from .scatter import gather
 
 MAX_RANGE_HEADER = 6000  # characters of `bytes=a-b,...`: within nginx's default 8 KiB header line
@@ -36,7 +37,6 @@ MAX_RANGES = 1000  # ranges a request, whatever their length
 MAX_PART_HEAD = 4096  # bytes of a part's boundary line and headers before its data
 HEAD_WINDOW = MAX_PART_HEAD + 512  # bytes a head is looked for in (the boundary: at most 70 bytes)
 _BOUNDARY = re.compile(r';\s*boundary\s*=\s*(?:"([^"]+)"|([^\s;]+))', re.IGNORECASE)
-_PART_RANGE = re.compile(rb"bytes (\d+)-(\d+)/(\d+)")
 # after a part's data, CRLF and the boundary: "--" (the end), or padding, CRLF, headers, CRLF CRLF
 _AFTER_BOUNDARY = re.compile(rb"(?:(--)|[ \t]*\r\n((?:[^\r\n]+\r\n)*)\r\n)")
 _CONTENT_RANGE = re.compile(rb"^content-range:[ \t]*([^\r\n]*?)[ \t]*\r$", re.IGNORECASE | re.MULTILINE)
@@ -271,10 +271,10 @@ class ByteRangesParser:
             raise SourceError(
                 f"{self.where}: a part of the multipart answer has {len(ranges)} Content-Range headers"
             )
-        found = _PART_RANGE.fullmatch(ranges[0])
-        if found is None:
+        found = parse_content_range(ranges[0])
+        if found is None or found.first is None or found.last is None or found.total is None:
             raise SourceError(f"{self.where}: a part's Content-Range {ranges[0][:60]!r} is not bytes a-b/N")
-        first, last, total = (int(value) for value in found.groups())
+        first, last, total = found.first, found.last, found.total
         if total != self.size:
             raise SourceChanged(f"{self.where} changed: {self.size} bytes are now {total}")
         index: int | None = len(self.arrived)  # in the order asked, as nginx answers

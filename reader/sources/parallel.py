@@ -20,9 +20,28 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
+from typing import NamedTuple
 
 from ..tasks import task_group
+from .options import HttpOptions
 from .speed import PROBE_BYTES, rate
+
+
+class Parts(NamedTuple):
+    """How a big read is split: parts of `part_size` bytes, up to `parts_in_flight` at once; with
+    `fast_connection` (bytes/s) the first part is timed alone, and one connection at least that
+    fast reads the rest by itself."""
+
+    part_size: int
+    parts_in_flight: int
+    fast_connection: float | None = None
+
+
+def parts_for(options: HttpOptions, size: int) -> Parts | None:
+    """How a read of `size` bytes is split as `options` say; None: one connection."""
+    if options.parallel_parts > 1 and size > max(options.parallel_above, options.part_size):
+        return Parts(options.part_size, options.parallel_parts, options.fast_connection)
+    return None
 
 
 class _Part:
@@ -62,10 +81,7 @@ async def ordered_parts(
     fetch: Callable[[int, int], AsyncIterator[bytes]],
     start: int,
     end: int,
-    *,
-    part_size: int,
-    parts_in_flight: int,
-    fast_connection: float | None = None,
+    how: Parts,
 ) -> AsyncIterator[bytes]:
     """Bytes [start, end) in order, fetched as parts up to `parts_in_flight` at a time.
 
@@ -75,6 +91,7 @@ async def ordered_parts(
     follows as one request read at the consumer's pace (the transport's read-ahead bounds its
     memory); otherwise the other parts start at once.
     """
+    part_size, parts_in_flight, fast_connection = how
     waiting = deque(split(start, end, part_size))
     running: deque[_Part] = deque()
     wake = asyncio.Event()
@@ -127,10 +144,7 @@ async def parts_into(
     fetch_into: Callable[[int, memoryview], Awaitable[None]],
     start: int,
     buffer: memoryview,
-    *,
-    part_size: int,
-    parts_in_flight: int,
-    fast_connection: float | None = None,
+    how: Parts,
 ) -> None:
     """Bytes [start, start + len(buffer)) into `buffer`, each part received by `fetch_into` (retried
     and resumed on its own) straight into its slice, up to `parts_in_flight` at a time. Nothing is
@@ -140,6 +154,7 @@ async def parts_into(
     `ordered_parts` does: at least that fast, the rest follows as one request (on loopback SeaweedFS
     two connections loaded a model at 0.6x the time of one); otherwise the other parts run at once.
     """
+    part_size, parts_in_flight, fast_connection = how
     parts = split(0, len(buffer), part_size)
     if fast_connection is not None and len(parts) > 1:
         low, high = parts.pop(0)

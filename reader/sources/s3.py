@@ -28,6 +28,8 @@ from .aws import Identity, S3Endpoint, environment_config, explicit_endpoint
 from .http import HttpSource
 from .keys import check_key
 from .options import HttpOptions, S3Settings
+from .policy import OneRangePolicy
+from .refresh import Refreshing
 
 ERROR_BODY_CAP = 64 << 10  # bytes of an error body read to find S3's <Code>
 ADVISORY_RETRY_SECONDS = 30.0  # after a refresh that failed while the old credentials still hold
@@ -92,7 +94,7 @@ class SigV4(httpx.Auth):
         self.identity = identity
         self.region = region
         self.location = location
-        self._refreshing: asyncio.Lock | None = None
+        self._refreshing = Refreshing()
         self._quiet_until = 0.0
 
     def sync_auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
@@ -113,17 +115,17 @@ class SigV4(httpx.Auth):
 
     async def _current_credentials(self) -> ReadOnlyCredentials:
         credentials = self.identity.credentials
+        refreshed: list[ReadOnlyCredentials] = []
+
+        async def refresh() -> None:
+            refreshed.append(await asyncio.to_thread(credentials.get_frozen_credentials))
+            if credentials.refresh_needed():  # refresh failed; the old ones still hold
+                self._quiet_until = time.monotonic() + ADVISORY_RETRY_SECONDS
+
         try:
-            if isinstance(credentials, RefreshableCredentials) and self._refresh_due(credentials):
-                if self._refreshing is None:
-                    self._refreshing = asyncio.Lock()
-                async with self._refreshing:
-                    if self._refresh_due(credentials):
-                        frozen = await asyncio.to_thread(credentials.get_frozen_credentials)
-                        if credentials.refresh_needed():  # refresh failed; the old ones still hold
-                            self._quiet_until = time.monotonic() + ADVISORY_RETRY_SECONDS
-                        return frozen
-            return credentials.get_frozen_credentials()
+            if isinstance(credentials, RefreshableCredentials):
+                await self._refreshing.refresh_if_due(lambda: self._refresh_due(credentials), refresh)
+            return refreshed[0] if refreshed else credentials.get_frozen_credentials()
         except (BotoCoreError, ClientError, OSError, ValueError) as exc:
             raise SourceError(
                 f"{self.location}: could not refresh AWS credentials {self.identity.source}: {exc}"
@@ -195,8 +197,12 @@ async def open_s3(
 ) -> HttpSource:
     url, endpoint, identity = await asyncio.to_thread(resolve, location, settings)
     auth = SigV4(identity, endpoint.region, location)
-    source = await HttpSource.open(
-        url, tail_size=tail_size, options=options, auth=auth, location=location, pinned=pinned
+    return await HttpSource.open(
+        url,
+        tail_size=tail_size,
+        options=options,
+        auth=auth,
+        location=location,
+        pinned=pinned,
+        policy=OneRangePolicy(),  # S3 answers one range a request (SeaweedFS: 200 and the whole object)
     )
-    source.multirange = False  # S3 answers one range a request (SeaweedFS: 200 and the whole object)
-    return source

@@ -426,9 +426,9 @@ async def _open_shard(open_shard: OpenShard, shard: str, location: str, index: B
 def _check_one_commit(index: ByteSource, shards: dict[str, Archive]) -> None:
     """On the Hugging Face Hub every source pins the commit its revision named when it opened: all
     must be one commit, or the revision moved while the shards were opening (open again)."""
-    commit = getattr(index, "commit", None)
+    commit = (index.pinned() or {}).get("commit")
     for shard, archive in shards.items():
-        other = getattr(archive.source, "commit", None)
+        other = (archive.source.pinned() or {}).get("commit")
         if commit and other and other != commit:
             raise SourceChanged(
                 f"{index.location} was read at commit {commit}, shard {shard!r} at {other}: the "
