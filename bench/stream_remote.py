@@ -93,7 +93,7 @@ async def tensor_span(ar: reader.Archive) -> tuple[int, int]:
 async def run_pt2serve(ar: reader.Archive, chunk_size: int) -> dict:
     cpu, started = time.process_time(), time.perf_counter()
     total = 0
-    async for chunk in ar.stream(TENSOR_NAME, chunk_size=chunk_size):
+    async for chunk in ar.tensor(TENSOR_NAME).chunks(chunk_size=chunk_size):
         total += len(chunk)
     return {"seconds": time.perf_counter() - started, "cpu": time.process_time() - cpu, "bytes": total}
 
@@ -247,7 +247,7 @@ async def timed_stream(url: str, options: HttpOptions, end: int | None = None, *
     async with reader.open_archive(url, http_options=options, **open_args) as ar:
         started = time.perf_counter()
         total = 0
-        async for chunk in ar.stream(TENSOR_NAME, end=end):
+        async for chunk in ar.tensor(TENSOR_NAME).chunks(end=end):
             total += len(chunk)
         seconds = time.perf_counter() - started
         expected = end if end is not None else ar.layout(TENSOR_NAME).nbytes

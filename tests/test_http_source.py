@@ -241,7 +241,7 @@ async def test_weak_etag_is_checked_instead_of_if_match(server) -> None:
 async def test_query_string_is_kept_for_requests_but_hidden_from_the_location(server) -> None:
     url = server.url("/layouts.pt2") + "?X-Amz-Signature=secret"
     async with reader.open_archive(url, http_options=FAST) as ar:
-        assert "secret" not in ar.location
+        assert "secret" not in ar.source.location
         assert server.log[0].target.endswith("?X-Amz-Signature=secret")
 
 
