@@ -6,9 +6,9 @@
 The archive is the one bench/stream_local.py generates and caches (one float32 tensor "big", stored).
 It is served by a separate process: testing/faultserver.py's FaultServer (testing/servers.py) and,
 if installed, nginx (`apt-get install -y nginx`; run as our own process, stopped by PID).
-For each server and chunk size, runs alternate in a balanced order (bench/_rounds.py): pt2serve consumes every
-chunk of `ar.stream("big")` (HTTP/1.1, HttpOptions(http2=False); a whole-entry stream, so the CRC-32 is
-checked) on an archive opened once; curl fetches exactly the same byte range with
+For each server and chunk size, runs alternate in a balanced order (bench/_rounds.py): pt2serve consumes
+every chunk of `ar.tensor("big").chunks()` (HTTP/1.1, HttpOptions(http2=False); a whole-entry stream, so the
+CRC-32 is checked) on an archive opened once; curl fetches exactly the same byte range with
 `curl -s -o /dev/null -r START-END`, its time taken from `-w %{time_total}` (process start excluded).
 Medians in GB/s (1e9 B/s), CPU seconds of the client (pt2serve: process_time; curl: rusage of the child)
 and of the server process. A cProfile of one pt2serve stream (top 15 by tottime) shows where time goes.

@@ -401,7 +401,7 @@ async def test_parallel_parts_and_the_bulk_path_over_az(azurite: Azurite, tmp_pa
     for part_size in (512 << 10, 1 << 20):
         options = HttpOptions(parallel_parts=4, part_size=part_size, parallel_above=0, fast_connection=None)
         async with reader.open_archive(f"az://{CONTAINER}/big.pt2", http_options=options) as ar:
-            assert b"".join([bytes(chunk) async for chunk in ar.stream("w")]) == payload
+            assert b"".join([bytes(chunk) async for chunk in ar.tensor("w").chunks()]) == payload
             assert ar.stats["data"]["requests"] >= len(payload) // part_size  # parts (+ a local header)
     options = HttpOptions(parallel_parts=4, part_size=512 << 10, parallel_above=0, fast_connection=None)
     async with reader.open_archive(f"az://{CONTAINER}/big.pt2", http_options=options) as ar:

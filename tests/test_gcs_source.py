@@ -242,7 +242,7 @@ async def test_parallel_parts_share_one_refresh_and_the_generation(
     ) as ar:
         before = len(front.storage_requests())
         ar.source.client.auth.credentials.expiry = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
-        assert b"".join([bytes(c) async for c in ar.stream("big")]) == big.tobytes()
+        assert b"".join([bytes(c) async for c in ar.tensor("big").chunks()]) == big.tobytes()
         generation = ar.source.generation
     parts = front.storage_requests()[before:]
     assert len(parts) >= 16 and all(s.target.endswith(f"&generation={generation}") for s in parts)

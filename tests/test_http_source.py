@@ -44,8 +44,11 @@ async def server():
         assert not srv.errors
 
 
-async def _bytes(ar: reader.Archive, name: str, **kwargs) -> bytes:
-    return b"".join([bytes(chunk) async for chunk in ar.stream(name, **kwargs)])
+async def _bytes(
+    ar: reader.Archive, name: str, model: str | None = None, order: reader.Order = "default", **chunks
+) -> bytes:
+    tensor = ar.tensor(name, model=model, order=order)
+    return b"".join([bytes(chunk) async for chunk in tensor.chunks(**chunks)])
 
 
 @pytest.mark.parametrize("name", ["layouts.pt2", "dtypes.pt2", "many_deflate.pt2", "two_models.pt2"])

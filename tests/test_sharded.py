@@ -194,7 +194,7 @@ async def test_revalidate_and_version_cover_every_shard(small, tmp_path):
         torch.save(state, shard)  # one shard replaced by a new version
         assert not await ar.revalidate()
     async with reader.open_archive(index) as again:
-        assert again.identity != identity and source_version(again.source) != version
+        assert again.source.identity != identity and source_version(again.source) != version
         assert await again.read(name, order="contiguous") == raw(state[name])
 
 
