@@ -489,7 +489,7 @@ async def cmd_ls(args: argparse.Namespace) -> None:
     import reader
 
     async with reader.open_archive(args.location, http_options=_http_options(args)) as ar:
-        tensors = ar.tensors(args.model)
+        tensors = ar.tensors(model=args.model)
         models, container, unreadable = ar.models, ar.container, ar.unreadable
     if args.json:
         listing = {"models": models, "container": container, "unreadable": unreadable}
@@ -538,7 +538,7 @@ async def cmd_layout(args: argparse.Namespace) -> None:
     import reader
 
     async with reader.open_archive(args.location, http_options=_http_options(args)) as ar:
-        info = ar.layout(args.name, args.model)
+        info = ar.layout(args.name, model=args.model)
     _write_stdout(json.dumps(info.to_dict(), indent=1))
 
 
@@ -560,17 +560,17 @@ async def cmd_get(args: argparse.Namespace) -> None:
             raise UsageError("--executorch fetches a stored file as is: drop --format, --order and --model")
         async with reader.open_archive(args.location, http_options=_http_options(args)) as ar:
             program = ar.executorch_file(args.name)
-            fields = {"identity": ar.identity, "executorch": args.name}
+            fields = {"identity": ar.source.identity, "executorch": args.name}
             await write_resumable(args, program, fields, args.name)
         return
     if args.format == "npy" and args.order == "default":
         raise UsageError("--format npy writes row-major bytes; drop --order default (or use --format raw)")
     order = "contiguous" if args.format == "npy" else args.order or "default"
     async with reader.open_archive(args.location, http_options=_http_options(args)) as ar:
-        tensor = ar.tensor(args.name, args.model, order)
+        tensor = ar.tensor(args.name, model=args.model, order=order)
         info = tensor.info
         body: Body = npy_body(tensor) if args.format == "npy" else tensor
-        fields = {"identity": ar.identity, "model": info.model, "name": info.name, "order": order,
+        fields = {"identity": ar.source.identity, "model": info.model, "name": info.name, "order": order,
                   "format": args.format}  # fmt: skip
         header = npy_header(info) if args.format == "npy" else b""
         await write_resumable(args, body, fields, info.name, header)
@@ -652,12 +652,12 @@ async def cmd_export(args: argparse.Namespace) -> None:
                 plan = ptd.plan_ptd(selection.chosen, alignment)
             except ValueError as exc:
                 raise UsageError(str(exc)) from None
-            body = ptd.ptd_body(plan, lambda info, order: ar.tensor(info.name, info.model, order))
-            fields = {"identity": ar.identity, "format": "ptd", "alignment": str(alignment),
+            body = ptd.ptd_body(plan, lambda info, order: ar.tensor(info.name, model=info.model, order=order))
+            fields = {"identity": ar.source.identity, "format": "ptd", "alignment": str(alignment),
                       "tensors": ",".join(f"{t.model}/{t.name}" for t in selection.chosen)}  # fmt: skip
             await write_resumable(args, body, fields, f"this .ptd ({label})", plan.head)
             return
-        tensors = [ar.tensor(t.name, t.model, "contiguous") for t in selection.chosen]
+        tensors = [ar.tensor(t.name, model=t.model, order="contiguous") for t in selection.chosen]
         body = safetensors.safetensors_body(tensors, {"format": "pt"}, [t.name for t in selection.skipped])
         with atomic_output(args.output) as out, progress(args, body.length, label) as advance:
             await copy_chunks(

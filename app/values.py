@@ -51,7 +51,7 @@ def decode(raw: bytes, dtype: str) -> np.ndarray:
 
 
 async def tensor_stats(archive: reader.Archive, name: str, model: str | None) -> dict[str, Any]:
-    tensor = archive.tensor(name, model, "contiguous")  # checks it is readable
+    tensor = archive.tensor(name, model=model, order="contiguous")  # checks it is readable
     info = tensor.info
     assert info.sizes is not None and info.dtype is not None
     numel, nbytes = info.numel or 0, info.nbytes or 0
@@ -154,7 +154,7 @@ async def sample(
     shape2d = shape2d_of(info.sizes)
     limit = asyncio.Semaphore(CONCURRENT_READS)
 
-    tensors = {o: archive.tensor(info.name, info.model, o) for o in {order, "default"}}
+    tensors = {o: archive.tensor(info.name, model=info.model, order=o) for o in {order, "default"}}
 
     async def read(start: int, end: int, read_order: str = order) -> bytes:
         async with limit:

@@ -58,7 +58,7 @@ def changed_is_a_new_version(rig: S3Rig, archive: pathlib.Path, store: CacheStor
 
     async def identity() -> str:
         async with reader.open_archive(rig.location, s3_settings=rig.settings, cache_dir=store) as ar:
-            return ar.identity
+            return ar.source.identity
 
     found = asyncio.run(identity())
     rig.s3.upload(rig.s3.private_bucket, rig.archive_key, archive)

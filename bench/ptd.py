@@ -89,7 +89,7 @@ def ptd_plan_of(path: pathlib.Path):
 
     async def plan():
         async with reader.open_archive(path) as ar:
-            return ptd.plan_ptd([t for t in ar.tensors(ar.resolve_model(None)) if ptd.writable(t)])
+            return ptd.plan_ptd([t for t in ar.tensors(model=ar.resolve_model(None)) if ptd.writable(t)])
 
     return asyncio.run(plan())
 
@@ -123,8 +123,8 @@ def ours_for(path: pathlib.Path, model: str | None) -> bytes:
 
     async def build() -> bytes:
         async with reader.open_archive(path) as ar:
-            tensors = [t for t in ar.tensors(ar.resolve_model(model)) if ptd.writable(t)]
-            body = ptd.ptd_body(ptd.plan_ptd(tensors), lambda i, o: ar.tensor(i.name, i.model, o))
+            tensors = [t for t in ar.tensors(model=ar.resolve_model(model)) if ptd.writable(t)]
+            body = ptd.ptd_body(ptd.plan_ptd(tensors), lambda i, o: ar.tensor(i.name, model=i.model, order=o))
             return await read_body(body, 0, body.length, 1 << 20)
 
     return asyncio.run(build())

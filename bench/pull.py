@@ -109,7 +109,7 @@ async def digest_cost(path: pathlib.Path) -> tuple[float, float, int]:
         await digests.compute_ahead(tensors)
         ours = time.perf_counter() - started
         total = digests.bytes_hashed
-        datas = [await archive.read(t.name, t.model) for t in tensors]
+        datas = [await archive.read(t.name, model=t.model) for t in tensors]
     started = time.perf_counter()
     for data in datas:
         hashlib.sha256(data).digest()

@@ -57,7 +57,7 @@ def human(size: int) -> str:
 async def run_pt2serve(ar: reader.Archive, name: str, chunk_size: int | None) -> tuple[float, int]:
     started = time.perf_counter()
     total = 0
-    async for chunk in ar.stream(name, chunk_size=chunk_size):
+    async for chunk in ar.tensor(name).chunks(chunk_size=chunk_size):
         total += len(chunk)
     return time.perf_counter() - started, total
 
@@ -95,7 +95,7 @@ async def alternate(
             if label == "pt2serve":
                 elapsed, got = await run_pt2serve(ar, TENSOR_NAME, chunk_size)
             elif label == "first":
-                elapsed, got = await run_first(ar.location, TENSOR_NAME, chunk_size)
+                elapsed, got = await run_first(ar.source.location, TENSOR_NAME, chunk_size)
             else:
                 elapsed, got = run_pread(fd, *span, pread_chunk)
             if got != nbytes:

@@ -6,9 +6,9 @@
 The archive is the one bench/stream_local.py generates and caches (one float32 tensor "big", stored).
 It is served by a separate process: testing/faultserver.py's FaultServer (testing/servers.py) and,
 if installed, nginx (`apt-get install -y nginx`; run as our own process, stopped by PID).
-For each server and chunk size, runs alternate in a balanced order (bench/_rounds.py): pt2serve consumes every
-chunk of `ar.stream("big")` (HTTP/1.1, HttpOptions(http2=False); a whole-entry stream, so the CRC-32 is
-checked) on an archive opened once; curl fetches exactly the same byte range with
+For each server and chunk size, runs alternate in a balanced order (bench/_rounds.py): pt2serve consumes
+every chunk of `ar.tensor("big").chunks()` (HTTP/1.1, HttpOptions(http2=False); a whole-entry stream, so the
+CRC-32 is checked) on an archive opened once; curl fetches exactly the same byte range with
 `curl -s -o /dev/null -r START-END`, its time taken from `-w %{time_total}` (process start excluded).
 Medians in GB/s (1e9 B/s), CPU seconds of the client (pt2serve: process_time; curl: rusage of the child)
 and of the server process. A cProfile of one pt2serve stream (top 15 by tottime) shows where time goes.
@@ -93,7 +93,7 @@ async def tensor_span(ar: reader.Archive) -> tuple[int, int]:
 async def run_pt2serve(ar: reader.Archive, chunk_size: int) -> dict:
     cpu, started = time.process_time(), time.perf_counter()
     total = 0
-    async for chunk in ar.stream(TENSOR_NAME, chunk_size=chunk_size):
+    async for chunk in ar.tensor(TENSOR_NAME).chunks(chunk_size=chunk_size):
         total += len(chunk)
     return {"seconds": time.perf_counter() - started, "cpu": time.process_time() - cpu, "bytes": total}
 
@@ -247,7 +247,7 @@ async def timed_stream(url: str, options: HttpOptions, end: int | None = None, *
     async with reader.open_archive(url, http_options=options, **open_args) as ar:
         started = time.perf_counter()
         total = 0
-        async for chunk in ar.stream(TENSOR_NAME, end=end):
+        async for chunk in ar.tensor(TENSOR_NAME).chunks(end=end):
             total += len(chunk)
         seconds = time.perf_counter() - started
         expected = end if end is not None else ar.layout(TENSOR_NAME).nbytes

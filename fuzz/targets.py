@@ -47,7 +47,7 @@ async def exercise(data: bytes) -> dict:
                     if isinstance(contiguous, bytes) and array.shape != tuple(info.sizes or ()):
                         raise ContractViolation(f"read_numpy({info.name!r}) has shape {array.shape}")
             for model in ar.models:
-                names = [info.name for info in ar.tensors(model)]
+                names = [info.name for info in ar.tensors(model=model)]
                 for order in ORDERS:
                     try:
                         many = await ar.read_many(names, model=model, order=order)
@@ -65,8 +65,8 @@ async def exercise(data: bytes) -> dict:
 async def _check_stream(ar: reader.Archive, info: reader.TensorInfo, order: str, read: Any) -> None:
     end = min(info.nbytes or 0, STREAM_CAP)
     try:
-        chunks = [bytes(c) async for c in ar.stream(info.name, model=info.model, order=order, end=end,
-                                                   chunk_size=STREAM_CHUNK)]  # fmt: skip
+        tensor = ar.tensor(info.name, model=info.model, order=order)
+        chunks = [bytes(c) async for c in tensor.chunks(end=end, chunk_size=STREAM_CHUNK)]
     except reader.ReaderError:
         return
     streamed = b"".join(chunks)

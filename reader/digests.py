@@ -82,10 +82,10 @@ class Digests:
         return await asyncio.shield(task)
 
     async def tensor(self, info: TensorInfo, order: str = "default") -> bytes:
-        """The SHA-256 of what `archive.read(info.name, info.model, order)` returns."""
+        """The SHA-256 of what `archive.read(info.name, model=info.model, order=order)` returns."""
         return await self.of(
             tensor_key(info, order),
-            lambda: self.archive.stream(info.name, model=info.model, order=order),
+            lambda: self.archive.tensor(info.name, model=info.model, order=order).chunks(),
         )
 
     async def compute_ahead(self, tensors: Iterable[TensorInfo]) -> None:

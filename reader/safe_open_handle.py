@@ -216,7 +216,9 @@ class safe_open:  # noqa: N801 - safetensors' name, used the same way
         if skipped is not None:
             reason = skipped.unsupported or f"dtype {skipped.dtype} has no safetensors dtype"
             raise UnsupportedPayload(f"{name!r} in {self._where} cannot be read as safetensors: {reason}")
-        found = self._archive.layout(name, self._model)  # not in the archive: TensorNotFound, close matches
+        found = self._archive.layout(
+            name, model=self._model
+        )  # not in the archive: TensorNotFound, close matches
         if found.kind == PROGRAM_CONSTANT:
             raise TensorNotFound(
                 f"{name!r} in {self._where} is a constant of the exported program (a non-persistent buffer "
@@ -226,7 +228,7 @@ class safe_open:  # noqa: N801 - safetensors' name, used the same way
 
     def _position(self, name: str) -> tuple[str, int, int, str]:
         info = self._tensors[name]
-        entry = self._archive.tensor(name, self._model, "contiguous").entry
+        entry = self._archive.tensor(name, model=self._model, order="contiguous").entry
         shard = self._archive.index.weight_map[name] if isinstance(self._archive, ShardedArchive) else ""
         return shard, entry.header_offset, info.storage.offset if info.storage else 0, name
 
@@ -262,7 +264,7 @@ class SafeSlice:
     def __getitem__(self, index: object) -> Any:
         handle, info = self._handle, self._info
         handle._check_open()
-        tensor = handle._archive.tensor(info.name, handle._model, "contiguous")
+        tensor = handle._archive.tensor(info.name, model=handle._model, order="contiguous")
         sliced = SliceBytes(tensor, index)  # planned here: IndexError, TypeError before any read
         buffer = handle._loop_run(_read_slice(sliced))
         return handle._convert(buffer, info, sliced.plan.shape)
@@ -280,7 +282,7 @@ async def _read_whole(archive: Archive | ShardedArchive, info: TensorInfo) -> np
     (its local header: one small request), so that its bytes go straight into the buffer: read
     with the header, they came as bytes and a copy, twice the tensor for a moment."""
     buffer = np.empty(info.nbytes or 0, dtype=np.uint8)
-    tensor = archive.tensor(info.name, info.model, "contiguous")
+    tensor = archive.tensor(info.name, model=info.model, order="contiguous")
     if tensor.length >= STRAIGHT_IN:
         with contextlib.suppress(ValueError):  # not a stored run of bytes: gathered, as before
             await tensor.archive_span()

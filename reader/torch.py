@@ -19,6 +19,7 @@ import os
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .archives import deprecated
 from .bodies.tensor import Order
 from .bodies.tensor_slice import SliceBytes
 from .loading.budget import budget_bytes
@@ -39,10 +40,11 @@ if TYPE_CHECKING:
     from .archives.sharded import ShardedArchive
 
 
+@deprecated.keyword_only("model")
 async def load_archive(
     archive: ArchiveLike,
-    model: str | None = None,
     *,
+    model: str | None = None,
     prefix: str | None = None,
     names: Sequence[str] | None = None,
     order: Order = "default",
@@ -54,10 +56,11 @@ async def load_archive(
     return await _tensors(archive, Selection(model, prefix, names, order, copy, verify, shard))
 
 
+@deprecated.keyword_only("model")
 def iter_load(
     archive: ArchiveLike,
-    model: str | None = None,
     *,
+    model: str | None = None,
     prefix: str | None = None,
     names: Sequence[str] | None = None,
     order: Order = "default",
@@ -79,7 +82,7 @@ async def _tensors(archive: Archive | ShardedArchive, selection: Selection) -> d
     from .archives.sharded import ShardedArchive
 
     if isinstance(archive, ShardedArchive):  # each shard's part as from its own file, merged
-        return await archive.load_with(selection, _tensors)
+        return await archive._load_with(selection, _tensors)
     plan, buffers = await load_storages(archive, selection)
     storages = {name: storage_of(torch, buffer) for name, buffer in buffers.items()}
     return {info.name: _tensor(torch, info, storages[info.storage.entry], selection) for info in plan.tensors}
@@ -93,7 +96,7 @@ async def _iter_tensors(
     from .archives.sharded import ShardedArchive
 
     if isinstance(archive, ShardedArchive):  # shard after shard, each part as it lands
-        for shard, part in archive.parts(selection):
+        for shard, part in archive._parts(selection):
             async with contextlib.aclosing(_iter_tensors(shard, part, max_buffered)) as tensors:
                 async for item in tensors:
                     yield item
@@ -149,7 +152,7 @@ async def read_tensor(
     (NumPy basic indexing) `full[index]`, reading only the byte runs the slice covers."""
     import torch
 
-    tensor = archive.tensor(name, model, "contiguous")
+    tensor = archive.tensor(name, model=model, order="contiguous")
     body = tensor if index is None else SliceBytes(tensor, index)
     data = await body.read()
     dtype = getattr(torch, tensor.info.dtype or "")

@@ -61,7 +61,7 @@ def one_line_error(stderr: str, starts: str) -> None:
 async def reader_bytes(location, name: str, order: str = "default", model: str | None = None) -> bytes:
     """A tensor's bytes as the library reads them: what the CLI's output is compared with."""
     async with reader.open_archive(location) as ar:
-        return await ar.read(name, model, order=order)
+        return await ar.read(name, model=model, order=order)
 
 
 @contextlib.contextmanager

@@ -23,7 +23,9 @@ async def assert_same_as_local(
             for order in ("default", "contiguous"):
                 want = await local.read(info.name, model=info.model, order=order)
                 assert await remote.read(info.name, model=info.model, order=order) == want
-                streamed = [bytes(c) async for c in remote.stream(info.name, model=info.model, order=order)]
+                streamed = [
+                    bytes(c) async for c in remote.tensor(info.name, model=info.model, order=order).chunks()
+                ]
                 assert b"".join(streamed) == want
 
 

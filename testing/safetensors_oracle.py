@@ -31,7 +31,9 @@ def write_bundle(
     async def write() -> None:
         async with reader.open_archive(location) as archive:
             chosen = select(archive, safetensors_format.writable, "safetensors", model=model)
-            tensors = [archive.tensor(t.name, t.model, "contiguous") for t in chosen.chosen if _kept(t)]
+            tensors = [
+                archive.tensor(t.name, model=t.model, order="contiguous") for t in chosen.chosen if _kept(t)
+            ]
             skipped = [t.name for t in chosen.skipped if _kept(t)]
             body = safetensors_format.safetensors_body(tensors, {"format": "pt"}, skipped)
             with open(out, "wb") as file:

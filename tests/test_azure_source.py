@@ -66,7 +66,7 @@ async def test_connection_string_reads_equal_local(azurite: Azurite, name: str, 
     monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azurite.connection_string)
     location = f"az://{CONTAINER}/archives/{name}"
     async with reader.open_archive(location, tail_size=8192) as ar:
-        assert ar.location == location
+        assert ar.source.location == location
         await _same_as_local(ar, ARCHIVES / name)
 
 
@@ -186,7 +186,7 @@ async def test_plain_blob_urls_with_a_sas(azurite: Azurite) -> None:
     blob = "archives/many_deflate.pt2"
     sas = azurite.sas(CONTAINER, blob)
     async with reader.open_archive(f"{azurite.blob_url(CONTAINER, blob)}?{sas}", tail_size=4096) as ar:
-        assert "sig=" not in ar.location and ar.location == azurite.blob_url(CONTAINER, blob)
+        assert "sig=" not in ar.source.location and ar.source.location == azurite.blob_url(CONTAINER, blob)
         await _same_as_local(ar, ARCHIVES / "many_deflate.pt2")
     with pytest.raises(reader.SourceError, match=r"HTTP 403 .*refused the SAS in the URL"):
         await reader.open_archive(f"{azurite.blob_url(CONTAINER, blob)}?{sas.replace('sp=r', 'sp=rw')}")
@@ -401,7 +401,7 @@ async def test_parallel_parts_and_the_bulk_path_over_az(azurite: Azurite, tmp_pa
     for part_size in (512 << 10, 1 << 20):
         options = HttpOptions(parallel_parts=4, part_size=part_size, parallel_above=0, fast_connection=None)
         async with reader.open_archive(f"az://{CONTAINER}/big.pt2", http_options=options) as ar:
-            assert b"".join([bytes(chunk) async for chunk in ar.stream("w")]) == payload
+            assert b"".join([bytes(chunk) async for chunk in ar.tensor("w").chunks()]) == payload
             assert ar.stats["data"]["requests"] >= len(payload) // part_size  # parts (+ a local header)
     options = HttpOptions(parallel_parts=4, part_size=512 << 10, parallel_above=0, fast_connection=None)
     async with reader.open_archive(f"az://{CONTAINER}/big.pt2", http_options=options) as ar:

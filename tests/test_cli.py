@@ -32,7 +32,7 @@ REPO = pathlib.Path(__file__).resolve().parent.parent
 
 async def _reader_tensors(location, model: str | None = None):
     async with reader.open_archive(location) as ar:
-        return ar.models, ar.tensors(model)
+        return ar.models, ar.tensors(model=model)
 
 
 @pytest.fixture(scope="module")
@@ -283,7 +283,7 @@ def test_get_will_not_join_two_archive_versions(tmp_path, big_archive):
 
     async def identity() -> str:
         async with reader.open_archive(archive) as ar:
-            return ar.identity
+            return ar.source.identity
 
     record = {"identity": run(identity()), "model": "model", "name": "big.weight", "order": "default",
               "format": "raw"}  # fmt: skip

@@ -108,8 +108,8 @@ async def _one_element_changed(src: pathlib.Path, tmp: pathlib.Path, dtype: str 
     dst = changed_copy(src, tmp / f"{src.stem}-{info.dtype}.pt2", info.storage.entry, at, xor)
     async with reader.open_archive(src) as a, reader.open_archive(dst) as b:
         diff = await reader.compare(a, b, model_a=info.model, model_b=info.model)
-        x = await a.read_numpy(info.name, info.model)
-        y = await b.read_numpy(info.name, info.model)
+        x = await a.read_numpy(info.name, model=info.model)
+        y = await b.read_numpy(info.name, model=info.model)
     return info, diff, x, y
 
 

@@ -58,7 +58,7 @@ async def _check_tensor(ar: reader.Archive, info: reader.TensorInfo, want: dict)
     contiguous = await ar.read(info.name, model=info.model, order="contiguous")
     assert sha256(default) == want["sha256_default"], info.name
     assert sha256(contiguous) == want["sha256_contiguous"], info.name
-    streamed = b"".join([bytes(c) async for c in ar.stream(info.name, model=info.model, chunk_size=7)])
+    streamed = b"".join([bytes(c) async for c in ar.tensor(info.name, model=info.model).chunks(chunk_size=7)])
     assert streamed == default
 
 
@@ -112,7 +112,7 @@ async def test_aoti_packages(version: str, name: str) -> None:
         truth = spec["aoti_tensors"]
         assert ar.models == [f"aoti/{model}" for model in sorted(truth)]
         for model, tensors in truth.items():
-            infos = {info.name: info for info in ar.tensors(f"aoti/{model}")}
+            infos = {info.name: info for info in ar.tensors(model=f"aoti/{model}")}
             assert set(infos) == set(tensors)
             for fqn, want in tensors.items():
                 info = infos[fqn]
@@ -127,11 +127,11 @@ async def test_mixed_package_shows_both(version: str, name: str) -> None:
     async with reader.open_archive(CONTAINERS / version / name) as ar:
         assert ar.container == "pt2+aoti"
         assert ar.models == ["model"]
-        assert sorted(info.name for info in ar.tensors("model")) == spec["exported_tensors"]
+        assert sorted(info.name for info in ar.tensors(model="model")) == spec["exported_tensors"]
         assert list(ar.unreadable) == ["aoti/model"]
         assert "compiled into the shared library" in ar.unreadable["aoti/model"]
         with pytest.raises(reader.UnsupportedPayload, match="generated C"):
-            ar.tensors("aoti/model")
+            ar.tensors(model="aoti/model")
         assert await ar.read("fc.weight")
 
 

@@ -63,7 +63,7 @@ async def _check_archive(path: pathlib.Path, spec: dict) -> int:
             assert sha256(default) == want["sha256_default"], want["name"]
             assert sha256(contiguous) == want["sha256_contiguous"], want["name"]
             streamed = b"".join(
-                [bytes(c) async for c in ar.stream(want["name"], model=want["model"], chunk_size=7)]
+                [bytes(c) async for c in ar.tensor(want["name"], model=want["model"]).chunks(chunk_size=7)]
             )
             assert streamed == default
             checked += 1
@@ -105,7 +105,9 @@ async def test_deflate_archive_reads_the_same_as_stored() -> None:
         for name in names[::37]:
             assert await stored.read(name) == await deflated.read(name)
             whole = await deflated.read(name)
-            part = b"".join([bytes(c) async for c in deflated.stream(name, start=4, end=len(whole) - 4)])
+            part = b"".join(
+                [bytes(c) async for c in deflated.tensor(name).chunks(start=4, end=len(whole) - 4)]
+            )
             assert part == whole[4:-4]
 
 
@@ -119,11 +121,11 @@ async def test_views_share_one_payload_and_ranges_slice_the_output() -> None:
             for order in ("default", "contiguous"):
                 whole = await ar.read(name, order=order)
                 for start, end in [(0, 1), (3, 17), (len(whole) - 5, len(whole)), (8, 8)]:
-                    chunks = ar.stream(name, order=order, start=start, end=end)
+                    chunks = ar.tensor(name, order=order).chunks(start=start, end=end)
                     got = b"".join([bytes(c) async for c in chunks])
                     assert got == whole[start:end], (name, order, start, end)
         with pytest.raises(ValueError):
-            [c async for c in ar.stream("view_b", start=5, end=1_000_000)]
+            [c async for c in ar.tensor("view_b").chunks(start=5, end=1_000_000)]
         with pytest.raises(ValueError):
             await ar.read("view_b", order="fortran")
 
@@ -133,7 +135,7 @@ async def test_zero_byte_payload_reads_as_zeros_and_empty_tensor_is_empty() -> N
         info = ar.layout("lin.weight")
         assert info.storage.nbytes == 0 and info.nbytes == 48
         assert await ar.read("lin.weight") == bytes(48)
-        assert b"".join([bytes(c) async for c in ar.stream("lin.weight", chunk_size=5)]) == bytes(48)
+        assert b"".join([bytes(c) async for c in ar.tensor("lin.weight").chunks(chunk_size=5)]) == bytes(48)
     async with reader.open_archive(ARCHIVES / "layouts.pt2") as ar:
         assert await ar.read("empty") == b""
         assert (await ar.read_numpy("empty")).shape == (0, 3)
@@ -151,7 +153,7 @@ async def test_unsupported_payloads_are_listed_but_refused() -> None:
             with pytest.raises(reader.UnsupportedPayload, match=message):
                 await ar.read(name)
             with pytest.raises(reader.UnsupportedPayload):
-                [c async for c in ar.stream(name)]
+                [c async for c in ar.tensor(name).chunks()]
         assert ar.layout("custom").to_dict()["unsupported"].startswith("custom object")
 
 
@@ -163,7 +165,7 @@ async def test_legacy_layout_is_refused_clearly() -> None:
 async def test_model_selection_and_not_found_messages() -> None:
     async with reader.open_archive(ARCHIVES / "two_models.pt2") as ar:
         assert ar.models == ["decoder", "encoder"]
-        assert len(ar.tensors()) == len(ar.tensors("decoder")) + len(ar.tensors("encoder"))
+        assert len(ar.tensors()) == len(ar.tensors(model="decoder")) + len(ar.tensors(model="encoder"))
         with pytest.raises(reader.ModelNotFound, match="decoder"):
             ar.layout("proj.weight")  # two models, none called "model": must name one
         with pytest.raises(reader.ModelNotFound, match="close matches: encoder"):

@@ -85,7 +85,7 @@ def service_account(front: GcsFront, monkeypatch, tmp_path) -> GcsFront:
 async def test_reads_equal_local(emulated: FakeGcs, name: str) -> None:
     location = f"gs://{BUCKET}/archives/{name}"
     async with reader.open_archive(location, tail_size=8192) as ar:
-        assert ar.location == location
+        assert ar.source.location == location
         assert isinstance(ar.source.policy, GcsPolicy)
         await _same_as_local(ar, name)
 
@@ -106,7 +106,7 @@ async def test_open_is_two_requests_then_every_read_asks_for_the_opened_generati
         await ar.read(ar.tensors()[100].name)
         assert ar.stats["data"]["requests"] == 1
         generation = ar.source.policy.generation
-        assert ar.identity == f"generation:{generation}"
+        assert ar.source.identity == f"generation:{generation}"
     first, *later = front.storage_requests()
     assert first.target == "/download/storage/v1/b/pt2serve-archives/o/archives%2Fmany.pt2?alt=media"
     assert len(later) == 2
@@ -242,7 +242,7 @@ async def test_parallel_parts_share_one_refresh_and_the_generation(
     ) as ar:
         before = len(front.storage_requests())
         ar.source.client.auth.credentials.expiry = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
-        assert b"".join([bytes(c) async for c in ar.stream("big")]) == big.tobytes()
+        assert b"".join([bytes(c) async for c in ar.tensor("big").chunks()]) == big.tobytes()
         generation = ar.source.policy.generation
     parts = front.storage_requests()[before:]
     assert len(parts) >= 16 and all(s.target.endswith(f"&generation={generation}") for s in parts)

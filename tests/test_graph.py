@@ -63,7 +63,7 @@ def _check_against_torch(path: pathlib.Path) -> int:
             assert sorted(ar.models) == sorted(programs)
             checked = 0
             for model, program in programs.items():
-                graph = await ar.graph(model)
+                graph = await ar.graph(model=model)
                 assert _ours(graph) == _torch_view(program), model
                 expected = [(_kind(s), s.arg.name, s.target) for s in program.graph_signature.input_specs]
                 got = [(s.kind, s.placeholder, s.target) for s in graph.signature_inputs]
@@ -127,7 +127,7 @@ def test_tiny_gpt_graph_matches_torch(tmp_path):
 def test_every_fixture_program_parses(name):
     async def go():
         async with reader.open_archive(ARCHIVES / f"{name}.pt2") as ar:
-            return [await ar.graph(model) for model in ar.models]
+            return [await ar.graph(model=model) for model in ar.models]
 
     for graph in run(go()):
         assert graph.nodes[-1].op == "output" and len({n.name for n in graph.nodes}) == len(graph.nodes)
@@ -139,7 +139,7 @@ def test_every_fixture_program_parses(name):
 def test_two_models_and_no_weights():
     async def go():
         async with reader.open_archive(ARCHIVES / "two_models.pt2") as ar:
-            enc, dec = await ar.graph("encoder"), await ar.graph("decoder")
+            enc, dec = await ar.graph(model="encoder"), await ar.graph(model="decoder")
             with pytest.raises(reader.ModelNotFound):
                 await ar.graph()  # two models, none called "model"
         async with reader.open_archive(ARCHIVES / "no_weights.pt2") as ar:

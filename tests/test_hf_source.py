@@ -43,7 +43,7 @@ async def _check_weights(location: str, seed: int) -> None:
     async with reader.open_archive(location, tail_size=4096) as ar:
         for name, data in weights(seed).items():
             assert await ar.read(name) == data
-            assert b"".join([bytes(chunk) async for chunk in ar.stream(name)]) == data
+            assert b"".join([bytes(chunk) async for chunk in ar.tensor(name).chunks()]) == data
 
 
 # -- locations -----------------------------------------------------------------------------------

@@ -44,8 +44,11 @@ async def server():
         assert not srv.errors
 
 
-async def _bytes(ar: reader.Archive, name: str, **kwargs) -> bytes:
-    return b"".join([bytes(chunk) async for chunk in ar.stream(name, **kwargs)])
+async def _bytes(
+    ar: reader.Archive, name: str, model: str | None = None, order: reader.Order = "default", **chunks
+) -> bytes:
+    tensor = ar.tensor(name, model=model, order=order)
+    return b"".join([bytes(chunk) async for chunk in tensor.chunks(**chunks)])
 
 
 @pytest.mark.parametrize("name", ["layouts.pt2", "dtypes.pt2", "many_deflate.pt2", "two_models.pt2"])
@@ -241,7 +244,7 @@ async def test_weak_etag_is_checked_instead_of_if_match(server) -> None:
 async def test_query_string_is_kept_for_requests_but_hidden_from_the_location(server) -> None:
     url = server.url("/layouts.pt2") + "?X-Amz-Signature=secret"
     async with reader.open_archive(url, http_options=FAST) as ar:
-        assert "secret" not in ar.location
+        assert "secret" not in ar.source.location
         assert server.log[0].target.endswith("?X-Amz-Signature=secret")
 
 

@@ -27,7 +27,7 @@ ONE_STREAM = HttpOptions(parallel_parts=1, read_timeout=120, max_attempts=1)
 
 async def _collect(archive: reader.Archive, model=None, **keywords) -> dict[str, np.ndarray]:
     found = {}
-    async for name, array in archive.iter_load(model, **keywords):
+    async for name, array in archive.iter_load(model=model, **keywords):
         assert name not in found
         found[name] = array
     return found
@@ -36,7 +36,7 @@ async def _collect(archive: reader.Archive, model=None, **keywords) -> dict[str,
 @pytest.mark.parametrize(("path", "model"), CASES, ids=CASE_IDS)
 async def test_iter_load_gives_what_load_gives(path, model) -> None:
     async with reader.open_archive(path) as archive:
-        loaded = await archive.load(model)
+        loaded = await archive.load(model=model)
         landed = await _collect(archive, model=model)
     assert set(landed) == set(loaded)
     for name, array in loaded.items():

@@ -41,14 +41,14 @@ FAST_RETRIES = HttpOptions(backoff_base=0.01, backoff_cap=0.05, max_attempts=4)
 
 async def _expect_reads(archive: reader.Archive, model: str, arrays: dict[str, np.ndarray]) -> None:
     """Each array equals the tensor's own read: dtype, shape and row-major bytes."""
-    wanted = [t for t in archive.tensors(model) if t.readable]
+    wanted = [t for t in archive.tensors(model=model) if t.readable]
     assert list(arrays) == [t.name for t in wanted]
-    read = await archive.read_many([t.name for t in wanted], model, "contiguous")
+    read = await archive.read_many([t.name for t in wanted], model=model, order="contiguous")
     for info in wanted:
         array = arrays[info.name]
         assert array.shape == tuple(info.sizes or ())
         if info.dtype == "complex32":
-            assert np.array_equal(array, await archive.read_numpy(info.name, model))
+            assert np.array_equal(array, await archive.read_numpy(info.name, model=model))
             continue
         assert array.dtype == BY_NAME[info.dtype or ""].numpy
         assert np.ascontiguousarray(array).tobytes() == read[info.name], info.name
@@ -57,13 +57,13 @@ async def _expect_reads(archive: reader.Archive, model: str, arrays: dict[str, n
 @pytest.mark.parametrize(("path", "model"), CASES, ids=CASE_IDS)
 async def test_local_load_equals_reads(path: pathlib.Path, model: str) -> None:
     async with reader.open_archive(path) as archive:
-        arrays = await archive.load(model)
+        arrays = await archive.load(model=model)
         assert archive.stats.get("data", {"bytes": 0})["bytes"] == 0  # mapped: nothing read yet
         await _expect_reads(archive, model, arrays)
-        for info in archive.tensors(model):  # views of the mapped file are read-only
+        for info in archive.tensors(model=model):  # views of the mapped file are read-only
             if info.readable and info.storage.compression == "stored" and info.storage.nbytes:
                 assert info.dtype == "complex32" or not arrays[info.name].flags.writeable, info.name
-        copied = await archive.load(model, copy=True, verify=True)
+        copied = await archive.load(model=model, copy=True, verify=True)
         assert all(array.flags.writeable for array in copied.values())
         assert {n: a.tobytes() for n, a in copied.items()} == {n: a.tobytes() for n, a in arrays.items()}
 
@@ -73,13 +73,13 @@ async def test_http_load_equals_reads(path: pathlib.Path, model: str) -> None:
     async with FaultServer() as server:
         server.put("/a.pt2", path.read_bytes())
         async with reader.open_archive(server.url("/a.pt2"), tail_size=4096) as archive:
-            arrays = await archive.load(model)
+            arrays = await archive.load(model=model)
             data = archive.stats.get("data", {"requests": 0, "bytes": 0})
             assert data["requests"] <= 2  # a plan of a few ranges, not a read per tensor
             # each storage once: no more than the regions of the payload entries the model views
             with zipfile.ZipFile(path) as zipped:
                 infos = {info.filename: info for info in zipped.infolist()}
-            payloads = {t.storage.entry.split("!/")[0] for t in archive.tensors(model) if t.readable}
+            payloads = {t.storage.entry.split("!/")[0] for t in archive.tensors(model=model) if t.readable}
             regions = sum(infos[name].compress_size + 30 + len(name) + 256 for name in payloads)
             assert data["bytes"] <= regions + (1 << 20)  # and what lies between them (gaps < 1 MiB)
             assert all(array.flags.writeable for array in arrays.values())  # remote: owned memory
@@ -103,7 +103,7 @@ async def test_s3_load_equals_reads(seaweed_s3) -> None:
         seaweed_s3.upload(seaweed_s3.private_bucket, key, path)
         location = f"s3://{seaweed_s3.private_bucket}/{key}"
         async with reader.open_archive(location, s3_settings=settings) as archive:
-            await _expect_reads(archive, model, await archive.load(model))
+            await _expect_reads(archive, model, await archive.load(model=model))
     path = ARCHIVES / "layouts.pt2"
     synchronous = reader.load(
         f"s3://{seaweed_s3.private_bucket}/load/archives/layouts.pt2", s3_settings=settings

@@ -120,12 +120,12 @@ def test_damaged_payload_raises_integrity_error_on_read_and_stream() -> None:
             with pytest.raises(reader.IntegrityError, match="CRC"):
                 await ar.read(info.name, model=info.model)
             with pytest.raises(reader.IntegrityError):
-                async for _ in ar.stream(info.name, model=info.model, chunk_size=16):
+                async for _ in ar.tensor(info.name, model=info.model).chunks(chunk_size=16):
                     pass
             with pytest.raises(reader.IntegrityError):
-                await ar.read_many([t.name for t in ar.tensors(info.model)], model=info.model)
+                await ar.read_many([t.name for t in ar.tensors(model=info.model)], model=info.model)
             # a range that is not the whole entry cannot be checked, and is served
-            part = [c async for c in ar.stream(info.name, model=info.model, start=8, end=16)]
+            part = [c async for c in ar.tensor(info.name, model=info.model).chunks(start=8, end=16)]
             assert len(b"".join(bytes(c) for c in part)) == 8
 
     asyncio.run(asyncio.wait_for(check(), TIME_BOUND))

@@ -47,11 +47,11 @@ def test_a_graph_takes_what_the_configs_left(tmp_path, monkeypatch) -> None:
 
     async def graphs() -> None:
         async with reader.open_archive(path) as ar:
-            assert (await ar.graph("a")).model == "a"
-            assert (await ar.graph("a")).model == "a"  # read once, counted once
+            assert (await ar.graph(model="a")).model == "a"
+            assert (await ar.graph(model="a")).model == "a"  # read once, counted once
             for _ in range(2):
                 with pytest.raises(reader.ArchiveFormatError, match="MAX_METADATA_BYTES"):
-                    await ar.graph("b")
+                    await ar.graph(model="b")
 
     asyncio.run(graphs())
 

@@ -27,9 +27,9 @@ NO_EXECUTORCH_TYPE = {"complex32", "complex64", "complex128", "float8_e8m0fnu"}
 async def ptd_bytes(path: pathlib.Path, model: str, alignment: int = DEFAULT_ALIGNMENT) -> tuple[bytes, list]:
     """Our .ptd of one model as the service and the CLI build it; and the tensors left out."""
     async with reader.open_archive(path) as ar:
-        tensors = ar.tensors(model)
+        tensors = ar.tensors(model=model)
         plan = plan_ptd([t for t in tensors if writable(t)], alignment)
-        body = ptd_body(plan, lambda info, order: ar.tensor(info.name, info.model, order))
+        body = ptd_body(plan, lambda info, order: ar.tensor(info.name, model=info.model, order=order))
         assert body.length == plan.length
         return await read_body(body, 0, body.length, 1 << 16), [t for t in tensors if not writable(t)]
 

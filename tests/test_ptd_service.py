@@ -27,8 +27,10 @@ PROGRAM = bytes(range(256)) * 1200  # stands in for a .pte: the service serves i
 
 async def library_ptd(path: pathlib.Path, model: str | None = None, alignment: int = 128):
     async with reader.open_archive(path) as ar:
-        plan = ptd.plan_ptd([t for t in ar.tensors(ar.resolve_model(model)) if ptd.writable(t)], alignment)
-        body = ptd.ptd_body(plan, lambda info, order: ar.tensor(info.name, info.model, order))
+        plan = ptd.plan_ptd(
+            [t for t in ar.tensors(model=ar.resolve_model(model)) if ptd.writable(t)], alignment
+        )
+        body = ptd.ptd_body(plan, lambda info, order: ar.tensor(info.name, model=info.model, order=order))
         return plan, await read_body(body, 0, body.length, 1 << 16)
 
 

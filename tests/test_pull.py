@@ -40,7 +40,9 @@ def deploy(source, target) -> None:
 
 async def expected_files(path) -> dict[str, bytes]:
     async with reader.open_archive(path) as ar:
-        return {f"{t.model}/{t.name}": await ar.read(t.name, t.model) for t in ar.tensors() if t.readable}
+        return {
+            f"{t.model}/{t.name}": await ar.read(t.name, model=t.model) for t in ar.tensors() if t.readable
+        }
 
 
 def mirrored(directory) -> dict[str, bytes]:
@@ -261,7 +263,9 @@ async def test_pull_a_selection_of_a_multi_model_archive(tmp_path) -> None:
     assert report.tensors == 2
     files = mirrored(tmp_path / "m")
     async with reader.open_archive(ARCHIVES / "two_models.pt2") as ar:
-        assert files == {f"encoder/{n}": await ar.read(n, "encoder") for n in ("proj.bias", "proj.weight")}
+        assert files == {
+            f"encoder/{n}": await ar.read(n, model="encoder") for n in ("proj.bias", "proj.weight")
+        }
 
 
 async def test_cli_pull(tmp_path) -> None:

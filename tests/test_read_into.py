@@ -26,9 +26,9 @@ async def _agrees_with_read(ar: reader.Archive) -> int:
         for order in ("default", "contiguous"):
             want = await ar.read(info.name, model=info.model, order=order)
             whole = np.empty(len(want), dtype=np.uint8)  # uninitialised: every byte must be written
-            await ar.read_into(info.name, whole, model=info.model, order=order)
+            await ar.tensor(info.name, model=info.model, order=order).read_into(whole)
             assert whole.tobytes() == want, (info.name, order)
-            tensor = ar.tensor(info.name, info.model, order)
+            tensor = ar.tensor(info.name, model=info.model, order=order)
             start, end = len(want) // 3, len(want) - len(want) // 4
             part = bytearray(b"\xa5" * (end - start))
             await tensor.read_into(part, start)
@@ -65,8 +65,8 @@ async def test_a_corrupt_stored_entry_fails_its_crc_through_read_into(tmp_path) 
     data = bytearray((ARCHIVES / "layouts.pt2").read_bytes())
     async with reader.open_archive(ARCHIVES / "layouts.pt2") as clean:
         info = next(t for t in clean.tensors() if t.readable and t.dense and t.nbytes)
-        entry = clean.tensor(info.name, info.model).entry
-        first, _ = await clean.tensor(info.name, info.model).archive_span()
+        entry = clean.tensor(info.name, model=info.model).entry
+        first, _ = await clean.tensor(info.name, model=info.model).archive_span()
         whole_entry = info.nbytes == entry.size
     assert whole_entry, "the test needs a tensor that covers its whole entry (its CRC-32 is checked)"
     data[first] ^= 0xFF
@@ -75,15 +75,15 @@ async def test_a_corrupt_stored_entry_fails_its_crc_through_read_into(tmp_path) 
     async with reader.open_archive(path) as ar:
         for _ in range(2):
             with pytest.raises(reader.IntegrityError, match="CRC-32"):
-                await ar.read_into(info.name, np.empty(info.nbytes, dtype=np.uint8), model=info.model)
+                await ar.tensor(info.name, model=info.model).read_into(np.empty(info.nbytes, dtype=np.uint8))
 
 
 async def test_wrong_buffers_are_refused_with_typed_errors() -> None:
     async with reader.open_archive(ARCHIVES / "layouts.pt2") as ar:
         info = next(t for t in ar.tensors() if t.readable and t.nbytes)
-        tensor = ar.tensor(info.name, info.model)
-        with pytest.raises(ValueError, match="the buffer holds"):
-            await ar.read_into(info.name, bytearray(info.nbytes + 1), model=info.model)
+        tensor = ar.tensor(info.name, model=info.model)
+        with pytest.raises(ValueError, match="outside"):
+            await tensor.read_into(bytearray(info.nbytes + 1))
         with pytest.raises(TypeError, match="read-only"):
             await tensor.read_into(bytes(info.nbytes))
         with pytest.raises(ValueError, match="outside"):

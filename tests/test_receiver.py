@@ -161,7 +161,7 @@ async def test_the_service_relays_a_long_remote_body_received_on_the_event_loop(
                 assert response.status_code == 200 and response.content == data
         else:
             async with reader.open_archive(url, http_options=HttpOptions(parallel_parts=1)) as ar:
-                assert b"".join([bytes(c) async for c in ar.stream("w")]) == data
+                assert b"".join([bytes(c) async for c in ar.tensor("w").chunks()]) == data
     assert bool(started) is not service
     await _quiet()
 

@@ -81,7 +81,7 @@ async def _open(url: str, options: HttpOptions, credential: str) -> reader.Archi
 
 
 async def _stream(ar: reader.Archive, name: str) -> bytes:
-    return b"".join([bytes(chunk) async for chunk in ar.stream(name)])
+    return b"".join([bytes(chunk) async for chunk in ar.tensor(name).chunks()])
 
 
 @pytest.mark.parametrize("credential", ["header", "auth flow"])

@@ -76,14 +76,14 @@ async def test_a_stream_never_hands_out_the_last_byte_of_a_corrupt_entry(archive
         server.put("/clean.pt2", archives["clean"])
         async with reader.open_archive(server.url("/clean.pt2"), http_options=options) as clean:
             want = await clean.read("big")
-            assert b"".join([bytes(c) async for c in clean.stream("big", chunk_size=1 << 20)]) == want
+            assert b"".join([bytes(c) async for c in clean.tensor("big").chunks(chunk_size=1 << 20)]) == want
         async with reader.open_archive(server.url("/a.pt2"), http_options=options) as ar:
             received = 0
             with pytest.raises(reader.IntegrityError, match="CRC-32"):
-                async for chunk in ar.stream("big", chunk_size=1 << 20):
+                async for chunk in ar.tensor("big").chunks(chunk_size=1 << 20):
                     received += len(chunk)
             assert received < BIG
-            last = b"".join([bytes(chunk) async for chunk in ar.stream("last")])
+            last = b"".join([bytes(chunk) async for chunk in ar.tensor("last").chunks()])
             assert last == await clean_bytes(archives, "last")
         assert not server.errors
 
@@ -101,7 +101,7 @@ async def test_a_clean_entry_reads_into_a_buffer_whatever_order_its_parts_land_i
         async with reader.open_archive(server.url("/clean.pt2"), http_options=options) as ar:
             for _ in range(2):  # the first finds the data offset, the second goes straight in
                 buffer = np.empty(BIG, dtype=np.uint8)
-                await ar.read_into("big", buffer)
+                await ar.tensor("big").read_into(buffer)
                 assert buffer.tobytes() == want
         ranged = [record for record in server.log if record.method == "GET"]
         assert len(ranged) >= (6 if options is PARTS else 2)  # the parts of the second read
@@ -117,7 +117,7 @@ async def test_read_read_into_and_load_refuse_a_corrupt_remote_entry(archives, w
                 await ar.read("big")
             for _ in range(2):  # the first finds the data offset, the second goes straight in
                 with pytest.raises(reader.IntegrityError, match="CRC-32"):
-                    await ar.read_into("big", np.empty(BIG, dtype=np.uint8))
+                    await ar.tensor("big").read_into(np.empty(BIG, dtype=np.uint8))
             with pytest.raises(reader.IntegrityError, match="weight_1"):
                 await ar.load()
             assert await ar.read("last") == await clean_bytes(archives, "last")

@@ -39,7 +39,7 @@ def _settings(server: SeaweedS3, *, anonymous: bool = False) -> S3Settings:
 async def test_signed_s3_reads_equal_local(uploaded: SeaweedS3, name: str) -> None:
     location = f"s3://{uploaded.private_bucket}/archives/{name}"
     async with reader.open_archive(location, tail_size=8192, s3_settings=_settings(uploaded)) as ar:
-        assert ar.location == location
+        assert ar.source.location == location
         await _same_as_local(ar, name)
 
 
@@ -84,7 +84,7 @@ async def test_plain_http_and_presigned_urls(uploaded: SeaweedS3) -> None:
         ExpiresIn=600,
     )
     async with reader.open_archive(presigned, tail_size=4096) as ar:
-        assert "Signature" not in ar.location
+        assert "Signature" not in ar.source.location
         await _same_as_local(ar, "many_deflate.pt2")
 
 

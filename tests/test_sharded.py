@@ -144,10 +144,12 @@ async def test_selection_prefix_names_and_errors(small):
         many = await ar.read_many(["transformer.h.2.ln_1.bias", "lm_head.weight"], order="contiguous")
         assert list(many) == ["transformer.h.2.ln_1.bias", "lm_head.weight"]
         assert many["lm_head.weight"] == raw(expected["lm_head.weight"])
-        chunks = [bytes(c) async for c in ar.stream("lm_head.weight", order="contiguous", chunk_size=1000)]
+        chunks = [
+            bytes(c) async for c in ar.tensor("lm_head.weight", order="contiguous").chunks(chunk_size=1000)
+        ]
         assert b"".join(chunks) == raw(expected["lm_head.weight"])
         buffer = np.empty(expected["transformer.wpe.weight"].numel(), np.float32)
-        await ar.read_into("transformer.wpe.weight", buffer)
+        await ar.tensor("transformer.wpe.weight").read_into(buffer)
         assert buffer.tobytes() == raw(expected["transformer.wpe.weight"])
         assert ar.tensor("lm_head.weight", order="contiguous").length == expected["lm_head.weight"].nbytes
         with pytest.raises(reader.TensorNotFound, match=r"lm_head\.weight"):
@@ -155,7 +157,7 @@ async def test_selection_prefix_names_and_errors(small):
         with pytest.raises(reader.TensorNotFound):
             await ar.load(names=["nope"])
         with pytest.raises(reader.ModelNotFound):
-            ar.tensors("model")
+            ar.tensors(model="model")
         with pytest.raises(reader.FileNotFound):
             ar.executorch_file("model.pte")
         with pytest.raises(reader.ArchiveFormatError, match="no exported program"):
@@ -183,7 +185,7 @@ async def test_iter_load_yields_each_name_once_as_shards_land(small):
 async def test_revalidate_and_version_cover_every_shard(small, tmp_path):
     index = copy_checkpoint(small, tmp_path / "copy")
     async with reader.open_archive(index) as ar:
-        version, identity = source_version(ar.source), ar.identity
+        version, identity = source_version(ar.source), ar.source.identity
         assert await ar.revalidate()
         shard = index.parent / shard_file(index, 4)
         state = torch.load(shard, weights_only=True)
@@ -192,7 +194,7 @@ async def test_revalidate_and_version_cover_every_shard(small, tmp_path):
         torch.save(state, shard)  # one shard replaced by a new version
         assert not await ar.revalidate()
     async with reader.open_archive(index) as again:
-        assert again.identity != identity and source_version(again.source) != version
+        assert again.source.identity != identity and source_version(again.source) != version
         assert await again.read(name, order="contiguous") == raw(state[name])
 
 

@@ -116,7 +116,7 @@ async def _check_fixture(ar: reader.Archive, fixture: str, tensors: int | None =
         for index in _fixed_indices(full.shape):
             _same(await ar.read_numpy(name, model=model, index=index), full[index])
             raw = await ar.read(name, model=model, index=index)
-            if ar.layout(name, model).dtype != "complex32":  # read_numpy widens complex32
+            if ar.layout(name, model=model).dtype != "complex32":  # read_numpy widens complex32
                 assert raw == np.ascontiguousarray(full[index]).tobytes()
             checked += 1
     return checked

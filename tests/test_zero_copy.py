@@ -198,9 +198,9 @@ async def test_the_library_reads_a_verified_entry_without_a_crc_pass_and_never_a
         assert await ar.read("big") == payload  # CRC-checked: verified now
         assert is_verified(tensor.fetcher, tensor.entry)
         buffer = bytearray(BIG)
-        await ar.read_into("big", buffer)
+        await ar.tensor("big").read_into(buffer)
         assert buffer == payload
-        assert b"".join([bytes(c) async for c in ar.stream("big", chunk_size=1 << 20)]) == payload
+        assert b"".join([bytes(c) async for c in ar.tensor("big").chunks(chunk_size=1 << 20)]) == payload
         with open(path, "r+b") as rewrite:  # in place, same bytes at first: then other bytes
             rewrite.seek(payload_offset(path, payload))
             rewrite.write(b"\0" * 16)
@@ -208,8 +208,8 @@ async def test_the_library_reads_a_verified_entry_without_a_crc_pass_and_never_a
         os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns + 1_000_000))
         for read in (
             ar.read("big"),
-            ar.read_into("big", bytearray(BIG)),
-            _joined(ar.stream("big", chunk_size=1 << 20)),
+            ar.tensor("big").read_into(bytearray(BIG)),
+            _joined(ar.tensor("big").chunks(chunk_size=1 << 20)),
         ):
             with pytest.raises(reader.SourceChanged):
                 await read
@@ -227,9 +227,9 @@ async def test_a_flipped_byte_fails_every_library_read(tmp_path) -> None:
             with pytest.raises(reader.IntegrityError):
                 await ar.read("w")
             with pytest.raises(reader.IntegrityError):
-                await ar.read_into("w", bytearray(1 << 20))
+                await ar.tensor("w").read_into(bytearray(1 << 20))
             with pytest.raises(reader.IntegrityError):
-                await _joined(ar.stream("w", chunk_size=64 << 10))
+                await _joined(ar.tensor("w").chunks(chunk_size=64 << 10))
         assert not is_verified(ar.tensor("w").fetcher, ar.tensor("w").entry)
 
 

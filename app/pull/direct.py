@@ -35,7 +35,7 @@ class FromArchive:
 
     async def manifest(self, model: str | None, prefix: str | None, names: Sequence[str] | None) -> Manifest:
         version = source_version(self.archive.source)
-        tensors = select_tensors(self.archive.tensors(model), prefix=prefix, names=names)
+        tensors = select_tensors(self.archive.tensors(model=model), prefix=prefix, names=names)
         current = self.mirror.current_manifest()
         if current is not None and current.get("version") == version:
             # the same object (same ETag, or size and mtime): its digests are the ones we recorded
@@ -63,7 +63,7 @@ class FromArchive:
         """Tensors with nothing downloaded yet, read as one plan (runs of tensors lying in order in
         the archive come as one range, in parallel parts: a first pull runs at the wire's speed),
         each into its partial file while it is hashed."""
-        tensors = [self.archive.tensor(info.name, info.model) for info in infos]
+        tensors = [self.archive.tensor(info.name, model=info.model) for info in infos]
         body = PlannedBody(tensors)
         index, left, out, hasher = -1, 0, None, hashlib.sha256()
 
@@ -109,7 +109,7 @@ class FromArchive:
                 while block := old.read(4 << 20):
                     yield block
             with open(partial, "ab") as out:
-                stream = self.archive.stream(info.name, model=info.model, start=have)
+                stream = self.archive.tensor(info.name, model=info.model).chunks(start=have)
                 async with aclosing(stream) as body:
                     async for chunk in body:
                         out.write(chunk)
@@ -133,7 +133,7 @@ class FromArchive:
 
     async def fetch(self, mirror: Mirror, entry: Entry, advance: Advance) -> str:
         """A tensor the manifest (recorded earlier) names but the mirror lost: stream it again."""
-        info = self.archive.layout(entry["name"], entry["model"])
+        info = self.archive.layout(entry["name"], model=entry["model"])
         await self._stream_to_blob(info)
         path = self.fetched.get(entry["sha256"])
         if path is None or not mirror.verified(path, entry["sha256"], entry["nbytes"]):

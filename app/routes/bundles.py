@@ -39,7 +39,7 @@ async def archive_safetensors(
 ) -> Response:
     archive = served.archive
     selection = select(archive, writable, "safetensors", model=model, prefix=prefix, names=name)
-    tensors = [archive.tensor(t.name, t.model, "contiguous") for t in selection.chosen]
+    tensors = [archive.tensor(t.name, model=t.model, order="contiguous") for t in selection.chosen]
     metadata = {"format": "pt", "pt2serve.archive": served.id}
     body = safetensors_body(tensors, metadata, [t.name for t in selection.skipped])
     return BodyResponse(
@@ -95,7 +95,7 @@ async def archive_ptd(
         plan = ptd.cached_plan(tuple(selection.chosen), alignment)
     except ValueError as exc:
         raise ApiError(422, "invalid_request", str(exc)) from None
-    body = ptd.ptd_body(plan, lambda info, order: archive.tensor(info.name, info.model, order))
+    body = ptd.ptd_body(plan, lambda info, order: archive.tensor(info.name, model=info.model, order=order))
     headers = {
         **caching_headers(request, served),
         "content-disposition": f'attachment; filename="{served.id}.ptd"',

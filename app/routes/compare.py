@@ -87,8 +87,8 @@ async def compare_archives(
 )
 async def compare_tensor(request: Request, a: SideA, b: SideB, name: str, model: ModelQ = None) -> Response:
     served_a, served_b = await _sides(request, a, b)
-    info_a = served_a.archive.layout(name, model)
-    info_b = served_b.archive.layout(name, model if model in served_b.archive.models else None)
+    info_a = served_a.archive.layout(name, model=model)
+    info_b = served_b.archive.layout(name, model=model if model in served_b.archive.models else None)
     if info_a.dtype != info_b.dtype or info_a.sizes != info_b.sizes:
         shapes = (f"{i.dtype}{list(i.sizes or ())}" for i in (info_a, info_b))
         raise reader.UnsupportedPayload(
@@ -126,7 +126,7 @@ async def _rows(archive: reader.Archive, info: reader.TensorInfo) -> np.ndarray 
     if shape2d is None:
         return None
     if (info.nbytes or 0) <= SMALL_BYTES and (info.numel or 0) <= SMALL_ELEMENTS:
-        raw = await archive.read(info.name, info.model, "contiguous")
+        raw = await archive.read(info.name, model=info.model, order="contiguous")
         return to_numpy(raw, BY_NAME[info.dtype or ""], shape2d)
     _, rows, _ = await sample(archive, info)
     return rows

@@ -40,7 +40,7 @@ def build(resolve: Callable[..., Awaitable[Served]], where: str) -> APIRouter:
     )
     async def program_graph(request: Request, served: ServedArchive, model: ModelQ = None) -> Response:
         headers = caching_headers(request, served)
-        graph = await served.archive.graph(model)
+        graph = await served.archive.graph(model=model)
         coding = encoding.choose(request.headers.get("accept-encoding"))
         etag = encoding.tagged(version_etag(served, GRAPH_FORMAT, graph.model), coding)
         fields = {**headers, "etag": etag, "vary": "Accept-Encoding"}
@@ -60,7 +60,7 @@ def build(resolve: Callable[..., Awaitable[Served]], where: str) -> APIRouter:
         request: Request, served: ServedArchive, name: str, model: ModelQ = None
     ) -> Response:
         headers = caching_headers(request, served)
-        content = msgspec.to_builtins(await served.archive.consumers(name, model))
+        content = msgspec.to_builtins(await served.archive.consumers(name, model=model))
         return json_etag_response(request, content, headers)
 
     return router

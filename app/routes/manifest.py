@@ -40,7 +40,7 @@ def build(resolve: Callable[..., Awaitable[Served]], where: str) -> APIRouter:
     ) -> Response:
         headers = caching_headers(request, served)
         archive = served.archive
-        tensors = select_tensors(archive.tensors(model), prefix=prefix, names=name)
+        tensors = select_tensors(archive.tensors(model=model), prefix=prefix, names=name)
         content = await build_manifest(served.digests, served.version, archive.models, tensors)
         for entry, info in zip(content["tensors"], tensors, strict=True):
             entry["url"] = data_url(served.id, served.version, info) if info.readable else None

@@ -79,7 +79,7 @@ def build(resolve: Callable[..., Awaitable[Served]], where: str) -> APIRouter:
         kind: KindQ = None,
     ) -> Response:
         headers = caching_headers(request, served)
-        tensors = served.archive.tensors(model)
+        tensors = served.archive.tensors(model=model)
         if prefix:
             tensors = [t for t in tensors if t.name.startswith(prefix)]
         if kind:
@@ -104,7 +104,7 @@ def build(resolve: Callable[..., Awaitable[Served]], where: str) -> APIRouter:
         key = ("layout", name, model)
         tagged = served.opened.prepared.get(key)
         if tagged is None:
-            layout = layout_json(served, served.archive.layout(name, model))
+            layout = layout_json(served, served.archive.layout(name, model=model))
             tagged = served.opened.remember(key, TaggedJson.of(layout))
         return json_etag_response(request, tagged, headers)
 
@@ -171,10 +171,10 @@ async def representation(
     request: Request, served: Served, name: str, model: str | None, order: str, fmt: str
 ) -> Representation:
     if fmt == "npy":
-        tensor = served.archive.tensor(name, model, "contiguous")
+        tensor = served.archive.tensor(name, model=model, order="contiguous")
         body, media_type = npy_body(tensor), "application/x-npy"
     else:
-        tensor = served.archive.tensor(name, model, order)
+        tensor = served.archive.tensor(name, model=model, order=order)
         body, media_type = tensor, "application/octet-stream"
     info = tensor.info
     headers = {
@@ -226,7 +226,7 @@ def slice_representation(served: Served, name: str, model: str | None, fmt: str,
         index = parse_index(text)
     except ValueError as error:
         raise ApiError(400, "bad_slice", f"slice={text!r}: {error}") from None
-    tensor = served.archive.tensor(name, model, "contiguous")
+    tensor = served.archive.tensor(name, model=model, order="contiguous")
     try:
         sliced = SliceBytes(tensor, index)
     except IndexError as error:

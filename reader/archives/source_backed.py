@@ -1,11 +1,13 @@
 """What an archive does with the one source it reads (a file, a URL, a sharded checkpoint's
-index and shards together): ask whether it is still the one opened, close it, `async with`."""
+index and shards together): count what it read, ask whether it is still the one opened, close it,
+`async with`."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Self
 
 from ..sources import ByteSource
+from .deprecated import warn_renamed
 
 if TYPE_CHECKING:
     from ..cache import Stale
@@ -13,6 +15,10 @@ if TYPE_CHECKING:
 
 class SourceBacked:
     source: ByteSource
+
+    @property
+    def stats(self) -> dict[str, dict[str, int]]:
+        return self.source.stats.to_dict()
 
     @property
     def revalidated(self) -> bool:
@@ -28,7 +34,6 @@ class SourceBacked:
         return self.source.stale
 
     async def revalidate(self) -> bool:
-        """True if what was opened is still there unchanged (a cheap conditional request remotely)."""
         return await self.source.revalidate()
 
     async def close(self) -> None:
@@ -39,3 +44,15 @@ class SourceBacked:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
+
+    @property
+    def location(self) -> str:
+        """Deprecated: `source.location`."""
+        warn_renamed("archive.location", "archive.source.location")
+        return self.source.location
+
+    @property
+    def identity(self) -> str:
+        """Deprecated: `source.identity`."""
+        warn_renamed("archive.identity", "archive.source.identity")
+        return self.source.identity

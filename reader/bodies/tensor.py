@@ -38,7 +38,7 @@ WritableBuffer = bytearray | memoryview | np.ndarray
 
 
 class TensorBytes:
-    """What `Archive.tensor(name, model, order)` returns: `length`, `read()`, `read_range()`,
+    """What `Archive.tensor(name, model=..., order=...)` returns: `length`, `read()`, `read_range()`,
     `read_into()`, `chunks()`."""
 
     def __init__(self, info: TensorInfo, entry: ZipEntry, fetcher: EntryFetcher, order: str) -> None:

@@ -142,7 +142,7 @@ async def verify_ahead(archive: Verifiable) -> int:
     entries: dict[str, tuple[EntryFetcher, ZipEntry]] = {}
     for info in archive.tensors():
         if info.readable:
-            tensor = archive.tensor(info.name, info.model)
+            tensor = archive.tensor(info.name, model=info.model)
             entries.setdefault(tensor.entry.name, (tensor.fetcher, tensor.entry))
     for file in archive.executorch_files:
         program = archive.executorch_file(file.name)

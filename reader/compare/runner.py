@@ -83,7 +83,7 @@ async def compare(
     before = _data_bytes(a), _data_bytes(b)
     rows: list[TensorDiff | Undecided] = []
     for pair_a, pair_b in model_pairs(a, b, model_a, model_b):
-        listing = list_names(a.tensors(pair_a), b.tensors(pair_b), prefix)
+        listing = list_names(a.tensors(model=pair_a), b.tensors(model=pair_b), prefix)
         rows.extend(settle_moves(listing, await _find_moves(listing, digests_a, digests_b)))
     undecided = [(slot, row) for slot, row in enumerate(rows) if isinstance(row, Undecided)]
     placements = {slot: _placement(a, b, pair) for slot, pair in undecided}
@@ -169,7 +169,7 @@ async def _storage_same(tensor_a: TensorBytes, tensor_b: TensorBytes) -> bool:
 
 def _placement(a: ArchiveLike, b: ArchiveLike, pair: Undecided) -> Placement:
     """Where the pair's payloads lie (a sharded checkpoint's tensors: in their shard's file)."""
-    tensor_a, tensor_b = a.tensor(pair.a.name, pair.a.model), b.tensor(pair.b.name, pair.b.model)
+    tensor_a, tensor_b = a.tensor(pair.a.name, model=pair.a.model), b.tensor(pair.b.name, model=pair.b.model)
     return Placement(
         id(tensor_a.fetcher), tensor_a.entry.header_offset, id(tensor_b.fetcher), tensor_b.entry.header_offset
     )
@@ -205,8 +205,8 @@ class _Run:
             return verdicts
         first = unread[0][1]
         datas_a, datas_b = await asyncio.gather(
-            self.a.read_many([p.a.name for _, p in unread], first.a.model, job.order),
-            self.b.read_many([p.b.name for _, p in unread], first.b.model, job.order),
+            self.a.read_many([p.a.name for _, p in unread], model=first.a.model, order=job.order),
+            self.b.read_many([p.b.name for _, p in unread], model=first.b.model, order=job.order),
         )
         for slot, pair in unread:
             data_a, data_b = datas_a[pair.a.name], datas_b[pair.b.name]
@@ -228,8 +228,8 @@ class _Run:
         known_a, known_b = self._known(pair)
         if known_a is not None and known_a == known_b:
             return [(job.slot, _same(pair))]
-        tensor_a = self.a.tensor(pair.a.name, pair.a.model, pair.order)
-        tensor_b = self.b.tensor(pair.b.name, pair.b.model, pair.order)
+        tensor_a = self.a.tensor(pair.a.name, model=pair.a.model, order=pair.order)
+        tensor_b = self.b.tensor(pair.b.name, model=pair.b.model, order=pair.order)
         dtype = _dtype(pair.a)
         if (tensor_a.amplified or tensor_b.amplified) and await _storage_same(tensor_a, tensor_b):
             return [(job.slot, _same(pair))]  # their storage, not the size they declare, was read

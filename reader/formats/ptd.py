@@ -108,7 +108,7 @@ def writable(info: TensorInfo) -> bool:
 
 def ptd_body(plan: PtdPlan, tensor: Callable[[TensorInfo, str], Body]) -> PlannedBody:
     """The whole file as one body; `tensor(info, order)` gives a segment's bytes
-    (`lambda info, order: archive.tensor(info.name, info.model, order)`)."""
+    (`lambda info, order: archive.tensor(info.name, model=info.model, order=order)`)."""
     parts: list[Body] = []
     for piece in plan.pieces():
         if isinstance(piece, PtdSegment):

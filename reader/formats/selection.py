@@ -35,14 +35,14 @@ def select(
 ) -> Selection:
     """The tensors of `archive` a `fmt` bundle holds."""
     if names:
-        chosen = [archive.layout(name, model) for name in dict.fromkeys(names)]
+        chosen = [archive.layout(name, model=model) for name in dict.fromkeys(names)]
         refused = [t.name for t in chosen if not writable(t)]
         if refused:
             raise UnsupportedPayload(f"cannot be written as {fmt}: {', '.join(refused)}")
         return Selection(chosen, [])
     # one model: names are unique only within a model
     resolved = archive.resolve_model(model)
-    matched = [t for t in archive.tensors(resolved) if t.name.startswith(prefix or "")]
+    matched = [t for t in archive.tensors(model=resolved) if t.name.startswith(prefix or "")]
     return Selection([t for t in matched if writable(t)], [t for t in matched if not writable(t)])
 
 

@@ -25,7 +25,7 @@ from .storages import Buffers, Landed, read_storages
 async def load_storages(archive: Loadable, selection: Selection) -> tuple[LoadPlan, Buffers]:
     """The plan for a selection and its storages' bytes (what reader.torch builds on too): whole
     storages by entry name, a shard's blocks by their keys."""
-    payloads = archive.payloads()
+    payloads = archive._payloads()
     plan, blocks = _plan(archive, payloads, selection)
     return plan, await read_planned(payloads, plan, blocks, selection)
 
@@ -87,7 +87,7 @@ async def iter_storages(
     storage, so a consumer that drops each tensor keeps the load within the budget, and one that
     stops asking stops the reads. A storage bigger than the budget is read alone."""
     ledger = Ledger(Budget(budget_bytes(max_buffered)))
-    payloads = archive.payloads()
+    payloads = archive._payloads()
     plan, blocks = _plan(archive, payloads, selection)
     views: dict[str, list[TensorInfo]] = {}
     for info in plan.tensors:
@@ -138,7 +138,7 @@ def read_only(source: ByteSource, buffer: np.ndarray) -> np.ndarray:
 
 async def load_arrays(archive: Loadable, selection: Selection) -> dict[str, np.ndarray]:
     plan, buffers = await load_storages(archive, selection)
-    source = archive.payloads().source
+    source = archive._payloads().source
     for buffer in buffers.values():
         read_only(source, buffer)
     return {
@@ -150,7 +150,7 @@ async def iter_arrays(
     archive: Loadable, selection: Selection, max_buffered: int | None = None
 ) -> AsyncIterator[tuple[str, np.ndarray]]:
     """`load_arrays`' arrays as their storages land, within `max_buffered` (see `iter_storages`)."""
-    source = archive.payloads().source
+    source = archive._payloads().source
     storages = iter_storages(archive, selection, max_buffered)
     async with contextlib.aclosing(storages):  # closed with this one
         async for infos, buffer in storages:

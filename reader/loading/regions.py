@@ -98,8 +98,8 @@ async def read_regions(
     if isinstance(archive, ShardedArchive):
         by_shard: dict[str, tuple[Archive, list[Region]]] = {}
         for region in regions:
-            shard = archive.shard_of(region.name, model)
-            by_shard.setdefault(shard.location, (shard, []))[1].append(region)
+            shard = archive.shard_of(region.name, model=model)
+            by_shard.setdefault(shard.source.location, (shard, []))[1].append(region)
         async with task_group() as group:  # a failure cancels the other shards' reads
             for shard, part in by_shard.values():
                 group.create_task(_read_archive(shard, part, landed, None, budget))
@@ -110,11 +110,11 @@ async def read_regions(
 async def _read_archive(
     archive: Archive, regions: Sequence[Region], landed: RegionLanded, model: str | None, budget: Budget
 ) -> None:
-    payloads = archive.payloads()
+    payloads = archive._payloads()
     views: dict[str, list[tuple[Region, TensorInfo]]] = {}  # buffer key -> the regions it holds
     whole: dict[tuple[str, str], TensorInfo] = {}
     blocks: dict[str, Block] = {}
-    infos = [(region, archive.layout(region.name, model)) for region in regions]
+    infos = [(region, archive.layout(region.name, model=model)) for region in regions]
     for region, info in infos:  # every region checked before anything is read
         region.check(info)
     for region, info in infos:

@@ -63,10 +63,10 @@ class Selection:
         named one, else the default) whose name starts with `prefix`: weights and constants, as
         torch's state dict plus its constants holds them."""
         if self.names is not None:
-            return [catalog.layout(name, self.model) for name in self.names]
+            return [catalog.layout(name, model=self.model) for name in self.names]
         model = catalog.resolve_model(self.model)
         prefix = self.prefix or ""
-        return [t for t in catalog.tensors(model) if t.readable and t.name.startswith(prefix)]
+        return [t for t in catalog.tensors(model=model) if t.readable and t.name.startswith(prefix)]
 
 
 PROGRAM_CONSTANT = "constant"  # TensorInfo.kind of what an exported program's constants config lists
@@ -86,15 +86,15 @@ def checkpoint(catalog: Catalog, model: str | None = None) -> list[TensorInfo]:
     lies in `models/<model>.json`, which can be large and is never read for this. (A program's custom
     objects are listed as `custom_object`, as a checkpoint's plain values are: never readable, so
     they stay only among what a caller reports as skipped.)"""
-    return [t for t in catalog.tensors(catalog.resolve_model(model)) if t.kind != PROGRAM_CONSTANT]
+    return [t for t in catalog.tensors(model=catalog.resolve_model(model)) if t.kind != PROGRAM_CONSTANT]
 
 
 class Catalog(Protocol):
     """What a selection is made from (an `Archive`)."""
 
-    def tensors(self, model: str | None = None) -> list[TensorInfo]: ...
+    def tensors(self, *, model: str | None = None) -> list[TensorInfo]: ...
 
-    def layout(self, name: str, model: str | None = None) -> TensorInfo: ...
+    def layout(self, name: str, *, model: str | None = None) -> TensorInfo: ...
 
     def resolve_model(self, model: str | None) -> str: ...
 
@@ -112,4 +112,4 @@ class Payloads:
 class Loadable(Catalog, Protocol):
     """An open archive as the loader sees it."""
 
-    def payloads(self) -> Payloads: ...
+    def _payloads(self) -> Payloads: ...

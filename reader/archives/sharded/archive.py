@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import difflib
 import hashlib
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -36,7 +35,6 @@ from ...errors import (
     ReaderError,
     SourceChanged,
     SourceError,
-    TensorNotFound,
 )
 from ...loading.budget import budget_bytes
 from ...loading.selection import Selection
@@ -44,19 +42,19 @@ from ...loading.shards import Shard
 from ...pt2.checkpoint import CHECKPOINT_MODEL
 from ...pt2.graph import MAX_PROGRAM_BYTES
 from ...pt2.tensorinfo import TensorInfo
-from ...sources import ByteSource, SourceStats, redact_location
+from ...sources import ByteSource, SourceStats
 from ...tasks import task_group
 from ...versions import version_basis
-from ..source_backed import SourceBacked
+from ..deprecated import keyword_only
+from ..reads import TensorReads
 from .index import INDEX_SUFFIX, MAX_INDEX_BYTES, ShardIndex, parse_shard_index, shard_location
 
 if TYPE_CHECKING:
     from ...bodies.entry import EntryBytes
-    from ...bodies.tensor import Order, TensorBytes, WritableBuffer
+    from ...bodies.tensor import Order, TensorBytes
     from ...cache import Stale
     from ...pt2.executorch import EmbeddedFile
     from ...pt2.graph import Graph, TensorConsumers
-    from ...pt2.slicing import Index
     from ..archive import Archive
 
 CONTAINER = "sharded-checkpoint"
@@ -123,7 +121,7 @@ def _combined_identity(index: ByteSource, shards: dict[str, Archive]) -> str:
     return "sharded-" + hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 
 
-class ShardedArchive(SourceBacked):
+class ShardedArchive(TensorReads):
     """A sharded checkpoint (`*.bin.index.json` and its shards) behind the API of `Archive`.
 
     One model, "checkpoint", whose tensors are the names of the index's `weight_map`, listed shard
@@ -131,17 +129,19 @@ class ShardedArchive(SourceBacked):
     shards' own, but for `storage.entry`, which is prefixed with the shard's file name
     (`pytorch_model-00001-of-00002.bin!/pytorch_model-00001-of-00002/data/0`): names that share
     one entry share storage, and two shards never do. `shards` maps each shard file to its
-    `Archive`; `shard_stats` gives each one's requests and bytes, `stats` their sum.
+    `Archive`; `shard_stats` gives each one's requests and bytes, `stats` their sum; `shard_of(name)`
+    the shard holding a name; `total_size` the index's `metadata.total_size` as written.
     """
 
     container = CONTAINER
 
     def __init__(self, location: str, source: ShardSources, index: ShardIndex) -> None:
-        self._location = location
         self.source = source
         self.index = index
         self.shards = source.shards
         self.root = os.path.basename(_path_of(location))[: -len(INDEX_SUFFIX)]
+        self.total_size = index.total_size  # metadata.total_size as written (writers count it differently)
+        self.unreadable: dict[str, str] = {}  # a shard with an unreadable model is refused at open
         self._tensors = self._listing()
 
     def _listing(self) -> dict[str, TensorInfo]:
@@ -155,8 +155,8 @@ class ShardedArchive(SourceBacked):
             missing = sorted(wanted[shard] - held.keys())
             if missing:
                 raise ArchiveFormatError(
-                    f"{self.location}: weight_map puts {missing[0]!r} in shard {shard!r}, which does not "
-                    f"hold it ({len(missing)} such name{'s' if len(missing) > 1 else ''})"
+                    f"{self.source.location}: weight_map puts {missing[0]!r} in shard {shard!r}, which "
+                    f"does not hold it ({len(missing)} such name{'s' if len(missing) > 1 else ''})"
                 )
             for name, info in held.items():
                 if name in wanted[shard]:
@@ -169,33 +169,9 @@ class ShardedArchive(SourceBacked):
     # -- what it is ------------------------------------------------------------------------------
 
     @property
-    def location(self) -> str:
-        return redact_location(self._location)
-
-    @property
-    def identity(self) -> str:
-        """Changes whenever the index or any shard may have changed (for ETags)."""
-        return self.source.identity
-
-    @property
-    def stats(self) -> dict[str, dict[str, int]]:
-        """Requests made and bytes read so far, by purpose, over the index and every shard."""
-        return self.source.stats.to_dict()
-
-    @property
     def shard_stats(self) -> dict[str, dict[str, dict[str, int]]]:
         """Each shard's `stats`, by shard file name."""
         return {name: archive.stats for name, archive in self.shards.items()}
-
-    @property
-    def total_size(self) -> int | None:
-        """The index's `metadata.total_size` as written (not checked: writers count it differently)."""
-        return self.index.total_size
-
-    @property
-    def unreadable(self) -> dict[str, str]:
-        """Models present but unreadable: none (a shard with such a model is refused at open)."""
-        return {}
 
     @property
     def models(self) -> list[str]:
@@ -206,69 +182,41 @@ class ShardedArchive(SourceBacked):
             return CHECKPOINT_MODEL
         raise ModelNotFound(f"no model {model!r} (models: {CHECKPOINT_MODEL})")
 
-    def tensors(self, model: str | None = None) -> list[TensorInfo]:
+    def _named(self, model: str | None) -> tuple[str, Mapping[str, TensorInfo]]:
+        return self.resolve_model(model), self._tensors
+
+    @keyword_only("model")
+    def tensors(self, *, model: str | None = None) -> list[TensorInfo]:
         self.resolve_model(model)
         return list(self._tensors.values())
 
-    def layout(self, name: str, model: str | None = None) -> TensorInfo:
-        self.resolve_model(model)
-        info = self._tensors.get(name)
-        if info is None:
-            close = difflib.get_close_matches(name, list(self._tensors), n=5, cutoff=0.6)
-            hint = f"; close matches: {', '.join(close)}" if close else ""
-            raise TensorNotFound(f"no tensor {name!r} in model {CHECKPOINT_MODEL!r}{hint}")
-        return info
-
-    def shard_of(self, name: str, model: str | None = None) -> Archive:
+    @keyword_only("model")
+    def shard_of(self, name: str, *, model: str | None = None) -> Archive:
         """The open shard that holds `name` (TensorNotFound if the index does not name it)."""
-        self.layout(name, model)
+        self.layout(name, model=model)
         return self.shards[self.index.weight_map[name]]
 
-    # -- reading: each call goes to the shard holding the name ----------------------------------
+    # -- reading: each call goes to the shard(s) holding the names --------------------------------
 
-    def tensor(self, name: str, model: str | None = None, order: Order = "default") -> TensorBytes:
-        return self.shard_of(name, model).tensor(name, None, order)
+    @keyword_only("model", "order")
+    def tensor(self, name: str, *, model: str | None = None, order: Order = "default") -> TensorBytes:
+        return self.shard_of(name, model=model).tensor(name, order=order)
 
-    async def read(
-        self, name: str, model: str | None = None, order: Order = "default", *, index: Index | None = None
-    ) -> bytes:
-        return await self.shard_of(name, model).read(name, None, order, index=index)
-
-    async def read_into(
-        self, name: str, buffer: WritableBuffer, model: str | None = None, order: Order = "default"
-    ) -> None:
-        await self.shard_of(name, model).read_into(name, buffer, None, order)
-
-    async def read_numpy(
-        self, name: str, model: str | None = None, *, index: Index | None = None
-    ) -> np.ndarray:
-        return await self.shard_of(name, model).read_numpy(name, None, index=index)
-
-    def stream(
-        self,
-        name: str,
-        model: str | None = None,
-        order: Order = "default",
-        start: int = 0,
-        end: int | None = None,
-        chunk_size: int | None = None,
-    ) -> AsyncIterator[bytes | memoryview]:
-        return self.shard_of(name, model).stream(name, None, order, start, end, chunk_size)
-
+    @keyword_only("model", "order")
     async def read_many(
-        self, names: Iterable[str], model: str | None = None, order: Order = "default"
+        self, names: Iterable[str], *, model: str | None = None, order: Order = "default"
     ) -> dict[str, bytes]:
-        """As `Archive.read_many`: each shard's names in one call, the shards concurrently."""
-        parts = self.parts(Selection(model, names=tuple(names)))
-        found = await self._by_shard(
-            parts, lambda shard, part: shard.read_many(part.names or (), None, order)
+        """Each shard's names in one `Archive.read_many`, the shards concurrently."""
+        return await self._load_with(
+            Selection(model, names=tuple(names)),
+            lambda shard, part: shard.read_many(part.names or (), order=order),
         )
-        return {name: found[name] for _, part in parts for name in part.names or ()}
 
+    @keyword_only("model")
     async def load(
         self,
-        model: str | None = None,
         *,
+        model: str | None = None,
         prefix: str | None = None,
         names: Sequence[str] | None = None,
         order: Order = "default",
@@ -276,33 +224,34 @@ class ShardedArchive(SourceBacked):
         verify: bool | None = None,
         shard: Shard | None = None,
     ) -> dict[str, np.ndarray]:
-        """As `Archive.load`; only the shards holding the selection are read, concurrently, each
-        as one `Archive.load` of its part (so tied names in a shard share memory as there)."""
-        return await self.load_with(
+        """Only the shards holding the selection are read, concurrently, each as one `Archive.load`
+        of its part (so tied names in a shard share memory as there)."""
+        return await self._load_with(
             Selection(model, prefix, names, order, copy, verify, shard),
             lambda archive, part: archive.load(**part.keywords()),
         )
 
-    async def load_with(
+    async def _load_with(
         self, selection: Selection, load_part: Callable[[Archive, Selection], Awaitable[dict[str, Any]]]
     ) -> dict[str, Any]:
         """The selection loaded shard by shard with `load_part(shard, its part of the selection)`,
         merged in the selection's order (reader.torch loads through this too)."""
-        parts = self.parts(selection)
-        found = await self._by_shard(parts, load_part)
+        parts = self._parts(selection)
+        found = await _by_shard(parts, load_part)
         return {name: found[name] for _, part in parts for name in part.names or ()}
 
-    def parts(self, selection: Selection) -> list[tuple[Archive, Selection]]:
+    def _parts(self, selection: Selection) -> list[tuple[Archive, Selection]]:
         """Each shard holding some of the selection, with its part (exactly its names)."""
         by_shard: dict[str, list[str]] = {}
         for info in selection.tensors(self):
             by_shard.setdefault(self.index.weight_map[info.name], []).append(info.name)
         return [(self.shards[shard], selection.part(names)) for shard, names in by_shard.items()]
 
+    @keyword_only("model")
     async def iter_load(
         self,
-        model: str | None = None,
         *,
+        model: str | None = None,
         prefix: str | None = None,
         names: Sequence[str] | None = None,
         order: Order = "default",
@@ -311,10 +260,9 @@ class ShardedArchive(SourceBacked):
         shard: Shard | None = None,
         max_buffered: int | None = None,
     ) -> AsyncIterator[tuple[str, np.ndarray]]:
-        """`(name, array)` for the selection `load` makes, in completion order: each shard's part
-        through its own `iter_load`, READ_CONCURRENCY shards at once, each within its share of
-        `max_buffered` (a part hands over one array at a time, when the consumer takes it).
-        Stopping early cancels what is still reading."""
+        """Each shard's part through its own `iter_load`, READ_CONCURRENCY shards at once, each
+        within its share of `max_buffered` (a part hands over one array at a time, when the
+        consumer takes it). Stopping early cancels what is still reading."""
         share = max(1, budget_bytes(max_buffered) // READ_CONCURRENCY)
         landed: asyncio.Queue[tuple[str, np.ndarray] | None] = asyncio.Queue(maxsize=1)
 
@@ -326,7 +274,7 @@ class ShardedArchive(SourceBacked):
         async def run() -> None:
             try:
                 selection = Selection(model, prefix, names, order, copy, verify, shard)
-                await self._by_shard(self.parts(selection), part)
+                await _by_shard(self._parts(selection), part)
             finally:
                 await landed.put(None)
 
@@ -338,22 +286,6 @@ class ShardedArchive(SourceBacked):
         finally:
             task.cancel()
 
-    async def _by_shard(
-        self,
-        parts: list[tuple[Archive, Selection]],
-        call: Callable[[Archive, Selection], Awaitable[dict[str, Any]]],
-    ) -> dict[str, Any]:
-        """`call(shard, its part)` for each part, READ_CONCURRENCY at once; their results merged."""
-        limit = asyncio.Semaphore(READ_CONCURRENCY)
-
-        async def one(shard: Archive, part: Selection) -> dict[str, Any]:
-            async with limit:
-                return await call(shard, part)
-
-        async with task_group() as group:  # a failure cancels the other shards' reads
-            tasks = [group.create_task(one(shard, part)) for shard, part in parts]
-        return {name: value for task in tasks for name, value in task.result().items()}
-
     # -- what a checkpoint does not have --------------------------------------------------------
 
     @property
@@ -363,15 +295,31 @@ class ShardedArchive(SourceBacked):
     def executorch_file(self, name: str) -> EntryBytes:
         raise FileNotFound(f"no ExecuTorch file {name!r} in this archive (files: none)")
 
-    async def graph(self, model: str | None = None, *, max_bytes: int = MAX_PROGRAM_BYTES) -> Graph:
+    @keyword_only("model")
+    async def graph(self, *, model: str | None = None, max_bytes: int = MAX_PROGRAM_BYTES) -> Graph:
         model = self.resolve_model(model)
         raise ArchiveFormatError(f"model {model!r} of a sharded checkpoint has no exported program")
 
-    async def consumers(self, name: str, model: str | None = None) -> TensorConsumers:
-        self.layout(name, model)
-        return await self.graph(model)
+    @keyword_only("model")
+    async def consumers(self, name: str, *, model: str | None = None) -> TensorConsumers:
+        self.layout(name, model=model)
+        return await self.graph(model=model)
 
-    # -- life ------------------------------------------------------------------------------------
+
+async def _by_shard(
+    parts: list[tuple[Archive, Selection]],
+    call: Callable[[Archive, Selection], Awaitable[dict[str, Any]]],
+) -> dict[str, Any]:
+    """`call(shard, its part)` for each part, READ_CONCURRENCY at once; their results merged."""
+    limit = asyncio.Semaphore(READ_CONCURRENCY)
+
+    async def one(shard: Archive, part: Selection) -> dict[str, Any]:
+        async with limit:
+            return await call(shard, part)
+
+    async with task_group() as group:  # a failure cancels the other shards' reads
+        tasks = [group.create_task(one(shard, part)) for shard, part in parts]
+    return {name: value for task in tasks for name, value in task.result().items()}
 
 
 async def open_sharded(

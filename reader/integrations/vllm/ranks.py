@@ -117,7 +117,7 @@ def _shared_location(
         """Open, say what was opened, wait for this rank's share, read it as it lands."""
         async with open_archive(location, **options) as archive:
             infos = [info for info in checkpoint(archive) if info.readable]
-            arrived.end((archive.identity, archive.location, infos))
+            arrived.end((archive.source.identity, archive.source.location, infos))
             names = await asyncio.wrap_future(decided)
             if names:
                 tensors = iter_load(archive, names=names, verify=verify, max_buffered=budget)
