@@ -18,7 +18,7 @@ from reader.digests import Digests, sha256_of, tensor_key
 from reader.formats.planned import PlannedBody
 from reader.versions import source_version
 
-from ..manifest import build_manifest, select_tensors
+from ..manifest import build_manifest, manifest_tensors
 from .mirror import Mirror
 from .update import Advance, Entry, Manifest
 
@@ -35,7 +35,7 @@ class FromArchive:
 
     async def manifest(self, model: str | None, prefix: str | None, names: Sequence[str] | None) -> Manifest:
         version = source_version(self.archive.source)
-        tensors = select_tensors(self.archive.tensors(model), prefix=prefix, names=names)
+        tensors = manifest_tensors(self.archive, model, prefix, names)
         current = self.mirror.current_manifest()
         if current is not None and current.get("version") == version:
             # the same object (same ETag, or size and mtime): its digests are the ones we recorded

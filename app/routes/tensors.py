@@ -16,6 +16,7 @@ from reader.bodies import SliceBytes, TensorBytes
 from reader.digests import repr_digest, tensor_key
 from reader.formats.body import Body
 from reader.formats.npy import npy_body
+from reader.formats.selection import select_tensors
 from reader.pt2.index_syntax import INDEX_SYNTAX, parse_index
 
 from ..errors import ApiError
@@ -79,9 +80,7 @@ def build(resolve: Callable[..., Awaitable[Served]], where: str) -> APIRouter:
         kind: KindQ = None,
     ) -> Response:
         headers = caching_headers(request, served)
-        tensors = served.archive.tensors(model)
-        if prefix:
-            tensors = [t for t in tensors if t.name.startswith(prefix)]
+        tensors = select_tensors(served.archive, model, prefix, every_model=True)
         if kind:
             tensors = [t for t in tensors if t.kind == kind]
         content = {
