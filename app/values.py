@@ -31,7 +31,7 @@ import numpy as np
 
 import reader
 from reader.formats.body import read_body
-from reader.pt2.dtypes import BY_NAME, to_numpy
+from reader.pt2.dtypes import dtype_of, to_numpy
 
 SMALL_BYTES = 16 << 20
 SMALL_ELEMENTS = 4 << 20
@@ -47,7 +47,7 @@ CONCURRENT_READS = 8
 
 def decode(raw: bytes, dtype: str) -> np.ndarray:
     """Row-major bytes of `dtype` -> a flat ndarray (complex32 widened to complex64)."""
-    return to_numpy(raw, BY_NAME[dtype], (-1,))
+    return to_numpy(raw, dtype_of(dtype), (-1,))
 
 
 async def tensor_stats(archive: reader.Archive, name: str, model: str | None) -> dict[str, Any]:

@@ -47,7 +47,7 @@ from .loading.background import BackgroundLoop, LoopClosed
 from .loading.budget import Budget, budget_bytes
 from .loading.readahead import ReadAhead
 from .loading.selection import PROGRAM_CONSTANT, checkpoint
-from .pt2.dtypes import BY_NAME
+from .pt2.dtypes import dtype_of
 from .pt2.tensorinfo import TensorInfo
 from .sources import DEFAULT_CHUNK_SIZE, ByteSource, HttpOptions, S3Settings, redact_location
 from .versions import source_version
@@ -233,10 +233,10 @@ class safe_open:  # noqa: N801 - safetensors' name, used the same way
     def _convert(self, buffer: np.ndarray, info: TensorInfo, shape: tuple[int, ...]) -> Any:
         """A uint8 buffer that this call owns, as the framework's tensor of `info`'s dtype."""
         if self._framework == "np":
-            return buffer.view(BY_NAME[info.dtype or ""].numpy).reshape(shape)
+            return buffer.view(dtype_of(info.dtype).numpy).reshape(shape)
         import torch
 
-        dtype = getattr(torch, info.dtype or "")
+        dtype = dtype_of(info.dtype).torch
         if not buffer.nbytes:  # torch cannot view an empty byte tensor as a wider dtype
             tensor = torch.empty(shape, dtype=dtype)
         else:

@@ -16,7 +16,7 @@ from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import Response
 
 import reader
-from reader.pt2.dtypes import BY_NAME, to_numpy
+from reader.pt2.dtypes import dtype_of, to_numpy
 
 from ..caching import pair_policy
 from ..openapi import ARCHIVE, MODEL, TENSOR, answers, json_resource
@@ -127,7 +127,7 @@ async def _rows(archive: reader.Archive, info: reader.TensorInfo) -> np.ndarray 
         return None
     if (info.nbytes or 0) <= SMALL_BYTES and (info.numel or 0) <= SMALL_ELEMENTS:
         raw = await archive.read(info.name, info.model, "contiguous")
-        return to_numpy(raw, BY_NAME[info.dtype or ""], shape2d)
+        return to_numpy(raw, dtype_of(info.dtype), shape2d)
     _, rows, _ = await sample(archive, info)
     return rows
 

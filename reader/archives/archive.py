@@ -25,7 +25,7 @@ from ..loading.budget import budget_bytes
 from ..loading.load import iter_arrays, load_arrays
 from ..loading.selection import Payloads, Selection
 from ..loading.shards import Shard
-from ..pt2.dtypes import BY_NAME, to_numpy
+from ..pt2.dtypes import dtype_of, to_numpy
 from ..pt2.executorch import EmbeddedFile, executorch_files
 from ..pt2.graph import MAX_PROGRAM_BYTES, Graph, TensorConsumers, consumers_of, parse_graph
 from ..pt2.slicing import Index
@@ -149,9 +149,9 @@ class Archive(SourceBacked):
         tensor = self.tensor(name, model, "contiguous")
         if index is not None:
             sliced = SliceBytes(tensor, index)
-            return to_numpy(await sliced.read(), BY_NAME[tensor.info.dtype], sliced.plan.shape)  # type: ignore[index]
+            return to_numpy(await sliced.read(), dtype_of(tensor.info.dtype), sliced.plan.shape)
         info = tensor.info
-        return to_numpy(await tensor.read(), BY_NAME[info.dtype], info.sizes)  # type: ignore[index,arg-type]
+        return to_numpy(await tensor.read(), dtype_of(info.dtype), info.sizes)  # type: ignore[arg-type]
 
     async def load(
         self,

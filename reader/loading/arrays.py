@@ -11,13 +11,13 @@ from __future__ import annotations
 import numpy as np
 
 from ..pt2 import strided
-from ..pt2.dtypes import BY_NAME, to_numpy
+from ..pt2.dtypes import dtype_of, to_numpy
 from ..pt2.tensorinfo import TensorInfo
 
 
 def view_array(info: TensorInfo, storage: np.ndarray, order: str = "default") -> np.ndarray:
     """The tensor `info` describes, as a view of `storage` (its payload's bytes) where NumPy can."""
-    dtype = BY_NAME[info.dtype or ""]
+    dtype = dtype_of(info.dtype)
     sizes, strides = info.sizes or (), info.strides or ()
     itemsize = dtype.itemsize
     offset = (info.storage_offset or 0) * itemsize
