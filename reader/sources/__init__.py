@@ -26,6 +26,7 @@ from .base import (
     redact_location,
 )
 from .local import LocalFileSource
+from .location import Location, split_location
 from .memory import BytesSource
 from .options import HttpOptions, S3Settings
 
@@ -47,13 +48,9 @@ SCHEMES = {
 REMOTE_SCHEMES = frozenset(SCHEMES) - {"file"}
 
 
-def _scheme(location: str) -> str:
-    return location.split("://", 1)[0].lower() if "://" in location else ""
-
-
 def is_remote(location: str) -> bool:
     """Whether a location names bytes on another machine (a URL of a remote scheme)."""
-    return _scheme(location) in REMOTE_SCHEMES
+    return split_location(location).scheme in REMOTE_SCHEMES
 
 
 def __getattr__(name: str) -> Any:
@@ -99,7 +96,7 @@ async def open_source(
     `pinned()` gave before), they first ask once whether the object is still that version.
     """
     text = os.fspath(location)
-    scheme = _scheme(text)
+    scheme, rest = split_location(text)
     if scheme in ("http", "https"):
         from .blob import is_blob_url, open_blob_url
         from .http import HttpSource
@@ -126,7 +123,7 @@ async def open_source(
 
         return await open_hf(text, tail_size=tail_size, options=http_options, pinned=pinned)
     if scheme == "file":
-        return await LocalFileSource.open(text[len("file://") :])
+        return await LocalFileSource.open(rest)
     if scheme:
         supported = ", ".join(f"{name}://" for name in SCHEMES)
         raise LocationError(
@@ -147,6 +144,7 @@ __all__ = [
     "HttpOptions",
     "HttpSource",
     "LocalFileSource",
+    "Location",
     "S3Settings",
     "SourceStats",
     "fresh_buffer",
@@ -154,6 +152,7 @@ __all__ = [
     "make_client",
     "open_source",
     "redact_location",
+    "split_location",
     "tail_size_for",
     "verified_context",
 ]
