@@ -180,7 +180,7 @@ class StorageReader(_DcpStorageReader):
         described: dict[str, Any] = {}
         storage_data: dict[MetadataIndex, str] = {}
         for info in tensors:
-            sizes = torch.Size(info.sizes or ())
+            sizes = torch.Size(info.sizes)
             zeros = torch.Size([0] * len(sizes))
             described[info.name] = TensorStorageMetadata(
                 properties=TensorProperties(

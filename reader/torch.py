@@ -155,8 +155,8 @@ async def read_tensor(
     data = await body.read()
     dtype = dtype_of(tensor.info.dtype).torch
     if not data:
-        return torch.empty(body.info.sizes or (), dtype=dtype)
-    return torch.frombuffer(bytearray(data), dtype=dtype).reshape(body.info.sizes or ())
+        return torch.empty(body.info.sizes, dtype=dtype)
+    return torch.frombuffer(bytearray(data), dtype=dtype).reshape(body.info.sizes)
 
 
 def read(

@@ -45,7 +45,7 @@ class Undecided:
 
     @property
     def nbytes(self) -> int:
-        return self.a.nbytes or 0
+        return self.a.nbytes
 
 
 Row = TensorDiff | Undecided
