@@ -3,7 +3,9 @@
 The public loads (`Archive.load`, `Archive.iter_load`, `ShardedArchive`'s, `reader.load`,
 `reader.torch.load`, `reader.torch.iter_load`) spell out `model` and the keyword-only parameters
 named as `Selection`'s fields, in its order (tests/test_public_surface.py holds them to it); inside
-they carry one `Selection`. The loader never imports the archive: it selects from a `Catalog` (what
+they carry one `Selection`. `select_tensors` is the one rule every selection by model, prefix and
+names follows, here and in bundles, manifests, listings and comparisons (an unknown name is
+`TensorNotFound`, never dropped). The loader never imports the archive: it selects from a `Catalog` (what
 `Archive` answers) and reads through the `Payloads` the archive hands it. `checkpoint` is what the
 loaders users already run are handed (safe_open, DCP, vLLM): a model's state dict, not the exported
 program's constants.
