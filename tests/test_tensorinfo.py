@@ -90,3 +90,13 @@ async def test_each_optional_field_is_one_a_container_can_lack() -> None:
     lacked = {name for info in shapes.values() for name in OPTIONAL if getattr(info, name) is None}
     assert lacked == set(OPTIONAL)
     assert quantized.sizes == (2,) and quantized.itemsize is None and quantized.nbytes is None
+
+
+def test_check_readable_names_the_tensor_and_why() -> None:
+    import reader
+
+    info = build_tensor_info(*_values())
+    info.check_readable()
+    unreadable = dataclasses.replace(info, unsupported="pickled")
+    with pytest.raises(reader.UnsupportedPayload, match=r"^model/h\.0\.w: pickled$"):
+        unreadable.check_readable()

@@ -89,9 +89,8 @@ async def compare_tensor(request: Request, a: SideA, b: SideB, name: str, model:
     served_a, served_b = await _sides(request, a, b)
     info_a = served_a.archive.layout(name, model)
     info_b = served_b.archive.layout(name, model if model in served_b.archive.models else None)
-    for info in (info_a, info_b):
-        if info.unsupported:
-            raise reader.UnsupportedPayload(f"{info.model}/{info.name}: {info.unsupported}")
+    info_a.check_readable()
+    info_b.check_readable()
     if info_a.dtype != info_b.dtype or info_a.sizes != info_b.sizes:
         shapes = (f"{i.dtype}{list(i.sizes)}" for i in (info_a, info_b))
         raise reader.UnsupportedPayload(

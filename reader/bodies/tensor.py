@@ -44,8 +44,7 @@ class TensorBytes:
     def __init__(self, info: TensorInfo, entry: ZipEntry, fetcher: EntryFetcher, order: str) -> None:
         if order not in ORDERS:
             raise ValueError(f"order must be one of {ORDERS}, not {order!r}")
-        if info.unsupported:
-            raise UnsupportedPayload(f"{info.model}/{info.name}: {info.unsupported}")
+        info.check_readable()
         sizes, strides, offset = info.sizes, info.strides, info.storage_offset
         self.info = info
         self.order = order

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import UnsupportedPayload
 from .frozen import fast_constructor
 
 
@@ -75,6 +76,12 @@ class TensorInfo:
     @property
     def readable(self) -> bool:
         return self.unsupported is None
+
+    def check_readable(self) -> None:
+        """UnsupportedPayload naming the tensor and why, unless its bytes can be read: the one check
+        before a reader uses the fields a readable tensor always has."""
+        if self.unsupported is not None:
+            raise UnsupportedPayload(f"{self.model}/{self.name}: {self.unsupported}")
 
     def to_dict(self) -> dict[str, Any]:
         """The layout JSON the service returns for /tensors/{name}/layout."""
