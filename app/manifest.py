@@ -8,30 +8,26 @@ one version are byte-identical and two versions diff line by line.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from reader import TensorInfo
+from reader import ArchiveLike, TensorInfo
 from reader.digests import Digests
+from reader.formats.selection import select_tensors
 
 MANIFEST_FORMAT = "pt2serve-manifest/1"
 DIGEST_CONCURRENCY = 4  # tensors hashed at once while building (parallel range requests remotely)
 
 
-def select_tensors(
-    tensors: Iterable[TensorInfo],
-    *,
+def manifest_tensors(
+    archive: ArchiveLike,
+    model: str | None = None,
     prefix: str | None = None,
     names: Sequence[str] | None = None,
 ) -> list[TensorInfo]:
-    """The tensors a selection means, in manifest order: names starting with `prefix`,
-    and only the given `names` when there are any."""
-    wanted = set(names) if names else None
-    chosen = [
-        info
-        for info in tensors
-        if (not prefix or info.name.startswith(prefix)) and (wanted is None or info.name in wanted)
-    ]
+    """The tensors a selection means (reader's one rule: every model when none is named, an
+    unknown name is `TensorNotFound`), in manifest order."""
+    chosen = select_tensors(archive, model, prefix, names or None, every_model=True)
     return sorted(chosen, key=lambda info: (info.model, info.name))
 
 
@@ -64,5 +60,5 @@ async def build_manifest(
 
 __all__ = [
     "build_manifest",
-    "select_tensors",
+    "manifest_tensors",
 ]

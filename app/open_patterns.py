@@ -44,15 +44,15 @@ from urllib.parse import unquote
 
 import httpx
 
+from reader.sources import split_location
+from reader.sources.hf import REPO_TYPE_PREFIXES, HubFile, split_hf_location
+
 from .addresses import host_key
 
 URL_SCHEMES = ("http", "https")
 OBJECT_SCHEMES = ("s3", "gs", "az")
 REMOTE_SCHEMES = (*URL_SCHEMES, *OBJECT_SCHEMES, "hf")
 DEFAULT_PORTS = {"http": 80, "https": 443}
-HUB_PREFIXES = ("datasets/", "spaces/")
-# the revisions with a '/' the reader takes unencoded after '@' (reader/sources/hf.py)
-HUB_SPECIAL_REVISION = re.compile(r"refs/(?:pr/\d+|convert/[\w\-.]+)")
 ANY_PATH = "**"
 
 
@@ -128,8 +128,7 @@ class UrlParts:
 
 def parse_url(location: str) -> UrlParts:
     """An http(s) location as the client will send it, or Refusal naming the rule."""
-    scheme, _, rest = location.partition("://")
-    scheme = scheme.lower()
+    scheme, rest = split_location(location)
     if "#" in location:
         raise Refusal("a URL with a fragment is refused")
     if "\\" in location:
@@ -166,52 +165,30 @@ class ObjectParts:
 
 def parse_object(location: str) -> ObjectParts:
     """An s3://, gs:// or az:// location: bucket (or container) and key, as the reader splits them."""
-    scheme, _, rest = location.partition("://")
+    scheme, rest = split_location(location)
     if any(c in rest for c in "?#\\"):
-        raise Refusal(f"a {scheme.lower()}:// location with '?', '#' or '\\' is refused")
+        raise Refusal(f"a {scheme}:// location with '?', '#' or '\\' is refused")
     bucket, _, key = rest.partition("/")
     if not bucket or not key:
-        raise Refusal(f"the location names no bucket and key: expected {scheme.lower()}://bucket/key")
+        raise Refusal(f"the location names no bucket and key: expected {scheme}://bucket/key")
     check_segments(key, "object key")
-    return ObjectParts(scheme.lower(), bucket, key)
+    return ObjectParts(scheme, bucket, key)
 
 
-@dataclass(frozen=True)
-class HubParts:
-    prefix: str  # "", "datasets/" or "spaces/"
-    repo: str  # [namespace/]name
-    revision: str
-    path: str
-
-
-def parse_hub(location: str) -> HubParts:
-    """An hf:// location split into repository, revision and path as the reader splits it."""
+def parse_hub(location: str) -> HubFile:
+    """An hf:// location split into repository, revision and path by the reader's own split."""
     rest = location[len("hf://") :]
     if any(c in rest for c in "?#\\"):
         raise Refusal("an hf:// location with '?', '#' or '\\' is refused")
-    prefix = next((p for p in HUB_PREFIXES if rest.startswith(p)), "")
-    rest = rest[len(prefix) :]
-    repo, at, after = rest.partition("@")
-    if at:
-        special = HUB_SPECIAL_REVISION.match(after)
-        if special and after[special.end() : special.end() + 1] in ("/", ""):
-            revision, path = special[0], after[special.end() + 1 :]
-        else:
-            revision, _, path = after.partition("/")
-            revision = unquote(revision)
-    else:
-        segments = rest.split("/")
-        repo = "/".join(segments[:2]) if len(segments) > 2 else segments[0]
-        path = "/".join(segments[len(repo.split("/")) :])
-        revision = "main"
-    if not repo or not path:
+    hub = split_hf_location(location)
+    if not hub.repo_id or not hub.path:
         raise Refusal("the location names no repository and path: expected hf://namespace/name/path")
-    check_segments(repo, "repository")
-    check_segments(path, "path in the repository")
-    if _unquoted(revision) in ("", ".", ".."):
+    check_segments(hub.repo_id, "repository")
+    check_segments(hub.path, "path in the repository")
+    if _unquoted(hub.revision) in ("", ".", ".."):
         raise Refusal("the revision is '.', '..' or empty")
-    check_segments(_unquoted(revision), "revision")  # sent encoded, but a server may decode it
-    return HubParts(prefix, repo, revision, path)
+    check_segments(_unquoted(hub.revision), "revision")  # sent encoded, but a server may decode it
+    return hub
 
 
 # -- patterns -------------------------------------------------------------------------------------
@@ -243,8 +220,7 @@ class UrlPattern:
 
 
 def parse_url_pattern(pattern: str) -> UrlPattern:
-    scheme, _, rest = pattern.partition("://")
-    scheme = scheme.lower()
+    scheme, rest = split_location(pattern)
     if "#" in rest or "\\" in rest:
         raise PatternError(f"--allow-open {pattern!r}: a fragment or a backslash has no place in a pattern")
     authority = re.split(r"[/?]", rest, maxsplit=1)[0]
@@ -307,7 +283,7 @@ class ObjectPattern:
 
 
 def parse_object_pattern(pattern: str) -> ObjectPattern:
-    scheme, _, rest = pattern.partition("://")
+    scheme, rest = split_location(pattern)
     if any(c in rest for c in "?#\\"):
         raise PatternError(f"--allow-open {pattern!r}: '?', '#' and '\\' have no place in this pattern")
     bucket, _, key = rest.partition("/")
@@ -317,9 +293,7 @@ def parse_object_pattern(pattern: str) -> ObjectPattern:
         check_segments(key or ANY_PATH, "pattern's key")
     except Refusal as exc:
         raise PatternError(f"--allow-open {pattern!r}: {exc}") from None
-    return ObjectPattern(
-        pattern, scheme.lower(), re.compile(_glob(bucket, "[^/]*")), path_glob(key or ANY_PATH)
-    )
+    return ObjectPattern(pattern, scheme, re.compile(_glob(bucket, "[^/]*")), path_glob(key or ANY_PATH))
 
 
 @dataclass(frozen=True)
@@ -330,10 +304,10 @@ class HubPattern:
     revision: re.Pattern[str] | None  # None: any revision
     path: re.Pattern[str]
 
-    def matches(self, parts: HubParts) -> bool:
+    def matches(self, parts: HubFile) -> bool:
         return (
             parts.prefix == self.prefix
-            and self.repo.fullmatch(parts.repo) is not None
+            and self.repo.fullmatch(parts.repo_id) is not None
             and (self.revision is None or self.revision.fullmatch(parts.revision) is not None)
             and self.path.fullmatch(parts.path) is not None
         )
@@ -343,7 +317,7 @@ def parse_hub_pattern(pattern: str) -> HubPattern:
     rest = pattern[len("hf://") :]
     if any(c in rest for c in "?#\\"):
         raise PatternError(f"--allow-open {pattern!r}: '?', '#' and '\\' have no place in this pattern")
-    prefix = next((p for p in HUB_PREFIXES if rest.startswith(p)), "")
+    prefix = next((p for p in REPO_TYPE_PREFIXES if rest.startswith(p)), "")
     rest = rest[len(prefix) :]
     repo, at, after = rest.partition("@")
     revision: re.Pattern[str] | None = None
@@ -391,9 +365,8 @@ class Patterns:
         self.hubs: list[HubPattern] = []
         self.folders: list[FolderPattern] = []
         for pattern in patterns:
-            scheme, sep, _ = pattern.partition("://")
-            scheme = scheme.lower()
-            if not sep:
+            scheme = split_location(pattern).scheme
+            if "://" not in pattern:
                 self.folders.append(parse_folder_pattern(pattern))
             elif scheme in URL_SCHEMES:
                 self.urls.append(parse_url_pattern(pattern))

@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from reader import HostRefused
+from reader.sources import split_location
 
 from .errors import ApiError
 from .open_patterns import REMOTE_SCHEMES, URL_SCHEMES, Patterns, Refusal
@@ -68,10 +69,9 @@ class OpenPolicy:
             raise ApiError(404, "opening_disabled", "opening is off: the service runs without --allow-open")
         if len(location) > MAX_LOCATION or any(ord(c) < 32 or ord(c) == 127 for c in location):
             raise refused("the location is too long or holds control characters")
-        scheme, sep, _ = location.partition("://")
-        if not sep:
+        if "://" not in location:
             return Target(self._check_path(location), http=False)
-        scheme = scheme.lower()
+        scheme = split_location(location).scheme
         if scheme not in REMOTE_SCHEMES:
             schemes = ", ".join(REMOTE_SCHEMES)
             raise refused(f"scheme {scheme!r} is not one an archive is read from ({schemes})")
@@ -87,7 +87,7 @@ class OpenPolicy:
         """`HttpOptions.check_url` for opened http(s) archives: every request's URL, redirect hops
         included, must lie inside the patterns; else HostRefused (the URL goes to the log only)."""
         try:
-            admitted = self.parsed.admits(url.partition("://")[0].lower(), url)
+            admitted = self.parsed.admits(split_location(url).scheme, url)
         except Refusal as exc:
             log.warning("opened location: a request to %s refused: %s", url, exc)
             admitted = False

@@ -31,7 +31,7 @@ import numpy as np
 
 import reader
 from reader.formats.body import read_body
-from reader.pt2.dtypes import BY_NAME, to_numpy
+from reader.pt2.dtypes import dtype_of, to_numpy
 
 SMALL_BYTES = 16 << 20
 SMALL_ELEMENTS = 4 << 20
@@ -47,14 +47,13 @@ CONCURRENT_READS = 8
 
 def decode(raw: bytes, dtype: str) -> np.ndarray:
     """Row-major bytes of `dtype` -> a flat ndarray (complex32 widened to complex64)."""
-    return to_numpy(raw, BY_NAME[dtype], (-1,))
+    return to_numpy(raw, dtype_of(dtype), (-1,))
 
 
 async def tensor_stats(archive: reader.Archive, name: str, model: str | None) -> dict[str, Any]:
     tensor = archive.tensor(name, model=model, order="contiguous")  # checks it is readable
     info = tensor.info
-    assert info.sizes is not None and info.dtype is not None
-    numel, nbytes = info.numel or 0, info.nbytes or 0
+    numel, nbytes = info.numel, info.nbytes
     shape2d = shape2d_of(info.sizes)
     if nbytes <= SMALL_BYTES and numel <= SMALL_ELEMENTS:
         values = decode(await tensor.read(), info.dtype)
@@ -147,9 +146,8 @@ async def sample(
     archive: reader.Archive, info: reader.TensorInfo
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
     """(sampled values, sampled rows as a 2-D array or None, the first values in logical order)."""
-    assert info.sizes is not None and info.dtype is not None
-    itemsize, nbytes = info.itemsize or 1, info.nbytes or 0
-    row_major = tuple(info.dim_order or ()) == tuple(range(len(info.sizes)))
+    itemsize, nbytes = info.itemsize, info.nbytes
+    row_major = info.dim_order == tuple(range(len(info.sizes)))
     order = "contiguous" if row_major else "default"
     shape2d = shape2d_of(info.sizes)
     limit = asyncio.Semaphore(CONCURRENT_READS)
@@ -177,13 +175,13 @@ async def sample(
         starts = sorted({round(i * last / (SAMPLE_BLOCKS - 1)) * itemsize for i in range(SAMPLE_BLOCKS)})
         pieces = await asyncio.gather(*(read(s, s + block) for s in starts))
         values = decode(b"".join(pieces), info.dtype)
-    first_count = min(FIRST, info.numel or 0)
+    first_count = min(FIRST, info.numel)
     if row_major:
         first = decode(await read(0, first_count * itemsize), info.dtype)
     else:
         # element i of the logical order sits at sum(index * stride) elements into the memory span
         # (strides are never negative: the index refuses them)
-        strides, offsets = info.strides or (), []
+        strides, offsets = info.strides, []
         for flat in range(first_count):
             index = np.unravel_index(flat, info.sizes)
             offsets.append(sum(int(i) * s for i, s in zip(index, strides)))

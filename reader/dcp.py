@@ -54,6 +54,7 @@ from .loading.budget import Budget, budget_bytes
 from .loading.regions import Region, RegionOutOfRange, read_regions
 from .loading.selection import checkpoint
 from .loading.sync import open_options
+from .pt2.dtypes import dtype_of
 from .pt2.tensorinfo import TensorInfo
 from .sources import DEFAULT_CHUNK_SIZE, HttpOptions, S3Settings, is_remote
 from .torchviews import storage_of, tensor_on
@@ -179,11 +180,11 @@ class StorageReader(_DcpStorageReader):
         described: dict[str, Any] = {}
         storage_data: dict[MetadataIndex, str] = {}
         for info in tensors:
-            sizes = torch.Size(info.sizes or ())
+            sizes = torch.Size(info.sizes)
             zeros = torch.Size([0] * len(sizes))
             described[info.name] = TensorStorageMetadata(
                 properties=TensorProperties(
-                    dtype=getattr(torch, info.dtype or ""), requires_grad=bool(info.requires_grad)
+                    dtype=dtype_of(info.dtype).torch, requires_grad=bool(info.requires_grad)
                 ),
                 size=sizes,
                 chunks=[ChunkStorageMetadata(offsets=zeros, sizes=sizes)],

@@ -47,7 +47,7 @@ from .loading.background import BackgroundLoop, LoopClosed
 from .loading.budget import Budget, budget_bytes
 from .loading.readahead import ReadAhead
 from .loading.selection import PROGRAM_CONSTANT, checkpoint
-from .pt2.dtypes import BY_NAME
+from .pt2.dtypes import dtype_of
 from .pt2.tensorinfo import TensorInfo
 from .sources import DEFAULT_CHUNK_SIZE, ByteSource, HttpOptions, S3Settings, redact_location
 from .versions import source_version
@@ -122,7 +122,7 @@ class safe_open:  # noqa: N801 - safetensors' name, used the same way
         archive, infos = self._archive, self._tensors
         self._ahead = ReadAhead(
             lambda name: _read_whole(archive, infos[name]),
-            {name: info.nbytes or 0 for name, info in infos.items()},
+            {name: info.nbytes for name, info in infos.items()},
             sorted(infos),  # keys()
             budget,
         )
@@ -184,7 +184,7 @@ class safe_open:  # noqa: N801 - safetensors' name, used the same way
         """The whole tensor, a fresh row-major copy (one read of its bytes, perhaps made ahead)."""
         info = self._info(name)
         buffer = self._loop_run(self._ahead.get(name))
-        return self._convert(buffer, info, info.sizes or ())
+        return self._convert(buffer, info, info.sizes)
 
     def get_tensors(self) -> dict[str, Any]:
         """Every tensor of `keys()` by name, read in `offset_keys()` order, one read each (as
@@ -235,10 +235,10 @@ class safe_open:  # noqa: N801 - safetensors' name, used the same way
     def _convert(self, buffer: np.ndarray, info: TensorInfo, shape: tuple[int, ...]) -> Any:
         """A uint8 buffer that this call owns, as the framework's tensor of `info`'s dtype."""
         if self._framework == "np":
-            return buffer.view(BY_NAME[info.dtype or ""].numpy).reshape(shape)
+            return buffer.view(dtype_of(info.dtype).numpy).reshape(shape)
         import torch
 
-        dtype = getattr(torch, info.dtype or "")
+        dtype = dtype_of(info.dtype).torch
         if not buffer.nbytes:  # torch cannot view an empty byte tensor as a wider dtype
             tensor = torch.empty(shape, dtype=dtype)
         else:
@@ -255,7 +255,7 @@ class SafeSlice:
         self._info = info
 
     def get_shape(self) -> list[int]:
-        return list(self._info.sizes or ())
+        return list(self._info.sizes)
 
     def get_dtype(self) -> str:
         """safetensors' dtype string: "F32", "BF16", "F8_E4M3", "I64", "BOOL", ..."""
@@ -281,7 +281,7 @@ async def _read_whole(archive: Archive | ShardedArchive, info: TensorInfo) -> np
     """The tensor's row-major bytes in a buffer of their own. A big one's data offset is found first
     (its local header: one small request), so that its bytes go straight into the buffer: read
     with the header, they came as bytes and a copy, twice the tensor for a moment."""
-    buffer = np.empty(info.nbytes or 0, dtype=np.uint8)
+    buffer = np.empty(info.nbytes, dtype=np.uint8)
     tensor = archive.tensor(info.name, model=info.model, order="contiguous")
     if tensor.length >= STRAIGHT_IN:
         with contextlib.suppress(ValueError):  # not a stored run of bytes: gathered, as before

@@ -27,6 +27,7 @@ from .loading.load import iter_storages, load_storages
 from .loading.selection import Selection
 from .loading.shards import Shard
 from .loading.sync import open_options, with_archive
+from .pt2.dtypes import dtype_of
 from .pt2.slicing import Index
 from .pt2.tensorinfo import TensorInfo
 from .sources import DEFAULT_CHUNK_SIZE, ByteSource, HttpOptions, S3Settings
@@ -155,10 +156,10 @@ async def read_tensor(
     tensor = archive.tensor(name, model=model, order="contiguous")
     body = tensor if index is None else SliceBytes(tensor, index)
     data = await body.read()
-    dtype = getattr(torch, tensor.info.dtype or "")
+    dtype = dtype_of(tensor.info.dtype).torch
     if not data:
-        return torch.empty(body.info.sizes or (), dtype=dtype)
-    return torch.frombuffer(bytearray(data), dtype=dtype).reshape(body.info.sizes or ())
+        return torch.empty(body.info.sizes, dtype=dtype)
+    return torch.frombuffer(bytearray(data), dtype=dtype).reshape(body.info.sizes)
 
 
 def read(

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from .pt2.dtypes import dtype_of
 from .pt2.tensorinfo import TensorInfo
 
 if TYPE_CHECKING:
@@ -22,6 +23,6 @@ def storage_of(torch: Any, buffer: np.ndarray) -> _torch.UntypedStorage:
 
 def tensor_on(torch: Any, info: TensorInfo, storage: _torch.UntypedStorage) -> _torch.Tensor:
     """`info`'s tensor viewing `storage`, with the archive's dtype, sizes, strides and offset."""
-    return torch.empty(0, dtype=getattr(torch, info.dtype or "")).set_(
-        storage, info.storage_offset or 0, info.sizes or (), info.strides or ()
+    return torch.empty(0, dtype=dtype_of(info.dtype).torch).set_(
+        storage, info.storage_offset, info.sizes, info.strides
     )

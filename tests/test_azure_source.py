@@ -409,3 +409,9 @@ async def test_parallel_parts_and_the_bulk_path_over_az(azurite: Azurite, tmp_pa
         azurite.upload(CONTAINER, "big.pt2", (tmp_path / "big.pt2").read_bytes())
         with pytest.raises(reader.SourceChanged):
             await ar.read("w")
+
+
+async def test_the_scheme_is_read_in_any_case(azurite: Azurite, monkeypatch) -> None:
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azurite.connection_string)
+    async with reader.open_archive(f"AZ://{CONTAINER}/archives/two_models.pt2", tail_size=8192) as ar:
+        await _same_as_local(ar, ARCHIVES / "two_models.pt2")

@@ -132,3 +132,13 @@ async def test_two_versions_are_immutable_and_the_old_one_goes(two_versions, tmp
         await asyncio.sleep(5.5)
         gone = await client.get(url)
         assert gone.status_code == 410 and gone.json()["error"]["code"] == "version_gone"
+
+
+@pytest.mark.parametrize("name", ["custom", "symbolic"])
+async def test_a_tensor_without_bytes_is_refused_not_compared(name) -> None:
+    """A custom object (no dtype, no sizes) and a symbolic-size constant are 422 unsupported_payload,
+    never a 500 or heat maps of a shape the archive does not fix."""
+    async with in_process(make_app()) as client:
+        response = await client.get(f"/archives/pickled/compare/pickled/tensors/{name}")
+    assert response.status_code == 422, response.text
+    assert response.json()["error"]["code"] == "unsupported_payload"

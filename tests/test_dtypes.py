@@ -8,8 +8,8 @@ import re
 import numpy as np
 import pytest
 
-from reader import ArchiveFormatError
-from reader.pt2.dtypes import BY_SERIALIZED, dtype_from_serialized, to_numpy
+from reader import ArchiveFormatError, UnsupportedPayload
+from reader.pt2.dtypes import BY_SERIALIZED, dtype_from_serialized, dtype_of, to_numpy
 from testing.torch_oracle import needs_torch
 
 pytestmark = pytest.mark.unit
@@ -47,3 +47,35 @@ def test_complex32_widens_exactly() -> None:
     array = to_numpy(halves.tobytes(), BY_SERIALIZED[9], (2,))
     assert array.dtype == np.complex64
     assert list(array) == [1.5 - 2.0j, 0.25 + 65504.0j]
+
+
+@needs_torch
+def test_each_row_names_torchs_dtype_and_its_size() -> None:
+    import torch
+    from torch._export.serde.serialize import _SERIALIZE_TO_TORCH_DTYPE
+
+    for serialized, dtype in BY_SERIALIZED.items():
+        assert dtype.torch is _SERIALIZE_TO_TORCH_DTYPE[serialized]
+        assert dtype_of(dtype.name) is dtype and dtype.torch.itemsize == dtype.itemsize
+    assert dtype_of("float32").torch is torch.float32
+
+
+@pytest.mark.parametrize("name", [None, "qint8", ""])
+def test_a_dtype_with_no_byte_layout_is_unsupported(name) -> None:
+    with pytest.raises(UnsupportedPayload, match="no raw byte layout"):
+        dtype_of(name)
+
+
+def test_the_table_is_the_only_dtype_lookup() -> None:
+    """dtype name -> torch or numpy dtype goes through reader.pt2.dtypes, nowhere else."""
+    root = pathlib.Path(__file__).resolve().parent.parent
+    lookups = re.compile(r"getattr\(torch, |BY_NAME\[")
+    found = [
+        f"{path.relative_to(root)}:{number}"
+        for folder in ("reader", "app")
+        for path in sorted((root / folder).rglob("*.py"))
+        if path.name != "dtypes.py"
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if lookups.search(line)
+    ]
+    assert found == []

@@ -371,3 +371,9 @@ def test_without_google_auth_the_error_says_what_to_install(gcs: FakeGcs) -> Non
         "gs:// reads need google-auth for Application Default Credentials: pip install 'pt2serve[gcs]'",
         "opened from the emulator",
     ], done.stderr
+
+
+async def test_the_scheme_is_read_in_any_case(emulated: FakeGcs) -> None:
+    async with reader.open_archive(f"Gs://{BUCKET}/archives/two_models.pt2", tail_size=8192) as ar:
+        assert isinstance(ar.source.policy, GcsPolicy)
+        await _same_as_local(ar, "two_models.pt2")

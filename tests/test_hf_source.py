@@ -219,3 +219,8 @@ async def test_pt2serve_ls_reads_from_the_hub(endpoint) -> None:
     )
     assert code == 0, err
     assert "small" in out and "big" in out
+
+
+async def test_the_scheme_is_read_in_any_case(endpoint) -> None:
+    await _check_weights("HF://org/model/model.pt2", 1)
+    assert endpoint.hub.take_log()[0]["uri"] == "/org/model/resolve/main/model.pt2"

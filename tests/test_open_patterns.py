@@ -372,7 +372,7 @@ def test_an_admitted_hf_location_is_split_and_requested_as_checked(prefix, repo,
     except reader.LocationError:
         return  # refused before any request (a repository name the Hub does not allow)
     assert (hub.prefix, hub.repo_id, hub.revision, hub.path) == (
-        checked.prefix, checked.repo, checked.revision, checked.path,
+        checked.prefix, checked.repo_id, checked.revision, checked.path,
     )  # fmt: skip
     url = hub.url("http://127.0.0.1:7000")
     expected = f"/{hub.prefix}{hub.repo_id}/resolve/{quote(hub.revision, safe='')}/{quote(hub.path)}"

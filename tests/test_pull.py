@@ -308,3 +308,14 @@ async def test_pull_straight_from_an_http_archive(versions, tmp_path) -> None:
     expected = {k: v for k, v in (await expected_files(first)).items() if k.startswith("model/blocks.")}
     assert report.switched and mirrored(tmp_path / "m") == expected
     assert not again.switched and again.bytes_fetched == 0  # same ETag: same version, nothing read
+
+
+async def test_pulling_an_unknown_name_fails_and_names_it(tmp_path) -> None:
+    """Direct or through a server: a name the archive lacks is an error, not a shorter mirror."""
+    with pytest.raises(reader.TensorNotFound, match="nope"):
+        await pull(
+            str(ARCHIVES / "two_models.pt2"), tmp_path / "d", model="encoder", names=["proj.bias", "nope"]
+        )
+    async with real_server(make_app([f"two={ARCHIVES / 'two_models.pt2'}"])) as base:
+        with pytest.raises(reader.SourceError, match="nope"):
+            await pull(f"{base}/archives/two/manifest", tmp_path / "m", names=["scale", "nope"])

@@ -98,3 +98,9 @@ async def test_object_replaced_under_a_read(uploaded: SeaweedS3) -> None:
         assert not await ar.revalidate()
         with pytest.raises(reader.SourceChanged):
             await ar.read(ar.tensors()[3].name)
+
+
+async def test_the_scheme_is_read_in_any_case(uploaded: SeaweedS3) -> None:
+    location = f"S3://{uploaded.private_bucket}/archives/two_models.pt2"
+    async with reader.open_archive(location, s3_settings=_settings(uploaded)) as ar:
+        await _same_as_local(ar, "two_models.pt2")

@@ -173,3 +173,16 @@ async def test_cli_ls_and_get_over_https_with_a_private_ca(origin, tmp_path):
         status, out, err = await acli("get", url, name, "-o", output, *extra, env=env)
         assert status == 0, (how, err)
         assert output.read_bytes() == expected, how
+
+
+async def test_an_https_scheme_in_capitals_is_read_alike(origin):
+    ca, server = origin
+    url = "HTTPS://" + server.tls_base_url.partition("://")[2] + "/" + ARCHIVE
+    options = dataclasses.replace(FAST, ca_bundle=str(ca.ca_file))
+    async with (
+        reader.open_archive(url, http_options=options) as remote,
+        reader.open_archive(ARCHIVES / ARCHIVE) as local,
+    ):
+        assert remote.source.local is False
+        for info in local.tensors():
+            assert await remote.read(info.name) == await local.read(info.name)

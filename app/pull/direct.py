@@ -18,7 +18,7 @@ from reader.digests import Digests, sha256_of, tensor_key
 from reader.formats.planned import PlannedBody
 from reader.versions import source_version
 
-from ..manifest import build_manifest, select_tensors
+from ..manifest import build_manifest, manifest_tensors
 from .mirror import Mirror
 from .update import Advance, Entry, Manifest
 
@@ -35,7 +35,7 @@ class FromArchive:
 
     async def manifest(self, model: str | None, prefix: str | None, names: Sequence[str] | None) -> Manifest:
         version = source_version(self.archive.source)
-        tensors = select_tensors(self.archive.tensors(model=model), prefix=prefix, names=names)
+        tensors = manifest_tensors(self.archive, model, prefix, names)
         current = self.mirror.current_manifest()
         if current is not None and current.get("version") == version:
             # the same object (same ETag, or size and mtime): its digests are the ones we recorded
@@ -102,7 +102,7 @@ class FromArchive:
         same version), hashing as it goes; keep it as a blob unless the mirror has those bytes."""
         partial = self._partial(info)
         have = os.path.getsize(partial) if os.path.exists(partial) else 0
-        have = have if have <= (info.nbytes or 0) else 0
+        have = have if have <= info.nbytes else 0
 
         async def chunks() -> AsyncIterator[bytes | memoryview]:
             with open(partial, "rb") as old:
@@ -126,7 +126,7 @@ class FromArchive:
         self.digests.remember(tensor_key(info), raw)
         digest = raw.hex()
         known = self.mirror.known_files().get(digest)
-        if known and self.mirror.verified(known, digest, info.nbytes or 0):
+        if known and self.mirror.verified(known, digest, info.nbytes):
             os.unlink(partial)
         else:
             self.fetched[digest] = self.mirror.finish_download(partial, digest)

@@ -16,7 +16,7 @@ from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import Response
 
 import reader
-from reader.pt2.dtypes import BY_NAME, to_numpy
+from reader.pt2.dtypes import dtype_of, to_numpy
 
 from ..caching import pair_policy
 from ..openapi import ARCHIVE, MODEL, TENSOR, answers, json_resource
@@ -89,13 +89,14 @@ async def compare_tensor(request: Request, a: SideA, b: SideB, name: str, model:
     served_a, served_b = await _sides(request, a, b)
     info_a = served_a.archive.layout(name, model=model)
     info_b = served_b.archive.layout(name, model=model if model in served_b.archive.models else None)
+    info_a.check_readable()
+    info_b.check_readable()
     if info_a.dtype != info_b.dtype or info_a.sizes != info_b.sizes:
-        shapes = (f"{i.dtype}{list(i.sizes or ())}" for i in (info_a, info_b))
+        shapes = (f"{i.dtype}{list(i.sizes)}" for i in (info_a, info_b))
         raise reader.UnsupportedPayload(
             f"{name}: {' against '.join(shapes)} cannot be compared value by value"
         )
     rows_a, rows_b = await _rows(served_a.archive, info_a), await _rows(served_b.archive, info_b)
-    assert info_a.dtype is not None
     maps: dict[str, Any] = {"a": None, "b": None, "difference": None}
     if rows_a is not None and rows_b is not None:
         wide = np.complex128 if rows_a.dtype.kind == "c" else np.float64
@@ -106,11 +107,11 @@ async def compare_tensor(request: Request, a: SideA, b: SideB, name: str, model:
             "b": heatmap(rows_b, info_a.dtype),
             "difference": heatmap(difference, "float64" if wide is np.float64 else "complex128"),
         }
-    sampled = (info_a.nbytes or 0) > SMALL_BYTES or (info_a.numel or 0) > SMALL_ELEMENTS
+    sampled = info_a.nbytes > SMALL_BYTES or info_a.numel > SMALL_ELEMENTS
     content = {
         "name": name,
         "dtype": info_a.dtype,
-        "sizes": list(info_a.sizes or ()),
+        "sizes": list(info_a.sizes),
         "sampled": sampled,
         "sampled_rows": None if rows_a is None else int(rows_a.shape[0]),
         "heatmaps": maps,
@@ -122,12 +123,12 @@ async def compare_tensor(request: Request, a: SideA, b: SideB, name: str, model:
 async def _rows(archive: reader.Archive, info: reader.TensorInfo) -> np.ndarray | None:
     """The rows of the tensor's 2-D view the stats route draws its heat map from: all of them for
     a small tensor, the same evenly spaced rows for a large one (None: no 2-D view, or blocks)."""
-    shape2d = shape2d_of(info.sizes or ())
+    shape2d = shape2d_of(info.sizes)
     if shape2d is None:
         return None
-    if (info.nbytes or 0) <= SMALL_BYTES and (info.numel or 0) <= SMALL_ELEMENTS:
+    if info.nbytes <= SMALL_BYTES and info.numel <= SMALL_ELEMENTS:
         raw = await archive.read(info.name, model=info.model, order="contiguous")
-        return to_numpy(raw, BY_NAME[info.dtype or ""], shape2d)
+        return to_numpy(raw, dtype_of(info.dtype), shape2d)
     _, rows, _ = await sample(archive, info)
     return rows
 

@@ -13,7 +13,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import Response
 
-from ..manifest import build_manifest, select_tensors
+from ..manifest import build_manifest, manifest_tensors
 from ..openapi import ARCHIVE, TENSOR, answers, json_resource
 from ..registry import Served
 from ..versioning import caching_headers, data_url, json_etag_response
@@ -40,7 +40,7 @@ def build(resolve: Callable[..., Awaitable[Served]], where: str) -> APIRouter:
     ) -> Response:
         headers = caching_headers(request, served)
         archive = served.archive
-        tensors = select_tensors(archive.tensors(model=model), prefix=prefix, names=name)
+        tensors = manifest_tensors(archive, model, prefix, name)
         content = await build_manifest(served.digests, served.version, archive.models, tensors)
         for entry, info in zip(content["tensors"], tensors, strict=True):
             entry["url"] = data_url(served.id, served.version, info) if info.readable else None

@@ -16,6 +16,7 @@ from reader.bodies import SliceBytes, TensorBytes
 from reader.digests import repr_digest, tensor_key
 from reader.formats.body import Body
 from reader.formats.npy import npy_body
+from reader.formats.selection import select_tensors
 from reader.pt2.index_syntax import INDEX_SYNTAX, parse_index
 
 from ..errors import ApiError
@@ -79,9 +80,7 @@ def build(resolve: Callable[..., Awaitable[Served]], where: str) -> APIRouter:
         kind: KindQ = None,
     ) -> Response:
         headers = caching_headers(request, served)
-        tensors = served.archive.tensors(model=model)
-        if prefix:
-            tensors = [t for t in tensors if t.name.startswith(prefix)]
+        tensors = select_tensors(served.archive, model, prefix, every_model=True)
         if kind:
             tensors = [t for t in tensors if t.kind == kind]
         content = {
@@ -178,8 +177,8 @@ async def representation(
         body, media_type = tensor, "application/octet-stream"
     info = tensor.info
     headers = {
-        "x-tensor-dtype": info.dtype or "",
-        "x-tensor-shape": ",".join(map(str, info.sizes or ())),
+        "x-tensor-dtype": info.dtype,
+        "x-tensor-shape": ",".join(map(str, info.sizes)),
         "x-tensor-dim-order": ",".join(map(str, tensor.dim_order)),
     }
     digest, content_etag = await representation_digest(request, served, tensor, body, fmt)
@@ -240,7 +239,7 @@ def slice_representation(served: Served, name: str, model: str | None, fmt: str,
     info = tensor.info
     etag = version_etag(served, info.model, info.name, "slice", sliced.key, fmt)
     headers = {
-        "x-tensor-dtype": info.dtype or "",
+        "x-tensor-dtype": info.dtype,
         "x-tensor-shape": ",".join(map(str, sliced.plan.shape)),
         "x-tensor-dim-order": ",".join(map(str, sliced.dim_order)),
         "x-tensor-slice": sliced.key,

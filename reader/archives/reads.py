@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from ..bodies.tensor import Order, TensorBytes, WritableBuffer
 from ..bodies.tensor_slice import SliceBytes
 from ..errors import TensorNotFound
-from ..pt2.dtypes import BY_NAME, to_numpy
+from ..pt2.dtypes import dtype_of, to_numpy
 from ..pt2.slicing import Index
 from ..pt2.tensorinfo import TensorInfo
 from .deprecated import keyword_only, warn_renamed
@@ -57,9 +57,9 @@ class TensorReads(SourceBacked):
         tensor = self.tensor(name, model=model, order="contiguous")
         if index is not None:
             sliced = SliceBytes(tensor, index)
-            return to_numpy(await sliced.read(), BY_NAME[tensor.info.dtype], sliced.plan.shape)  # type: ignore[index]
+            return to_numpy(await sliced.read(), dtype_of(tensor.info.dtype), sliced.plan.shape)
         info = tensor.info
-        return to_numpy(await tensor.read(), BY_NAME[info.dtype], info.sizes)  # type: ignore[index,arg-type]
+        return to_numpy(await tensor.read(), dtype_of(info.dtype), info.sizes)  # type: ignore[arg-type]
 
     async def read_into(
         self, name: str, buffer: WritableBuffer, model: str | None = None, order: Order = "default"

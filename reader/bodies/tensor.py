@@ -44,16 +44,14 @@ class TensorBytes:
     def __init__(self, info: TensorInfo, entry: ZipEntry, fetcher: EntryFetcher, order: str) -> None:
         if order not in ORDERS:
             raise ValueError(f"order must be one of {ORDERS}, not {order!r}")
-        if info.unsupported:
-            raise UnsupportedPayload(f"{info.model}/{info.name}: {info.unsupported}")
+        info.check_readable()
         sizes, strides, offset = info.sizes, info.strides, info.storage_offset
-        assert sizes is not None and strides is not None and offset is not None
         self.info = info
         self.order = order
         self.entry = entry
-        self.length = info.nbytes or 0
+        self.length = info.nbytes
         self._fetcher = fetcher
-        itemsize = info.itemsize or 0
+        itemsize = info.itemsize
         first, end = strided.element_extent(sizes, strides, offset)
         self.span = (first * itemsize, end * itemsize)
         self.zeros = entry.size == 0
@@ -63,8 +61,8 @@ class TensorBytes:
     def dim_order(self) -> tuple[int, ...]:
         """The dim order of the output: the tensor's own in memory order, identity when row-major."""
         if self.order == "default":
-            return self.info.dim_order or ()
-        return tuple(range(len(self.info.sizes or ())))
+            return self.info.dim_order
+        return tuple(range(len(self.info.sizes)))
 
     async def archive_span(self) -> tuple[int, int]:
         """Where the output lies in the archive itself, when it is a stored run of bytes there
@@ -132,7 +130,7 @@ class TensorBytes:
         if self.direct:
             return span
         info = self.info
-        return strided.gather_row_major(span, info.itemsize or 1, info.sizes or (), info.strides or ())
+        return strided.gather_row_major(span, info.itemsize, info.sizes, info.strides)
 
     def chunks(
         self, start: int = 0, end: int | None = None, chunk_size: int | None = None
@@ -164,7 +162,7 @@ class TensorBytes:
         if not self.needs_payload:
             return zero_chunks(start, end, chunk_size)
         info = self.info
-        normalized = tuple(range(size) for size in info.sizes or ())
+        normalized = tuple(range(size) for size in info.sizes)
         plan = gather.view_plan(info, self.span[0])
         span = self.span
 

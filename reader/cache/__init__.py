@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from ..errors import NotCached
-from ..sources import redact_location
+from ..sources import redact_location, split_location
 from .keys import KEY_FORMAT, cache_key
 from .source import CachedSource, Stale, keep_version
 from .store import CachedVersion, CacheStore, VersionInfo
@@ -51,7 +51,7 @@ def offline_for(location: str, offline: bool | None) -> bool:
         return offline
     if _truthy(os.environ.get(OFFLINE_ENV)):
         return True
-    return location.startswith("hf://") and _truthy(os.environ.get("HF_HUB_OFFLINE"))
+    return split_location(location).scheme == "hf" and _truthy(os.environ.get("HF_HUB_OFFLINE"))
 
 
 def stale_if_error_for(stale_if_error: bool | None) -> bool:

@@ -23,6 +23,8 @@ from __future__ import annotations
 import hashlib
 from urllib.parse import unquote_plus
 
+from ..sources.location import split_location
+
 KEY_FORMAT = 2  # 1: locations keyed without their query (folders of it are never opened again)
 
 SIGNATURE_PREFIXES = ("x-amz-", "x-goog-")  # S3 SigV4 presigned URLs, GCS V4 signed URLs
@@ -40,8 +42,8 @@ SIGNATURE_SCHEMES = {  # marker parameter -> the parameters of that scheme
 
 def cache_key(location: str) -> str:
     """The key the cache keeps `location` under (see the module docstring)."""
-    scheme, sep, rest = location.partition("://")
-    if not sep or scheme.lower() not in ("http", "https"):
+    scheme, rest = split_location(location)
+    if scheme not in ("http", "https"):
         return location
     url, question, query = rest.split("#", 1)[0].partition("?")
     if not question:

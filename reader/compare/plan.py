@@ -15,6 +15,7 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..loading.selection import starting_with
 from ..pt2.tensorinfo import TensorInfo
 from .model import Proof, TensorDiff
 
@@ -44,7 +45,7 @@ class Undecided:
 
     @property
     def nbytes(self) -> int:
-        return self.a.nbytes or 0
+        return self.a.nbytes
 
 
 Row = TensorDiff | Undecided
@@ -121,11 +122,9 @@ def list_names(
     tensors_a: Iterable[TensorInfo], tensors_b: Iterable[TensorInfo], prefix: str | None
 ) -> Listing:
     """Pair the names (those starting with `prefix`) and decide what the metadata can."""
-    in_a = {t.name: t for t in tensors_a if prefix is None or t.name.startswith(prefix)}
+    in_a = {t.name: t for t in starting_with(tensors_a, prefix)}
     rows: list[Row] = []
-    for info_b in tensors_b:
-        if prefix is not None and not info_b.name.startswith(prefix):
-            continue
+    for info_b in starting_with(tensors_b, prefix):
         info_a = in_a.pop(info_b.name, None)
         rows.append(
             TensorDiff(info_b.name, "added", None, info_b) if info_a is None else decide(info_a, info_b)

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..bodies.tensor import TensorBytes
 from ..digests import THREAD_HASH_MIN, Digests, sha256_of, tensor_key
-from ..pt2.dtypes import BY_NAME
+from ..pt2.dtypes import dtype_of
 from ..pt2.gather import amplified, without_repeats
 from ..pt2.tensorinfo import TensorInfo
 from ..tasks import task_group
@@ -351,7 +351,7 @@ def _changed(pair: Undecided, figures: Figures) -> TensorDiff:
 
 
 def _dtype(info: TensorInfo) -> Any:
-    return BY_NAME[info.dtype]  # type: ignore[index]
+    return dtype_of(info.dtype)
 
 
 def _data_bytes(archive: ArchiveLike) -> int:

@@ -42,8 +42,8 @@ def npy_descr(dtype: str) -> str:
 
 def npy_header(info: TensorInfo) -> bytes:
     """The header that precedes the tensor's row-major bytes in an .npy file."""
-    shape = tuple(info.sizes or ())
-    descr = npy_descr(info.dtype or "")
+    shape = info.sizes
+    descr = npy_descr(info.dtype)
     if info.dtype == "complex32":
         shape = (*shape, 2)
     text = f"{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape!r}, }}"

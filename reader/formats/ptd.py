@@ -94,7 +94,7 @@ def ptd_refusal(info: TensorInfo) -> str | None:
         return info.unsupported or "not readable"
     if info.executorch_scalar_type not in EXECUTORCH_SCALAR_TYPES:
         return f"dtype {info.dtype} has no ExecuTorch scalar type"
-    sizes = info.sizes or ()
+    sizes = info.sizes
     if any(size > INT32_MAX for size in sizes):
         return f"sizes {list(sizes)} do not fit ExecuTorch's int32 sizes"
     if len(sizes) > 255:
@@ -127,7 +127,7 @@ def executorch_layout(info: TensorInfo) -> tuple[str, tuple[int, ...]]:
     ExecuTorch's emitter keeps a tensor's memory layout only when it is row-major or
     channels_last; anything else goes through `Tensor.contiguous()`.
     """
-    sizes, strides = info.sizes or (), info.strides or ()
+    sizes, strides = info.sizes, info.strides
     identity = tuple(range(len(sizes)))
     if is_row_major(sizes, strides):
         return "contiguous", _dim_order_from_strides(strides)
@@ -178,9 +178,9 @@ def plan_ptd(tensors: Iterable[TensorInfo], alignment: int = DEFAULT_ALIGNMENT) 
         if index is None:
             index = by_bytes[same_bytes] = len(relative)
             start = _aligned(end, alignment)
-            relative.append((start, info.nbytes or 0, info, order))
-            end = start + (info.nbytes or 0)
-        entries.append(PtdEntry(info, info.executorch_scalar_type or 0, dim_order, index))
+            relative.append((start, info.nbytes, info, order))
+            end = start + info.nbytes
+        entries.append(PtdEntry(info, info.executorch_scalar_type, dim_order, index))
 
     flatbuffer = _flat_tensor(entries, [(offset, size) for offset, size, _, _ in relative])
     segment_base = _aligned(PADDED_HEADER_LENGTH + len(flatbuffer), alignment)
@@ -222,7 +222,7 @@ def _flat_tensor(entries: list[PtdEntry], segments: list[tuple[int, int]]) -> by
     named_tables = []
     for entry in entries:
         key = builder.CreateString(entry.info.name)
-        sizes = entry.info.sizes or ()
+        sizes = entry.info.sizes
         builder.StartVector(4, len(sizes), 4)
         for size in reversed(sizes):
             builder.PrependInt32(size)

@@ -47,10 +47,10 @@ def safetensors_header(tensors: list[TensorInfo], metadata: dict[str, str]) -> b
     table: dict[str, object] = {"__metadata__": metadata} if metadata else {}
     offset = 0
     for info in tensors:
-        end = offset + (info.nbytes or 0)
+        end = offset + info.nbytes
         table[info.name] = {
-            "dtype": DTYPES[info.dtype or ""],
-            "shape": list(info.sizes or ()),
+            "dtype": DTYPES[info.dtype],
+            "shape": list(info.sizes),
             "data_offsets": [offset, end],
         }
         offset = end

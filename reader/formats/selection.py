@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..errors import UnsupportedPayload
+from ..loading.selection import select_tensors
 from ..pt2.tensorinfo import TensorInfo
 
 if TYPE_CHECKING:
@@ -35,17 +36,17 @@ def select(
 ) -> Selection:
     """The tensors of `archive` a `fmt` bundle holds."""
     if names:
-        chosen = [archive.layout(name, model=model) for name in dict.fromkeys(names)]
+        chosen = select_tensors(archive, model, names=names)
         refused = [t.name for t in chosen if not writable(t)]
         if refused:
             raise UnsupportedPayload(f"cannot be written as {fmt}: {', '.join(refused)}")
         return Selection(chosen, [])
     # one model: names are unique only within a model
-    resolved = archive.resolve_model(model)
-    matched = [t for t in archive.tensors(model=resolved) if t.name.startswith(prefix or "")]
+    matched = select_tensors(archive, model, prefix)
     return Selection([t for t in matched if writable(t)], [t for t in matched if not writable(t)])
 
 
 __all__ = [
     "select",
+    "select_tensors",
 ]

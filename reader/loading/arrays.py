@@ -11,16 +11,16 @@ from __future__ import annotations
 import numpy as np
 
 from ..pt2 import strided
-from ..pt2.dtypes import BY_NAME, to_numpy
+from ..pt2.dtypes import dtype_of, to_numpy
 from ..pt2.tensorinfo import TensorInfo
 
 
 def view_array(info: TensorInfo, storage: np.ndarray, order: str = "default") -> np.ndarray:
     """The tensor `info` describes, as a view of `storage` (its payload's bytes) where NumPy can."""
-    dtype = BY_NAME[info.dtype or ""]
-    sizes, strides = info.sizes or (), info.strides or ()
+    dtype = dtype_of(info.dtype)
+    sizes, strides = info.sizes, info.strides
     itemsize = dtype.itemsize
-    offset = (info.storage_offset or 0) * itemsize
+    offset = info.storage_offset * itemsize
     if dtype.name == "complex32":
         raw = np.ndarray(sizes, np.dtype(f"V{itemsize}"), storage, offset, [s * itemsize for s in strides])
         return to_numpy(np.ascontiguousarray(raw).tobytes(), dtype, sizes)

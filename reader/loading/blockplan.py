@@ -32,7 +32,6 @@ from dataclasses import dataclass
 
 from .. import zipfmt
 from ..entries.ranges import coalesce
-from ..errors import UnsupportedPayload
 from ..pt2.slicing import SlicePlan, count_runs, plan_slice
 from ..pt2.tensorinfo import TensorInfo
 from ..sources import multirange
@@ -93,8 +92,7 @@ def split_by_shard(
         if cut is None or (cut.start, cut.stop) == (0, (info.sizes or ())[cut.dim]):
             ordered.append(info)
             continue
-        if info.unsupported:
-            raise UnsupportedPayload(f"{info.model}/{info.name}: {info.unsupported}")
+        info.check_readable()
         block = cut_block(info, cut.index(), entries[info.storage.entry])
         ordered.append(block.info)
         blocks.append(block)

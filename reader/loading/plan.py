@@ -67,8 +67,7 @@ def plan_load(
     chosen = tuple(tensors)
     storages: dict[str, Storage] = {}
     for info in chosen:
-        if info.unsupported:
-            raise UnsupportedPayload(f"{info.model}/{info.name}: {info.unsupported}")
+        info.check_readable()
         name = info.storage.entry
         known = storages.get(name)
         entry = known.entry if known else entries[name]

@@ -3,7 +3,9 @@
 The public loads (`Archive.load`, `Archive.iter_load`, `ShardedArchive`'s, `reader.load`,
 `reader.torch.load`, `reader.torch.iter_load`) spell out `model` and the keyword-only parameters
 named as `Selection`'s fields, in its order (tests/test_public_surface.py holds them to it); inside
-they carry one `Selection`. The loader never imports the archive: it selects from a `Catalog` (what
+they carry one `Selection`. `select_tensors` is the one rule every selection by model, prefix and
+names follows, here and in bundles, manifests, listings and comparisons (an unknown name is
+`TensorNotFound`, never dropped). The loader never imports the archive: it selects from a `Catalog` (what
 `Archive` answers) and reads through the `Payloads` the archive hands it. `checkpoint` is what the
 loaders users already run are handed (safe_open, DCP, vLLM): a model's state dict, not the exported
 program's constants.
@@ -11,12 +13,13 @@ program's constants.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any, Protocol
 
 from ..bodies.tensor import ORDERS, Order
 from ..entries.fetcher import EntryFetcher
+from ..errors import TensorNotFound
 from ..pt2.tensorinfo import TensorInfo
 from ..sources import ByteSource
 from ..zipfmt import ZipEntry
@@ -62,11 +65,49 @@ class Selection:
         """Named tensors as given (each must exist), else every readable tensor of one model (the
         named one, else the default) whose name starts with `prefix`: weights and constants, as
         torch's state dict plus its constants holds them."""
-        if self.names is not None:
-            return [catalog.layout(name, model=self.model) for name in self.names]
-        model = catalog.resolve_model(self.model)
-        prefix = self.prefix or ""
-        return [t for t in catalog.tensors(model=model) if t.readable and t.name.startswith(prefix)]
+        chosen = select_tensors(catalog, self.model, self.prefix, self.names)
+        return chosen if self.names is not None else [t for t in chosen if t.readable]
+
+
+def select_tensors(
+    catalog: Catalog,
+    model: str | None = None,
+    prefix: str | None = None,
+    names: Sequence[str] | None = None,
+    *,
+    every_model: bool = False,
+) -> list[TensorInfo]:
+    """The one rule every selection by model, prefix and names follows (loads, bundles, manifests,
+    listings, comparisons). The scope is one model (the named one, else the default), or every
+    model when `every_model` and none is named. `names` given (even empty): exactly those, each
+    once, in their order (in every model of the scope that has them); a name the scope lacks
+    raises `TensorNotFound`, never drops silently. Else the scope's tensors whose names start with
+    `prefix`."""
+    if isinstance(names, str):
+        raise TypeError("names is a sequence of tensor names, not one string")
+    if every_model and model is None:
+        tensors = catalog.tensors(model=None)
+        return starting_with(tensors, prefix) if names is None else _named(tensors, names)
+    if names is not None:
+        return [catalog.layout(name, model=model) for name in dict.fromkeys(names)]
+    return starting_with(catalog.tensors(model=catalog.resolve_model(model)), prefix)
+
+
+def _named(tensors: Iterable[TensorInfo], names: Sequence[str]) -> list[TensorInfo]:
+    """`names` among tensors of several models: each must be in one at least."""
+    by_name: dict[str, list[TensorInfo]] = {name: [] for name in names}
+    for info in tensors:
+        if info.name in by_name:
+            by_name[info.name].append(info)
+    missing = [name for name, found in by_name.items() if not found]
+    if missing:
+        raise TensorNotFound(f"no tensor {', '.join(map(repr, missing))} in any model")
+    return [info for found in by_name.values() for info in found]
+
+
+def starting_with(tensors: Iterable[TensorInfo], prefix: str | None) -> list[TensorInfo]:
+    """Those of `tensors` whose names start with `prefix` (all of them for None or "")."""
+    return [t for t in tensors if t.name.startswith(prefix)] if prefix else list(tensors)
 
 
 PROGRAM_CONSTANT = "constant"  # TensorInfo.kind of what an exported program's constants config lists

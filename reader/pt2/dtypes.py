@@ -1,4 +1,5 @@
-"""The dtype table: torch's serialized ScalarType → name, item size, ExecuTorch value, numpy dtype.
+"""The dtype table: torch's serialized ScalarType → name, item size, ExecuTorch value, numpy dtype,
+torch dtype. Every dtype lookup goes through it (`dtype_of`, `DType.numpy`, `DType.torch`).
 
 Serialized values come from torch._export.serde.schema.ScalarType (torch 2.13);
 ExecuTorch values are c10's ScalarType numbering, which ExecuTorch mirrors.
@@ -8,10 +9,11 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from ..errors import ArchiveFormatError
+from ..errors import ArchiveFormatError, UnsupportedPayload
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +27,11 @@ class DType:
     @property
     def numpy(self) -> np.dtype:
         return _numpy_dtype(self.numpy_name)
+
+    @property
+    def torch(self) -> Any:
+        """torch's dtype of this name (torch imported on first use: the reader runs without it)."""
+        return _torch_dtype(self.name)
 
 
 @functools.cache
@@ -66,6 +73,22 @@ BY_SERIALIZED: dict[int, DType] = {d.serialized: d for d in _TABLE}
 BY_NAME: dict[str, DType] = {d.name: d for d in _TABLE}
 
 
+@functools.cache
+def _torch_dtype(name: str) -> Any:
+    import torch
+
+    return getattr(torch, name)
+
+
+def dtype_of(name: str | None) -> DType:
+    """The table's row for a tensor's dtype name (`TensorInfo.dtype`). A readable tensor always has
+    one; a dtype with no raw byte layout here (or a custom object's None) is UnsupportedPayload."""
+    found = BY_NAME.get(name) if name is not None else None
+    if found is None:
+        raise UnsupportedPayload(f"dtype {name} has no raw byte layout here")
+    return found
+
+
 def dtype_from_serialized(value: object, where: str) -> DType:
     """Look up a serialized ScalarType, raising ArchiveFormatError for unknown values."""
     if isinstance(value, bool) or not isinstance(value, int) or value not in BY_SERIALIZED:
@@ -84,5 +107,6 @@ def to_numpy(raw: bytes, dtype: DType, shape: tuple[int, ...]) -> np.ndarray:
 __all__ = [
     "BY_NAME",
     "DType",
+    "dtype_of",
     "to_numpy",
 ]

@@ -53,7 +53,7 @@ def without_repeats(info: TensorInfo) -> tuple[TensorInfo, int]:
     """The view with its stride-0 dims (each only repeats what the others select) and dims of one
     dropped, and how many times each of its elements stands in the full view's output. Two views of
     the same sizes and strides compare element for element as these do, each pair `repeats` times."""
-    sizes, strides = info.sizes or (), info.strides or ()
+    sizes, strides = info.sizes, info.strides
     kept = [(size, stride) for size, stride in zip(sizes, strides) if size != 1 and stride != 0]
     if any(size == 0 for size in sizes) or len(kept) == len(sizes):
         return info, 1
@@ -156,11 +156,10 @@ def _as_slice(selected: range) -> slice:
 def view_plan(info: TensorInfo, span_start: int) -> SlicePlan:
     """The whole view as a plan over its storage span's bytes (which begin at byte `span_start` of
     the payload: the view's first element, its strides being non-negative)."""
-    sizes, strides, itemsize = info.sizes or (), info.strides or (), info.itemsize or 1
+    sizes, strides, itemsize = info.sizes, info.strides, info.itemsize
     byte_strides = tuple(0 if size <= 1 else stride * itemsize for size, stride in zip(sizes, strides))
-    nbytes = info.nbytes or 0
     return SlicePlan(
-        tuple(sizes), (), nbytes, itemsize, byte_strides, (info.storage_offset or 0) * itemsize - span_start
+        sizes, (), info.nbytes, itemsize, byte_strides, info.storage_offset * itemsize - span_start
     )
 
 

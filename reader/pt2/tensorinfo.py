@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import UnsupportedPayload
 from .frozen import fast_constructor
 
 
@@ -35,22 +36,36 @@ class StorageRef:
 
 @dataclass(frozen=True, slots=True)
 class TensorInfo:
-    """One FQN of one model. Shape fields are None where the archive does not fix them
-    (custom objects, symbolic sizes); `unsupported` then says why bytes cannot be read.
+    """One FQN of one model: what the archive fixes about it, without reading its bytes.
+
+    A readable tensor (`unsupported` None) has every field: readers use them as they are. The
+    fields typed `| None` are None only where a container cannot fix them, and `unsupported` then
+    says why the bytes cannot be read:
+
+    - a custom object (a program's script or opaque object, a checkpoint's plain value): no dtype
+      and no layout at all;
+    - symbolic sizes, strides or offset (an exported program's `as_expr`): the dtype, `itemsize`
+      and `executorch_scalar_type`, no geometry (`sizes`, `strides`, `storage_offset`, `dim_order`,
+      `numel`, `nbytes`);
+    - a dtype with no raw byte layout here (a checkpoint's quantized storage, say): the geometry,
+      no `itemsize`, `nbytes` or `executorch_scalar_type`.
+
+    Pickled tensors and non-strided layouts have every field but cannot be read either (their
+    `storage.offset` is None: the payload is not raw bytes).
     """
 
     name: str
     model: str
     kind: str  # "weight" | "constant" | "custom_object"
-    dtype: str | None
-    sizes: tuple[int, ...] | None
+    dtype: str | None  # None: custom objects
+    sizes: tuple[int, ...] | None  # None: custom objects, symbolic sizes (so the four below)
     strides: tuple[int, ...] | None
     storage_offset: int | None
     dim_order: tuple[int, ...] | None
     dense: bool
     numel: int | None
-    itemsize: int | None
-    nbytes: int | None
+    itemsize: int | None  # None: custom objects, dtypes with no byte layout here (so the two below)
+    nbytes: int | None  # also None with symbolic sizes
     is_param: bool
     requires_grad: bool
     pickled: bool
@@ -61,6 +76,12 @@ class TensorInfo:
     @property
     def readable(self) -> bool:
         return self.unsupported is None
+
+    def check_readable(self) -> None:
+        """UnsupportedPayload naming the tensor and why, unless its bytes can be read: the one check
+        before a reader uses the fields a readable tensor always has."""
+        if self.unsupported is not None:
+            raise UnsupportedPayload(f"{self.model}/{self.name}: {self.unsupported}")
 
     def to_dict(self) -> dict[str, Any]:
         """The layout JSON the service returns for /tensors/{name}/layout."""

@@ -31,6 +31,7 @@ from .base import (
 )
 from .contentrange import ContentRange, parse_content_range
 from .local import LocalFileSource
+from .location import Location, split_location
 from .memory import BytesSource
 from .options import HttpOptions, S3Settings
 
@@ -52,13 +53,9 @@ SCHEMES = {
 REMOTE_SCHEMES = frozenset(SCHEMES) - {"file"}
 
 
-def _scheme(location: str) -> str:
-    return location.split("://", 1)[0].lower() if "://" in location else ""
-
-
 def is_remote(location: str) -> bool:
     """Whether a location names bytes on another machine (a URL of a remote scheme)."""
-    return _scheme(location) in REMOTE_SCHEMES
+    return split_location(location).scheme in REMOTE_SCHEMES
 
 
 def __getattr__(name: str) -> Any:
@@ -104,7 +101,7 @@ async def open_source(
     `pinned()` gave before), they first ask once whether the object is still that version.
     """
     text = os.fspath(location)
-    scheme = _scheme(text)
+    scheme, rest = split_location(text)
     if scheme in ("http", "https"):
         from .blob import is_blob_url, open_blob_url
         from .http import HttpSource
@@ -131,7 +128,7 @@ async def open_source(
 
         return await open_hf(text, tail_size=tail_size, options=http_options, pinned=pinned)
     if scheme == "file":
-        return await LocalFileSource.open(text[len("file://") :])
+        return await LocalFileSource.open(rest)
     if scheme:
         supported = ", ".join(f"{name}://" for name in SCHEMES)
         raise LocationError(
@@ -153,6 +150,7 @@ __all__ = [
     "HttpOptions",
     "HttpSource",
     "LocalFileSource",
+    "Location",
     "S3Settings",
     "SourceStats",
     "fresh_buffer",
@@ -161,6 +159,7 @@ __all__ = [
     "open_source",
     "parse_content_range",
     "redact_location",
+    "split_location",
     "tail_size_for",
     "verified_context",
 ]

@@ -42,6 +42,7 @@ from ..errors import LocationError, SourceError
 from .blob import BlobAuth, open_blob
 from .http import HttpOptions, HttpSource
 from .keys import check_key
+from .location import rest_of
 from .refresh import Refreshing
 
 STORAGE_SCOPE = "https://storage.azure.com/.default"
@@ -60,9 +61,10 @@ _MAX_BLOB_NAME = 1024
 
 def parse_az_location(location: str) -> tuple[str, str]:
     """az://container/blob -> (container, blob); anything else is a LocationError."""
-    if not location.startswith("az://"):
+    rest = rest_of(location, "az")
+    if rest is None:
         raise LocationError(f"{location!r} is not an az://container/blob location")
-    container, _, blob = location[len("az://") :].partition("/")
+    container, _, blob = rest.partition("/")
     if "?" in location or "#" in location:
         raise LocationError(
             "an az:// location carries no query or fragment: give a SAS in AZURE_STORAGE_SAS_TOKEN, "

@@ -33,6 +33,7 @@ import httpx
 from ..errors import LocationError, SourceChanged, SourceError
 from .http import HttpOptions, HttpSource
 from .keys import check_key
+from .location import rest_of
 from .policy import ExchangeView, StorePolicy
 from .refresh import Refreshing
 
@@ -53,7 +54,7 @@ warnings.filterwarnings("ignore", message="Your application has authenticated us
 
 def parse_gs_location(location: str) -> tuple[str, str]:
     """gs://bucket/object -> (bucket, object), or LocationError naming what is wrong."""
-    rest = location[len("gs://") :] if location[:5].lower() == "gs://" else None
+    rest = rest_of(location, "gs")
     bucket, _, name = (rest or "").partition("/")
     usage = f"{location!r} is not a gs://bucket/object location"
     if rest is None or not bucket:

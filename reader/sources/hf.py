@@ -29,6 +29,7 @@ import httpx
 from ..errors import LocationError
 from .http import HttpOptions, HttpSource
 from .keys import bad_segment
+from .location import rest_of
 from .policy import ExchangeView, StorePolicy
 from .redirects import origin_of
 
@@ -61,7 +62,15 @@ def parse_hf_location(location: str) -> HubFile:
 
     Without `@revision`, the repo id is `namespace/name` (a repo without namespace needs
     `@revision` when its path has folders, e.g. hf://gpt2@main/onnx/model.onnx)."""
-    rest = location[len("hf://") :] if location.lower().startswith("hf://") else ""
+    hub = split_hf_location(location)
+    _check(location, hub.repo_id, hub.revision, hub.path)
+    return hub
+
+
+def split_hf_location(location: str) -> HubFile:
+    """The one split of an hf:// location into repository, revision and path, unchecked (what the
+    service's open patterns match is split here too; `parse_hf_location` checks the parts)."""
+    rest = rest_of(location, "hf") or ""
     prefix = next((p for p in REPO_TYPE_PREFIXES if rest.startswith(p)), "")
     rest = rest[len(prefix) :]
     repo_part, at, after = rest.partition("@")
@@ -78,7 +87,6 @@ def parse_hf_location(location: str) -> HubFile:
         repo_id = "/".join(segments[:2]) if len(segments) > 2 else segments[0]
         path = "/".join(segments[len(repo_id.split("/")) :])
         revision = "main"
-    _check(location, repo_id, revision, path)
     return HubFile(prefix, repo_id, revision, path)
 
 
@@ -221,3 +229,11 @@ async def open_hf(
         pinned=pinned,
         policy=HubPolicy(hub_file, endpoint, has_token=token is not None),
     )
+
+
+__all__ = [
+    "REPO_TYPE_PREFIXES",
+    "HubFile",
+    "parse_hf_location",
+    "split_hf_location",
+]

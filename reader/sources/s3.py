@@ -27,6 +27,7 @@ from ..errors import LocationError, SourceError
 from .aws import Identity, S3Endpoint, environment_config, explicit_endpoint
 from .http import HttpSource
 from .keys import check_key
+from .location import rest_of
 from .options import HttpOptions, S3Settings
 from .policy import OneRangePolicy
 from .refresh import Refreshing
@@ -55,7 +56,7 @@ REFUSAL_STATUS = (301, 400, 401, 403)  # a 301 reaches us only without Location:
 
 def parse_s3_location(location: str) -> tuple[str, str]:
     """s3://bucket/key → (bucket, key)."""
-    rest = location[len("s3://") :] if location.startswith("s3://") else ""
+    rest = rest_of(location, "s3") or ""
     bucket, _, key = rest.partition("/")
     if not bucket or not key:
         raise LocationError(f"{location!r} is not an s3://bucket/key location")

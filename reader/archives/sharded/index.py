@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from urllib.parse import quote
 
 from ...errors import ArchiveFormatError
+from ...sources.location import split_location
 
 INDEX_SUFFIX = ".index.json"
 MAX_INDEX_BYTES = 64 << 20  # a 1,000-layer model's index is a few MiB
@@ -77,7 +78,7 @@ def shard_location(index_location: str, shard: str) -> str:
     host, bucket, a Hub revision, a URL's query)."""
     if "://" not in index_location:
         return os.path.join(os.path.dirname(index_location), shard)
-    scheme = index_location.split("://", 1)[0].lower()
+    scheme = split_location(index_location).scheme
     base, mark, rest = _split_suffix(index_location)
     folder = base.rsplit("/", 1)[0]
     name = quote(shard, safe="") if scheme in ("http", "https") else shard
