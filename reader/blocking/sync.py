@@ -31,8 +31,8 @@ T = TypeVar("T")
 
 class _MainLoop:
     """The main thread's event loop, kept from one synchronous call to the next: a fresh loop per
-    call (asyncio.run) cost 0.3 ms more with cold caches, an eighth of loading GPT-2 from a local
-    file.
+    call (asyncio.run) costs a noticeable part of loading a small model from a local file with cold
+    caches (bench/README.md, `load_model.py`).
 
     An asyncio.Runner, so Ctrl-C cancels the call as under asyncio.run; made by a loop factory, so
     it is never the thread's current event loop for other code; each call runs in a copy of the
@@ -86,8 +86,8 @@ def run_sync(make: Callable[[], Awaitable[T]]) -> T:
     loop of its own in another thread.
 
     The result is handed back outside the main task: on its way out, Python 3.11's asyncio.run
-    formats a repr of that task (restoring the SIGINT handler), and a task holding a model's
-    tensors as its result took 50-90 ms to format them."""
+    formats a repr of that task (restoring the SIGINT handler), and formatting a task that holds a
+    model's tensors as its result is slow."""
     found: list[T] = []
 
     async def main() -> None:

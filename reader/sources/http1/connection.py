@@ -5,9 +5,9 @@ bypasses h11: an asyncio `BufferedProtocol` receives it into 1 MiB buffers, and 
 handed on as a memoryview of the buffer it filled. Nothing is copied in Python, and a buffer is
 never reused (a consumer may keep a chunk, and a transport may hold one it has not finished
 writing). Under uvloop a stream client that copies each read into a `bytes` and parses it again
-(aiohttp) spent 11% of the service's CPU relaying a remote tensor on those copies, and its 256 KiB
-reads set the size of every write to the client: a minimal relay receiving into 1 MiB buffers
-measured 1.71 GB/s against 1.33 GB/s at 256 KiB (nginx `proxy_pass`: 1.82 GB/s, same run). A body
+(aiohttp) spent a sizeable share of the service's CPU relaying a remote tensor on those copies, and
+its 256 KiB reads set the size of every write to the client: a relay receiving into 1 MiB buffers is
+faster (bench/README.md, `serve_remote.py`). A body
 without a Content-Length (chunked, or read until close) is parsed by h11 and its connection is
 closed afterwards.
 
@@ -53,9 +53,9 @@ WAKE_DELAY = 0.001
 # ends, and at most this often meanwhile (its progress, and the read timeout's clock)
 SINK_WAKE_DELAY = 0.02
 # A socket read of a body waits for GATHER bytes of it (or what is left): at the ~170 KiB a read
-# found queued otherwise, `ar.stream` from loopback nginx made ~3,000 trips through the event loop
-# per 512 MiB and ran out of CPU before nginx did (profiled; 0.25 s of CPU against 0.18 s with
-# this). Checked every GATHER_WAIT: a body with no read in that time is read as it comes.
+# found queued otherwise, `ar.stream` from loopback nginx made thousands of trips through the event
+# loop per 512 MiB and ran out of CPU before nginx did (profiled). Checked every GATHER_WAIT: a body
+# with no read in that time is read as it comes.
 GATHER = 1 << 20
 GATHER_WAIT = 0.002
 
@@ -327,8 +327,8 @@ class Connection(asyncio.BufferedProtocol):
     def _measure(self) -> None:
         """The mark's ceiling: a quarter of the socket's receive buffer. A mark the buffer cannot
         hold twice over makes Linux grow the buffer and clamp the TCP window to the mark, and a
-        window no larger than what the reader waits for stops the sender at every read
-        (measured: 0.80x curl)."""
+        window no larger than what the reader waits for stops the sender at every read (measured
+        well below curl: bench/README.md)."""
         try:
             self.ceiling = max(1, self.socket.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) // 4)  # type: ignore[union-attr]
         except (OSError, AttributeError):  # refused (or no socket): read as bytes come
