@@ -4,8 +4,8 @@ The service relays remote tensors through a fresh 1 MiB buffer per socket read
 (reader/sources/http1/inbox.py) and reads local ones into fresh buffers (reader/sources/local.py).
 With glibc's defaults the heap's top is trimmed and large blocks are mapped afresh, so new
 buffers fault their pages in again: about 35,000 page faults per 512 MiB relayed, each page
-zeroed by the kernel. With these settings, `bench/serve_remote.py`'s proxy row went from 0.74x to
-0.87x of nginx `proxy_pass` (same run, 9 alternating rounds). Blocks under 4 MiB come from
+zeroed by the kernel. These settings bring `bench/serve_remote.py`'s proxy row closer to nginx
+`proxy_pass` (bench/README.md has the figures). Blocks under 4 MiB come from
 the heap, and up to 64 MiB of free heap is kept for the next buffers. Other C libraries are
 left alone.
 """

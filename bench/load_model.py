@@ -65,7 +65,7 @@ from _rounds import alternate, compare  # noqa: E402
 from make_gpt2 import CONFIGS, DEFAULT_CACHE, ensure_gpt2  # noqa: E402
 
 import reader  # noqa: E402
-from reader.loading.sync import run_sync  # noqa: E402
+from reader.blocking.sync import run_sync  # noqa: E402
 from reader.sources import S3Settings  # noqa: E402
 from reader.zipfmt import crc32  # noqa: E402
 from testing.servers import free_port, stop_process, wait_listening  # noqa: E402

@@ -46,7 +46,7 @@ from _rounds import alternate, describe  # noqa: E402
 from make_gpt2 import CONFIGS, DEFAULT_CACHE, ensure_gpt2  # noqa: E402
 
 import reader  # noqa: E402
-from reader.loading.sync import run_sync  # noqa: E402
+from reader.blocking.sync import run_sync  # noqa: E402
 from reader.sources import HttpOptions, S3Settings  # noqa: E402
 
 TARGETS = {"bytes": 1.05, "time": 0.35}

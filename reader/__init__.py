@@ -18,6 +18,7 @@ from .archives.archive import Archive
 from .archives.archive_like import ArchiveLike
 from .archives.opener import open_archive
 from .archives.sharded import ShardedArchive
+from .blocking.sync import load
 from .bodies.tensor import Order
 from .compare import compare
 from .errors import (
@@ -37,7 +38,6 @@ from .errors import (
     UnsupportedPayload,
 )
 from .loading.shards import InvalidShard, Shard
-from .loading.sync import load
 from .pt2.executorch import EmbeddedFile
 from .pt2.slicing import Index
 from .pt2.tensorinfo import StorageRef, TensorInfo

@@ -11,7 +11,8 @@ ReadItems whose `storage_offsets` and `lengths` are the part the rank owns (a DT
 shard), and `read_data` reads those regions as one plan (reader/loading/regions.py): a whole
 tensor as its storage (CRC-checked), any other region as the byte runs it covers, coalesced with
 the rank's other regions into as few ranged requests as the store allows. Each region is copied
-into `planner.resolve_tensor(item)` as it lands.
+into `planner.resolve_tensor(item)` as it lands. A sharded checkpoint's regions are read shard by
+shard, the shards concurrently.
 
 The archive is opened once per reader, on an event loop thread of the reader's own (its
 connections live there), and stays open until `close()`, `reset(checkpoint_id)` or the reader is
@@ -45,18 +46,18 @@ from torch.distributed.checkpoint.planner import LoadItemType, LoadPlan, LoadPla
 from torch.futures import Future
 
 from .archives.archive import Archive
-from .archives.opener import open_archive
 from .archives.sharded import ShardedArchive
+from .blocking.loop import BackgroundLoop
+from .blocking.sync import OpenOptions
 from .cache import CacheStore
 from .errors import UnsupportedPayload
-from .loading.background import BackgroundLoop
 from .loading.budget import Budget, budget_bytes
-from .loading.regions import Region, RegionOutOfRange, read_regions
+from .loading.regions import Region, RegionLanded, RegionOutOfRange, read_regions
 from .loading.selection import checkpoint
-from .loading.sync import open_options
 from .pt2.dtypes import dtype_of
 from .pt2.tensorinfo import TensorInfo
 from .sources import DEFAULT_CHUNK_SIZE, HttpOptions, S3Settings, is_remote
+from .tasks import task_group
 from .torchviews import storage_of, tensor_on
 
 __all__ = ["RegionOutOfRange", "StorageReader"]
@@ -114,7 +115,7 @@ class StorageReader(_DcpStorageReader):
         self._max_buffered = budget_bytes(max_buffered)
         self.location = location
         self.model = model
-        self._options = open_options(
+        self._options = OpenOptions(
             tail_size, chunk_size, http_options, s3_settings, cache_dir, offline, stale_if_error
         )
         self.load_id = uuid.uuid4().hex
@@ -136,7 +137,7 @@ class StorageReader(_DcpStorageReader):
         return self._handle.archive
 
     async def _open(self) -> Archive | ShardedArchive:
-        return await open_archive(self.location, **self._options)
+        return await self._options.open(self.location)
 
     @property
     def stats(self) -> dict[str, dict[str, int]]:
@@ -231,7 +232,7 @@ class StorageReader(_DcpStorageReader):
 
         async def run() -> None:
             try:
-                await read_regions(archive, list(items), arrived, self.model, Budget(self._max_buffered))
+                await _read_regions(archive, list(items), arrived, self.model, Budget(self._max_buffered))
             finally:
                 landed.put(_DONE)
 
@@ -247,6 +248,27 @@ class StorageReader(_DcpStorageReader):
         except BaseException:
             reading.cancel()
             raise
+
+
+async def _read_regions(
+    archive: Archive | ShardedArchive,
+    regions: list[Region],
+    landed: RegionLanded,
+    model: str | None,
+    budget: Budget,
+) -> None:
+    """`read_regions` of an archive; a sharded checkpoint's shard by shard, the shards concurrently
+    and sharing the budget (a failure cancels the other shards' reads)."""
+    if not isinstance(archive, ShardedArchive):
+        await read_regions(archive, regions, landed, model, budget)
+        return
+    by_shard: dict[str, tuple[Archive, list[Region]]] = {}
+    for region in regions:
+        shard = archive.shard_of(region.name, model=model)
+        by_shard.setdefault(shard.source.location, (shard, []))[1].append(region)
+    async with task_group() as group:
+        for shard, part in by_shard.values():
+            group.create_task(read_regions(shard, part, landed, None, budget))
 
 
 def _copy(item: ReadItem, region: Region, view: TensorInfo, buffer: np.ndarray, planner: LoadPlanner) -> None:

@@ -7,7 +7,7 @@ the same weights (the one the service's bundle writes: reader.formats.safetensor
 and container: a `.pt2`, a `torch.save` checkpoint (`pytorch_model.bin`), a sharded `*.index.json`.
 
 - The archive is opened once, in `__init__`, on an event loop in a thread the handle owns
-  (reader.loading.background); `get_tensor` reads the tensor's row-major bytes and a slice reads
+  (reader.blocking.loop); `get_tensor` reads the tensor's row-major bytes and a slice reads
   only the byte runs it covers (reader.bodies.tensor_slice), never opening again. Calls from
   several threads run concurrently. `close()` / leaving the `with` closes the archive and stops the loop.
 - `get_tensor(k)` also reads the keys after `k` in `keys()` order in the background
@@ -38,12 +38,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .archives.opener import open_archive
 from .archives.sharded import ShardedArchive
+from .blocking.loop import BackgroundLoop, LoopClosed
+from .blocking.sync import OpenOptions
 from .bodies.tensor_slice import SliceBytes
 from .errors import TensorNotFound, UnsupportedPayload
 from .formats import safetensors as safetensors_format
-from .loading.background import BackgroundLoop, LoopClosed
 from .loading.budget import Budget, budget_bytes
 from .loading.readahead import ReadAhead
 from .loading.selection import PROGRAM_CONSTANT, checkpoint
@@ -54,6 +54,7 @@ from .versions import source_version
 
 if TYPE_CHECKING:
     from .archives.archive import Archive
+    from .archives.opener import open_archive
     from .cache import CacheStore
 
 # A tensor at least this big is read straight into its buffer (its local header read first).
@@ -92,16 +93,10 @@ class safe_open:  # noqa: N801 - safetensors' name, used the same way
         self._device = _device(self._framework, device)
         where = os.fspath(location) if isinstance(location, (str, os.PathLike)) else location.location
         self._where = redact_location(where)
-        opening = open_archive(
-            location,
-            tail_size=tail_size,
-            chunk_size=chunk_size,
-            http_options=http_options,
-            s3_settings=s3_settings,
-            cache_dir=cache_dir,
-            offline=offline,
-            stale_if_error=stale_if_error,
+        options = OpenOptions(
+            tail_size, chunk_size, http_options, s3_settings, cache_dir, offline, stale_if_error
         )
+        opening = options.open(location)
         self._loop = BackgroundLoop(f"safe_open {self._where}")
         try:
             self._archive: Archive | ShardedArchive = self._loop.run(_opened(opening))

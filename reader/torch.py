@@ -20,13 +20,13 @@ from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .archives import deprecated
+from .blocking.sync import OpenOptions, with_archive
 from .bodies.tensor import Order
 from .bodies.tensor_slice import SliceBytes
 from .loading.budget import budget_bytes
 from .loading.load import iter_storages, load_storages
 from .loading.selection import Selection
 from .loading.shards import Shard
-from .loading.sync import open_options, with_archive
 from .pt2.dtypes import dtype_of
 from .pt2.slicing import Index
 from .pt2.tensorinfo import TensorInfo
@@ -140,7 +140,7 @@ def load(
     """Open `location`, load the selection as torch tensors, close. The keywords are those of
     `reader.load`."""
     selection = Selection(model, prefix, names, order, copy, verify, shard)
-    options = open_options(
+    options = OpenOptions(
         tail_size, chunk_size, http_options, s3_settings, cache_dir, offline, stale_if_error
     )
     return with_archive(location, options, lambda archive: _tensors(archive, selection))
@@ -178,7 +178,7 @@ def read(
 ) -> _torch.Tensor:
     """Open `location`, read one tensor (or `full[index]` of it) as `read_tensor` does, close. The
     other keywords are `open_archive`'s."""
-    options = open_options(
+    options = OpenOptions(
         tail_size, chunk_size, http_options, s3_settings, cache_dir, offline, stale_if_error
     )
     return with_archive(

@@ -47,3 +47,13 @@ def test_every_package_docstring_is_there_and_names_only_modules_that_exist() ->
             if missing:
                 stale.append(f"{init.relative_to(ROOT)} names {name}.py")
     assert stale == []
+
+
+def test_a_remote_whole_load_names_one_module_a_step() -> None:
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    section = text.split("## A remote whole load, step by step", 1)[1].split("\n## ", 1)[0]
+    steps = [line for line in section.splitlines() if re.match(r"\| \d+\. ", line)]
+    assert len(steps) >= 10
+    for step in steps:
+        modules = re.findall(r"`((?:reader|app)/[\w/]+\.py)`", step)
+        assert len(modules) == 1 and (ROOT / modules[0]).exists(), step

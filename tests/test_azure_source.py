@@ -1,6 +1,7 @@
 """az://container/blob and plain blob URLs against Azurite on loopback (which checks shared-key and
 SAS signatures): the same index and bytes as the local reader with every credential form, refused
-and expired signatures, ETag pinning, the open's requests, faults through the FaultServer, the CLI."""
+and expired signatures, ETag pinning, the open's requests, faults through the FaultServer, the CLI
+(locations and credentials without Azurite: test_azure_locations.py)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,7 @@ import pytest
 import reader
 from reader.sources import HttpOptions
 from reader.sources import azure as azure_source
-from reader.sources.azure import TOKEN_REFRESH_BEFORE, AzureSettings, open_azure, parse_az_location
-from reader.sources.blob import is_blob_url
+from reader.sources.azure import TOKEN_REFRESH_BEFORE, AzureSettings, open_azure
 from testing.azurite import ACCOUNT, ACCOUNT_KEY, Azurite
 from testing.compare import assert_same_as_local
 from testing.faultserver import DropAfter, FaultServer, Status
@@ -135,28 +135,6 @@ async def test_a_generated_sas_is_renewed_before_it_expires(azurite: Azurite, mo
         await _same_as_local(ar, ARCHIVES / "many.pt2")
 
 
-@pytest.mark.parametrize(
-    ("module", "environment"),
-    [("azure.storage.blob", {"AZURE_STORAGE_ACCOUNT_KEY": ACCOUNT_KEY}), ("azure.identity", {})],
-)
-async def test_a_missing_extra_says_which_pip_install(module: str, environment: dict, monkeypatch) -> None:
-    monkeypatch.setitem(sys.modules, module, None)  # what `import` sees when the package is absent
-    monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_NAME", ACCOUNT)
-    for name, value in environment.items():
-        monkeypatch.setenv(name, value)
-    with pytest.raises(reader.SourceError) as missing:
-        await reader.open_archive(f"az://{CONTAINER}/x.pt2")
-    assert "pip install 'pt2serve[azure]'" in str(missing.value) and "\n" not in str(missing.value)
-
-
-async def test_missing_credentials_say_what_was_tried() -> None:
-    with pytest.raises(reader.SourceError) as missing:
-        await reader.open_archive(f"az://{CONTAINER}/archives/layouts.pt2")
-    assert "AZURE_STORAGE_CONNECTION_STRING" in str(missing.value)
-    assert "AZURE_STORAGE_ACCOUNT_NAME" in str(missing.value)
-    assert not isinstance(missing.value, reader.LocationError)
-
-
 async def test_the_open_is_a_head_and_the_tail_and_a_tensor_one_more_request(
     azurite: Azurite, monkeypatch
 ) -> None:
@@ -192,20 +170,6 @@ async def test_plain_blob_urls_with_a_sas(azurite: Azurite) -> None:
         await reader.open_archive(f"{azurite.blob_url(CONTAINER, blob)}?{sas.replace('sp=r', 'sp=rw')}")
 
 
-@pytest.mark.parametrize(
-    ("url", "blob"),
-    [
-        ("https://acct.blob.core.windows.net/models/x.pt2", True),
-        ("https://acct.z12.blob.storage.azure.net/models/x.pt2?sv=2023-11-03&sig=abc", True),
-        ("http://127.0.0.1:10000/devstoreaccount1/models/x.pt2?sv=2023-11-03&sr=b&sig=abc", True),
-        ("https://example.com/models/x.pt2", False),
-        ("https://bucket.s3.amazonaws.com/x.pt2?X-Amz-Signature=abc", False),
-    ],
-)
-def test_which_plain_urls_take_the_blob_path(url: str, blob: bool) -> None:
-    assert is_blob_url(url) is blob
-
-
 async def test_a_missing_blob_names_the_service_error(azurite: Azurite, monkeypatch) -> None:
     monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", azurite.connection_string)
     with pytest.raises(reader.SourceError, match=r"HTTP 404 \(BlobNotFound\): no such blob or container"):
@@ -239,26 +203,6 @@ async def test_retries_and_resume_through_the_fault_server(monkeypatch) -> None:
             assert record.headers["x-ms-version"] and "sig=" in record.target and "sp=r" in record.target
             if record.method == "GET":
                 assert record.headers["if-match"] == stored.etag
-
-
-@pytest.mark.parametrize(
-    "location",
-    [
-        "az://",
-        "az://models",
-        "az://models/",
-        "az://Models/x.pt2",
-        "az://a/x.pt2",
-        "az://bad--name/x.pt2",
-        "az://models/dir/",
-        "az://models/x.pt2?sv=2020&sig=abc",
-    ],
-)
-async def test_malformed_locations_are_location_errors(location: str) -> None:
-    with pytest.raises(reader.LocationError):
-        parse_az_location(location)
-    with pytest.raises(reader.LocationError):
-        await reader.open_archive(location)
 
 
 async def _local_bytes(path: pathlib.Path, name: str) -> bytes:

@@ -1,4 +1,5 @@
-"""reader.digests and reader.versions: SHA-256 per tensor (cached, shared, cancel-safe), source versions."""
+"""reader.digests: SHA-256 per tensor (cached, shared, cancel-safe); versions from an ETag:
+test_digests_http.py."""
 
 from __future__ import annotations
 
@@ -10,11 +11,9 @@ import pytest
 
 import reader
 from reader.digests import Digests, repr_digest, sha256_of
-from reader.sources import open_source
-from reader.versions import is_version, source_version
 from testing.paths import ARCHIVES
 
-pytestmark = pytest.mark.emulator
+pytestmark = pytest.mark.unit
 
 
 async def test_tensor_digests_are_the_sha256_of_what_read_returns() -> None:
@@ -71,19 +70,3 @@ async def test_sha256_of_large_chunks_off_the_loop() -> None:
             yield memoryview(block)
 
     assert await sha256_of(chunks()) == hashlib.sha256(b"".join(blocks)).digest()
-
-
-async def test_http_versions_come_from_the_etag() -> None:
-    from testing.faultserver import FaultServer
-
-    data = (ARCHIVES / "layouts.pt2").read_bytes()
-    async with FaultServer() as upstream:
-        upstream.put("/a.pt2", data)
-        first, again = [await open_source(upstream.url("/a.pt2")) for _ in range(2)]
-        upstream.put("/a.pt2", data + b"\0")  # another object: another ETag
-        other = await open_source(upstream.url("/a.pt2"))
-        versions = [source_version(s) for s in (first, again, other)]
-        for source in (first, again, other):
-            await source.close()
-    assert all(is_version(v) for v in versions)
-    assert versions[0] == versions[1] != versions[2]

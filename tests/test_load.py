@@ -598,7 +598,7 @@ def test_each_sync_load_runs_in_the_callers_context() -> None:
 def test_a_sync_call_leaves_no_task_running() -> None:
     """What a call leaves running is cancelled before it returns, as asyncio.run does, though the
     main thread keeps its loop for the next call."""
-    from reader.loading.sync import run_sync
+    from reader.blocking.sync import run_sync
 
     started: list[asyncio.Task] = []
 

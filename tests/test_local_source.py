@@ -1,21 +1,20 @@
-"""The local-file source: exact reads, chunked streams, typed errors, few reads to open."""
+"""The local-file source: exact reads, chunked streams, typed errors, few reads to open (a FIFO:
+test_local_fifo.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import shutil
-import subprocess
-import sys
 
 import pytest
 
 import reader
 from reader.sources import BytesSource, LocalFileSource
 from reader.sources.local import INLINE_READ_LIMIT
-from testing.paths import ARCHIVES, REPO
+from testing.paths import ARCHIVES
 
-pytestmark = pytest.mark.emulator
+pytestmark = pytest.mark.unit
 
 
 async def test_reads_and_streams_exact_ranges(tmp_path) -> None:
@@ -85,24 +84,6 @@ async def test_missing_and_non_regular_files_are_source_errors(tmp_path) -> None
         await reader.open_archive(tmp_path / "absent.pt2")
     with pytest.raises(reader.SourceError):
         await reader.open_archive(tmp_path)
-
-
-@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
-def test_a_fifo_is_refused_at_once_not_waited_on(tmp_path) -> None:
-    # opening a FIFO waits for a writer; the open runs on the event loop, so it must not wait.
-    # In a child process, so that a regression fails on the timeout instead of hanging pytest.
-    os.mkfifo(tmp_path / "fifo.pt2")
-    script = (
-        "import asyncio, sys, reader\n"
-        "from reader.sources import LocalFileSource\n"
-        "try:\n"
-        "    asyncio.run(LocalFileSource.open(sys.argv[1]))\n"
-        "except reader.SourceError as exc:\n"
-        "    print(exc)\n"
-    )
-    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "fifo.pt2")], cwd=REPO,
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
-    assert "is not a regular file" in done.stdout, done.stderr
 
 
 async def test_file_truncated_under_a_read_is_source_changed(tmp_path) -> None:

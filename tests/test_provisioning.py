@@ -133,13 +133,6 @@ def test_a_killed_holder_leaves_the_lock_free(tmp_path, monkeypatch) -> None:
         assert time.monotonic() - started < 30
 
 
-def test_every_apt_get_waits_for_the_dpkg_lock() -> None:
-    command = provision.apt_get("install", "-y", "chromium")
-    assert command[0] == "apt-get" and command[-3:] == ["install", "-y", "chromium"]
-    assert f"DPkg::Lock::Timeout={provision.DPKG_LOCK_TIMEOUT}" in command
-    assert command[command.index(f"DPkg::Lock::Timeout={provision.DPKG_LOCK_TIMEOUT}") - 1] == "-o"
-
-
 def test_a_venv_is_complete_only_after_every_step(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(provision, "CACHE", tmp_path / "cache")
     monkeypatch.setattr(provision, "LOCKS", tmp_path / "cache" / "locks")

@@ -14,7 +14,6 @@ import pytest
 
 import reader
 from reader.sources import HttpOptions, HttpSource
-from reader.sources.redirects import keeps_credentials, origin_of
 from testing.cli import acli
 from testing.fakehub import NginxSite
 from testing.faultserver import DropAfter, FaultServer, Status
@@ -187,25 +186,6 @@ async def test_pt2serve_ls_follows_a_redirect(target, origin) -> None:
     code, out, err = await acli("ls", origin.url("models/model.pt2"))
     assert code == 0, err
     assert "small" in out and "big" in out
-
-
-@pytest.mark.parametrize(
-    ("url", "keeps"),
-    [
-        ("http://hub.example/other/path?x=1", True),  # the same origin
-        ("http://hub.example:80/x", True),
-        ("https://hub.example/x", True),  # upgraded to https on the same host, as httpx keeps them
-        ("https://hub.example:8443/x", False),
-        ("http://hub.example:8080/x", False),
-        ("http://cdn.example/x", False),
-        ("http://sub.hub.example/x", False),
-    ],
-)
-def test_credentials_go_only_to_the_origin_they_were_given_for(url: str, keeps: bool) -> None:
-    assert keeps_credentials(url, origin_of("http://hub.example/model.pt2")) is keeps
-    assert not keeps_credentials(
-        "http://hub.example/x", origin_of("https://hub.example/x")
-    )  # never downgraded
 
 
 async def test_a_read_into_a_buffer_follows_the_redirect_and_resumes_after_a_cut(

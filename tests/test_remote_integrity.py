@@ -1,11 +1,10 @@
 """One flipped byte in a remote entry is an IntegrityError on every remote path, with the CRC-32
 taken on a worker thread while the next bytes arrive (reader/entries/running_crc.py): a stream
 never hands out the entry's last byte, `read`, `read_into` and `load` raise, and a bundle of the
-service never completes its body."""
+service never completes its body (landing.py's checks without a server: test_landing_checks.py)."""
 
 from __future__ import annotations
 
-import itertools
 import pathlib
 import struct
 import zipfile
@@ -15,7 +14,6 @@ import numpy as np
 import pytest
 
 import reader
-from reader.entries import running_crc
 from reader.sources import HttpOptions
 from testing.faultserver import FaultServer
 from testing.service import make_app, real_server
@@ -62,10 +60,6 @@ def archives(tmp_path_factory) -> dict[str, bytes]:
         "last byte": _flipped(path, -1),
         "first byte": _flipped(path, 0),
     }
-
-
-def test_the_big_entry_is_checked_on_the_worker() -> None:
-    assert BIG >= 4 * running_crc.BATCH
 
 
 @pytest.mark.parametrize("options", [SINGLE, PARTS], ids=["one connection", "parallel parts"])
@@ -184,29 +178,3 @@ def test_a_forked_child_checks_with_workers_of_its_own() -> None:
                           env={**os.environ, "PYTHONPATH": str(root)})  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["0"]
-
-
-@pytest.mark.parametrize("order", ["in order", "reversed", "interleaved"])
-async def test_spans_landing_in_any_order_are_checked_in_the_archives_order(order: str) -> None:
-    from reader import zipfmt
-    from reader.entries.running_crc import InOrder, RunningCrc
-
-    data = np.random.default_rng(7).integers(0, 256, 5 * running_crc.BATCH + 123, dtype=np.uint8)
-    base = 1000  # archive offset of the buffer's first byte
-    cuts = [*range(0, len(data), 700_001), len(data)]
-    spans = [(base + low, high - low) for low, high in itertools.pairwise(cuts)]
-    if order == "reversed":
-        spans.reverse()
-    elif order == "interleaved":
-        spans = spans[1::2] + spans[::2]
-    for crc, outcome in ((zipfmt.crc32(data), None), (zipfmt.crc32(data) ^ 1, reader.IntegrityError)):
-        entry = zipfmt.ZipEntry("x", b"x", 0, 0, crc, len(data), len(data), 0, 0, "stored")
-        running = RunningCrc(entry)
-        landed = InOrder(running, memoryview(data), base)
-        for at, nbytes in spans:
-            landed(at, nbytes)
-        if outcome is None:
-            await running.verify()
-        else:
-            with pytest.raises(outcome, match="CRC-32"):
-                await running.verify()

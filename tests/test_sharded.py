@@ -14,7 +14,7 @@ import pytest
 
 import reader
 import reader.torch
-from reader.loading.sync import run_sync
+from reader.blocking.sync import run_sync
 from reader.sources import S3Settings
 from reader.versions import source_version
 from testing.faultserver import FaultServer

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import reader
-from reader.loading.sync import run_sync
+from reader.blocking.sync import run_sync
 from testing.cli import cli, serve
 from testing.fixtures.make_sharded import write_sharded
 from testing.service import in_process, make_app

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import time
 
-import httpx
 import pytest
 
 from app.signing import SignatureRefused, UrlSigner, derive_key
 from testing.paths import ARCHIVES
-from testing.service import assert_json_error, in_process, make_app, real_server
+from testing.service import assert_json_error, in_process, make_app
 
-pytestmark = pytest.mark.emulator
+pytestmark = pytest.mark.unit
 
 LAYOUTS = f"layouts={ARCHIVES / 'layouts.pt2'}"
 TOKEN = "s3cret-token"
@@ -82,19 +81,6 @@ async def test_sign_needs_the_token_and_a_local_path() -> None:
             assert_json_error(await client.get("/sign", params={"path": url}, headers=AUTH), 422)
     async with in_process(make_app([LAYOUTS])) as client:
         assert_json_error(await client.get("/sign", params={"path": "/tensors"}), 404)
-
-
-async def test_signed_url_works_for_curl_over_a_real_server() -> None:
-    async with (
-        real_server(make_app([LAYOUTS], api_token=TOKEN)) as base,
-        httpx.AsyncClient(base_url=base) as client,
-    ):
-        path = "/archives/layouts/safetensors?name=conv.weight&name=conv.bias"
-        url = (await client.get("/sign", params={"path": path}, headers=AUTH)).json()["url"]
-        response = await client.get(url)
-        assert response.status_code == 200 and not response.content.startswith(b'{"error"')
-        ranged = await client.get(url, headers={"Range": "bytes=0-7"})
-        assert ranged.status_code == 206 and ranged.content == response.content[:8]
 
 
 def test_signer_rules() -> None:

@@ -13,7 +13,6 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.parse
 
 import httpx
 import pytest
@@ -168,12 +167,3 @@ def test_view_of_a_location_that_cannot_open_fails(tmp_path):
     _, err = process.communicate(timeout=60)
     assert process.returncode == 1
     assert "missing" in err and not got.exists()
-
-
-def test_view_url_quotes_ids():
-    from app.cli_view import page_url, view_specs
-
-    specs = view_specs(["/models/a b.pt2", "hf://org/model/c.pt2"])
-    assert [s.id for s in specs] == ["a b", "c"]
-    assert page_url(8000, specs) == "http://127.0.0.1:8000/#/compare/a%20b/c"
-    assert urllib.parse.unquote(page_url(8000, specs[:1]).split("/")[-1]) == "a b"

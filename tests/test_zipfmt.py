@@ -161,3 +161,30 @@ def test_a_directory_over_its_cap_is_refused_before_it_is_read(entries: int, siz
     tail = zip64_end + locator + end
     with pytest.raises(ArchiveFormatError, match="MAX_DIRECTORY"):
         zipfmt.locate_directory(tail, record_at, record_at + len(tail))
+
+
+@pytest.mark.parametrize("piece", [1, 7, 30, 1 << 20])
+def test_a_local_header_fed_in_pieces_gives_the_data_offset_locate_data_gives(piece: int) -> None:
+    data = (ARCHIVES / "layouts.pt2").read_bytes()
+    _, entries = directory_of(data)
+    for entry in entries:
+        parser = zipfmt.LocalHeaderParser(entry)
+        at = entry.header_offset
+        while parser.data_offset is None:
+            taken = parser.feed(memoryview(data)[at : at + piece])
+            assert taken > 0
+            at += taken
+        assert parser.data_offset == zipfmt.locate_data(entry, data[entry.header_offset :]) == at
+        assert parser.feed(data[at : at + 10]) == 0  # nothing past the header is taken
+
+
+def test_a_local_header_fed_in_pieces_is_checked_against_the_directory() -> None:
+    data = bytearray(build_zip({"root/a.bin": b"x" * 100}))
+    _, entries = directory_of(bytes(data))
+    entry = entries[0]
+    name_at = entry.header_offset + 30
+    data[name_at] ^= 0xFF  # the local header names another entry
+    parser = zipfmt.LocalHeaderParser(entry)
+    with pytest.raises(ArchiveFormatError, match="names"):
+        for at in range(entry.header_offset, len(data)):
+            parser.feed(data[at : at + 1])

@@ -127,8 +127,8 @@ class CachedVersion:
         """`pieces`, one after another, at `start` of the object, not yet counted as in (see `mark`).
 
         One write per call, however many pieces: the page cache keeps a file written in big writes
-        in big folios, and mapping those back costs a fraction of mapping 64 KiB ones (touching a
-        498 MB model measured 65 ms against 154 ms when written in 64 KiB writes)."""
+        in big folios, and mapping those back costs a fraction of mapping 64 KiB ones (bench/README.md,
+        `cache.py`)."""
         views = [memoryview(piece).cast("B") for piece in pieces if len(piece)]
         while views:
             written = os.pwritev(self._descriptor(), views[:IOV_MAX], start)

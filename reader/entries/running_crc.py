@@ -30,8 +30,8 @@ from ..zipfmt import ZipEntry
 Known = tuple[int, int]  # a piece whose CRC-32 is already known: (crc, length)
 
 # bytes per task on the worker: a thread hop costs about what 200 KiB of CRC-32 does, so at 1 MiB the
-# hops were a fifth of the work (ar.stream from loopback nginx: 0.66x curl at 1 MiB, 0.77x at 4 MiB,
-# same run); an entry's last batch (under BATCH) is checked on the receiving thread
+# hops were a fifth of the work (bench/README.md, `stream_remote.py`); an entry's last batch (under
+# BATCH) is checked on the receiving thread
 BATCH = 4 << 20
 WORKERS = 2
 KNOWN_MAX = 64  # pieces told of and not yet met: past this, those behind the next chunk are dropped

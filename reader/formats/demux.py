@@ -1,16 +1,15 @@
 """Archive bytes of one range -> the content of the entries in it, piece by piece (sans-IO).
 
-A range read by the load plan starts at an entry's local header (or at its data, when the
-offset is already known) and runs across the entries after it, local headers and data
-descriptors included. `Demux.feed` takes the range's bytes in order, in chunks of any size,
-parses each local header as it passes (checked against the central directory, as every read
-of the reader does), and hands back where each piece of content goes. Stored content comes
-out as views of the chunk fed in (nothing copied); DEFLATE content is inflated. A target
-that covers a whole entry is checked against its CRC-32 before its last piece is sent on, so a
-consumer that forwards pieces never completes a corrupt entry: a stored entry's CRC-32 is taken on
-a worker thread while the next bytes arrive (reader.entries.running_crc), and its last piece comes
-with the `RunningCrc` to await first; a DEFLATE entry is checked by its inflater before its last
-piece is handed back.
+A range read by the load plan starts at an entry's local header (or at its data, when the offset is
+already known) and runs across the entries after it, local headers and data descriptors included.
+`Demux.feed` takes the range's bytes in order, in chunks of any size, hands each local header to
+zipfmt's LocalHeaderParser as it passes (checked against the central directory, as every read of the
+reader does), and hands back where each piece of content goes. Stored content comes out as views of
+the chunk fed in (nothing copied); DEFLATE content is inflated. A target that covers a whole entry
+is checked against its CRC-32 before its last piece is sent on, so a consumer that forwards pieces
+never completes a corrupt entry: a stored entry's CRC-32 is taken on a worker thread while the next
+bytes arrive (reader.entries.running_crc), and its last piece comes with the `RunningCrc` to await
+first; a DEFLATE entry is checked by its inflater before its last piece is handed back.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ from .. import zipfmt
 from ..entries.running_crc import RunningCrc
 from ..errors import IntegrityError
 from ..zipfmt import ZipEntry
-from ..zipfmt.structs import LOCAL_HEADER, METHOD_STORED
+from ..zipfmt.structs import METHOD_STORED
 
 # (target index, content offset, bytes, the check to await before sending them: the last piece of
 # a whole stored entry)
@@ -77,7 +76,7 @@ class Demux:
         self._targets = list(targets)
         self._offsets = data_offsets
         self._index = 0
-        self._header = bytearray()
+        self._header: zipfmt.LocalHeaderParser | None = None
         self._data_start: int | None = None
         self._position = 0  # content offset of the next stored byte of the current target
         self._crc: RunningCrc | None = None
@@ -110,10 +109,12 @@ class Demux:
         if self.done:
             return
         target = self._targets[self._index]
-        self._header.clear()
         self._data_start = self._offsets.get(target.entry.name)
         if self._data_start is not None:
+            self._header = None
             self._begin_data(target)
+        else:
+            self._header = zipfmt.LocalHeaderParser(target.entry)
 
     def _begin_data(self, target: Target) -> None:
         entry = target.entry
@@ -141,17 +142,13 @@ class Demux:
         entry = target.entry
         if self.at < entry.header_offset:
             return min(len(view), entry.header_offset - self.at)
-        if self.at != entry.header_offset + len(self._header):
+        header = self._header
+        assert header is not None
+        if self.at != entry.header_offset + header.taken:
             raise IntegrityError(f"entry {entry.name!r}: its local header starts before the range read")
-        need = LOCAL_HEADER.size
-        if len(self._header) >= LOCAL_HEADER.size:
-            need = zipfmt.local_header_size(entry, self._header)
-        take = min(len(view), need - len(self._header))
-        self._header += view[:take]
-        if len(self._header) >= LOCAL_HEADER.size and len(self._header) == zipfmt.local_header_size(
-            entry, self._header
-        ):
-            self._data_start = self._offsets[entry.name] = zipfmt.data_offset(entry, self._header)
+        take = header.feed(view)
+        if header.data_offset is not None:
+            self._data_start = self._offsets[entry.name] = header.data_offset
             self._begin_data(target)
         return take
 

@@ -2,7 +2,7 @@
 
 A bundle (safetensors, .ptd) is its parts back to back: headers and padding in memory, and
 tensors. Read part by part, a remote bundle costs a request per tensor, each waiting for the
-one before: a GPT-2-shaped archive streamed at 0.4x of what the storage gives. Here the tensor
+one before, well below what the storage gives (bench/README.md). Here the tensor
 parts that follow each other in the archive (each after the one before, less than a gap apart)
 make one run, read as one range (`source.stream`: parallel parts over several connections,
 resumed and retried, pinned to the object) and demultiplexed across the local headers in

@@ -200,7 +200,7 @@ def plan_ptd(tensors: Iterable[TensorInfo], alignment: int = DEFAULT_ALIGNMENT) 
 
 @functools.lru_cache(maxsize=64)
 def cached_plan(tensors: tuple[TensorInfo, ...], alignment: int = DEFAULT_ALIGNMENT) -> PtdPlan:
-    """`plan_ptd`, remembered: building the FlatBuffer costs about 0.15 ms a tensor (the
+    """`plan_ptd`, remembered: building the FlatBuffer costs Python work for every tensor (the
     flatbuffers runtime is pure Python), and a download's ranges and resumes ask for the
     same file again. TensorInfo is frozen, so equal selections of equal layouts share a plan."""
     return plan_ptd(tensors, alignment)

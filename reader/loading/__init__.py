@@ -18,6 +18,4 @@ arrays.py   NumPy views of the storages with each tensor's sizes, strides and of
 load.py     Archive.load: selection -> plan -> storages -> arrays
 budget.py   the memory budget of everything that streams (max_buffered, PT2SERVE_MAX_BUFFERED)
 readahead.py safe_open's next keys read ahead within that budget
-sync.py     reader.load: the same from synchronous code, one call
-background.py BackgroundLoop: an event loop in a thread a synchronous handle owns
 """

@@ -10,7 +10,7 @@ multi-range requests (its share and each part's head, but every part costs clien
 entry, its head parsed, its view), or the one run its rows lie in, read whole and gathered a chunk of
 rows at a time (up to world size times the bytes, no parts). Which is faster turns on the link: with
 `Link`, one connection's rate and a part's cost, `plan_blocks` prices both for each block and takes the
-cheaper (from loopback nginx a GPT-2 dim-1 rank took 4.49x a whole load as 134k parts, 1.08x as rows).
+cheaper (from loopback nginx the rows win by far; bench/README.md, `shard.py`).
 A source that answers one range a request (S3, a local file, `HttpOptions(multi_range=False)`) reads
 rows. Blocks of one run (dim-0 cuts) are read as they are cut either way.
 
@@ -48,7 +48,7 @@ REQUEST_GAP = 64 << 10
 PART_GAP = 128
 # What a part adds to the body: its boundary and headers (nginx's).
 PART_HEAD = 110
-# How many of a column block's runs are timed as parts, to price a part (a few ms), and how far from
+# How many of a column block's runs are timed as parts, to price a part (a short probe), and how far from
 # the first they may reach (what the probe reads stays small where the runs lie far apart).
 PROBE_PARTS = 128
 PROBE_PART_BYTES = 1 << 20

@@ -74,7 +74,7 @@ from .rowchunks import SCRATCH_AT_ONCE, SCRATCH_BYTES, RowChunks, Scratch, gathe
 from .storages import aligned_empty
 
 # Requests in flight at once (each big one in parallel parts of its own): as many as a load's parallel
-# parts, so a rank opens no more connections than a whole load (a new one cost 12 ms on a busy host).
+# parts, so a rank opens no more connections than a whole load (a new one costs a round trip or more).
 REQUESTS_AT_ONCE = 8
 
 Buffers = dict[str, np.ndarray]
@@ -368,8 +368,8 @@ class _BlockReads:
         source keeps to one connection when it is fast (`HttpOptions.fast_connection`), a few small
         spans (`speed.probe_spans`) are sent first, alone, and timed (unless the link was timed already:
         `speed.measured`): at least that fast, the rest go as few
-        requests as their Range headers allow (from loopback nginx a dim-0 rank took about 60 ms so, 84
-        ms as eight requests at once); otherwise as the eight."""
+        requests as their Range headers allow (faster from loopback nginx than eight at once:
+        bench/README.md, `shard.py`); otherwise as the eight."""
         fast = self.source.fast_connection
         known = speed.measured(self.source)
         if fast is not None and known is not None and len(spans) > 1:  # timed already (blockplan's choice)

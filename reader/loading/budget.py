@@ -18,9 +18,8 @@ import itertools
 import os
 import warnings
 
-# Chosen by measurement (bench/README.md, "Streaming within a memory budget"): the 3 GiB model from
-# nginx streamed no faster with 512 MiB or 1 GiB than with 256 MiB, and safe_open's reads ahead held
-# 0.25 GiB more with 512 MiB.
+# Chosen by measurement (bench/README.md, `stream_memory.py`): a bigger budget streamed no faster, and
+# safe_open's reads ahead held more with it.
 DEFAULT_MAX_BUFFERED = 256 << 20
 ENVIRONMENT = "PT2SERVE_MAX_BUFFERED"
 

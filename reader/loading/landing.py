@@ -1,8 +1,8 @@
 """Check a range's entries while the rest of the range is still arriving.
 
 A load receives a range into one buffer and then checks each stored entry's CRC-32 (and locates
-its data after its local header). Done after the last byte, that check was 15 - 20 ms of a
-260 ms load of a 498 MB model from loopback S3, on the critical path. A source that reports what
+its data after its local header). Done after the last byte, that check is a sizeable part of a
+load from a fast store, on the critical path. A source that reports what
 landed (`HttpSource.read_into(landed=...)`) lets the check follow the receive instead: each entry
 whose whole region (local header, data, descriptor) is in is checked on a thread at once, so only
 the last entries are left when the body ends.

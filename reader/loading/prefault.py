@@ -3,10 +3,10 @@
 A load receives a model into fresh memory, and the kernel backs each page when it is first written:
 on the event loop's thread, inside the socket reads. Usually that is cheap (NumPy asks for huge pages
 for big buffers), but memory another process just freed can cost the VM far more to back again:
-measured on the 2-core bench VM, rounds of `reader.load` from loopback S3 spent 0.3-1.0 s of system
-time more than others (0.43x - 1.31x curl's time, same run). Faulting the buffer in from its end
-backwards on a thread (`MADV_POPULATE_WRITE`: pages backed, contents untouched, so it is safe beside
-the receive writing from the start) kept every round within 0.87x - 1.21x (median 0.97x against 0.88x).
+some rounds of `reader.load` from loopback S3 spent far more system time than others. Faulting the
+buffer in from its end backwards on a thread (`MADV_POPULATE_WRITE`: pages backed, contents
+untouched, so it is safe beside the receive writing from the start) keeps the rounds close together
+(bench/README.md, `load_model.py`).
 Linux 5.14 and later; elsewhere (or refused) it does nothing.
 """
 

@@ -5,7 +5,7 @@ A region is a box of a tensor: per dim an offset and a length (DCP's `storage_of
 locally), as a load reads it; any other is a block (blocks.py): its runs, coalesced with every other
 region's into as few ranged requests as the store allows, read at once with the whole storages (the
 same `read_planned` a sharded load goes through). Each region's bytes are handed over as they land.
-A sharded checkpoint's regions are read shard by shard, the shards concurrently.
+One archive's regions: a sharded checkpoint's are split by shard above this layer (reader/dcp.py).
 
 Memory (remote sources): the whole storages read but not yet copied out, and those being read, hold
 at most a `Budget` (reader/loading/budget.py; the shards share it): `landed`'s `done` says a region
@@ -19,22 +19,16 @@ import asyncio
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..errors import ReaderError
 from ..pt2.tensorinfo import TensorInfo
-from ..tasks import task_group
 from .blockplan import Block, cut_block
 from .budget import Budget, Ledger, budget_bytes
 from .load import read_planned
 from .plan import plan_load
-from .selection import Selection
-
-if TYPE_CHECKING:
-    from ..archives.archive import Archive
-    from ..archives.sharded import ShardedArchive
+from .selection import Loadable, Selection
 
 
 class RegionOutOfRange(ReaderError, IndexError):
@@ -82,7 +76,7 @@ RegionLanded = Callable[[Region, TensorInfo, np.ndarray, Callable[[], None]], No
 
 
 async def read_regions(
-    archive: Archive | ShardedArchive,
+    archive: Loadable,
     regions: Sequence[Region],
     landed: RegionLanded,
     model: str | None = None,
@@ -92,24 +86,7 @@ async def read_regions(
     handed over at once. TensorNotFound for a name the model lacks, RegionOutOfRange for a region
     outside its tensor, both before anything is read. `budget`: None reads PT2SERVE_MAX_BUFFERED,
     else the default."""
-    from ..archives.sharded import ShardedArchive
-
     budget = budget or Budget(budget_bytes(None))
-    if isinstance(archive, ShardedArchive):
-        by_shard: dict[str, tuple[Archive, list[Region]]] = {}
-        for region in regions:
-            shard = archive.shard_of(region.name, model=model)
-            by_shard.setdefault(shard.source.location, (shard, []))[1].append(region)
-        async with task_group() as group:  # a failure cancels the other shards' reads
-            for shard, part in by_shard.values():
-                group.create_task(_read_archive(shard, part, landed, None, budget))
-        return
-    await _read_archive(archive, regions, landed, model, budget)
-
-
-async def _read_archive(
-    archive: Archive, regions: Sequence[Region], landed: RegionLanded, model: str | None, budget: Budget
-) -> None:
     payloads = archive._payloads()
     views: dict[str, list[tuple[Region, TensorInfo]]] = {}  # buffer key -> the regions it holds
     whole: dict[tuple[str, str], TensorInfo] = {}

@@ -21,7 +21,7 @@ from ..pt2.slicing import SlicePlan, gather_into
 # Requests whose bytes are used up as they arrive (column blocks gathered out of the rows they lie in,
 # whole small entries copied out) are at most this long, and go to at most SCRATCH_AT_ONCE reused
 # buffers: a rank reading its weights' whole rows backs its share and 64 MiB, not the rows (from S3,
-# 16 MiB x 4 took a dim-1 rank 1.10x a whole load's time, 8 MiB x 4 1.15x).
+# 16 MiB x 4 was faster than 8 MiB x 4: bench/README.md).
 SCRATCH_BYTES = 16 << 20
 SCRATCH_AT_ONCE = 4
 

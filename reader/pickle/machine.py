@@ -110,6 +110,17 @@ def load(
 
 
 class _Machine:
+    """One pickle's interpreter: the stack, the marks, the memo, and one `op_*` method per opcode.
+
+    Why one class of this size: a pickle is one state machine over one shared state (the input position,
+    the stack, the metastack, the memo, the opcode and REDUCE budgets), and each allowed opcode is a few
+    lines over that state. `run` dispatches a byte to its method through `_DISPATCH`, a table built from
+    the `op_*` names, in one tight loop; splitting the opcodes by kind into classes would pass that state
+    between objects on every opcode, or spread one invariant (every item the stack holds counted against
+    `max_stack`; every key checked by `is_safe_key`) across them. The helpers each opcode uses (`take`,
+    `push`, `pop_mark`, `memo_*`, `_key`) sit beside them so the bounds are checked in one place.
+    """
+
     def __init__(
         self,
         data: bytes,

@@ -24,7 +24,7 @@ from ..errors import SourceError
 from .spans import COALESCE_GAP, coalesce
 
 # bench/stream_local.py's sweep: 4 MiB streams fastest against a pread loop of the same size
-# (1 MiB within noise, 256 KiB clearly slower); the service sets its own (PT2SERVE_CHUNK_SIZE).
+# (bench/README.md); the service sets its own (PT2SERVE_CHUNK_SIZE).
 DEFAULT_CHUNK_SIZE = 4 << 20
 # How much of the end an open reads first. Remotely, one request should hold the end
 # records, the central directory and often the configs; locally another read costs

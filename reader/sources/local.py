@@ -1,7 +1,7 @@
 """Local files: served from the page cache on the event loop, through aiofiles otherwise.
 
-A thread hop costs 0.1-0.5 ms here (more than copying a MiB out of the page
-cache, and a hundred times an open(2)), so the source avoids hops where the
+A thread hop costs more than copying a MiB out of the page cache, and a hundred
+times an open(2), so the source avoids hops where the
 kernel cannot block for long: the file is opened and closed inline (a read-only
 descriptor; path lookup is served from the dentry cache), and each read first
 tries `preadv(..., RWF_NOWAIT)`, which the kernel serves only from the page cache
@@ -35,8 +35,8 @@ _NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0) | _NONBLOCK
 
 # read() serves up to this much from the page cache inline, through a scratch buffer that
-# every source on the thread reuses (a fresh buffer costs page faults, about 1 ms per MiB
-# here, more than the thread hop); larger reads come back from pread in the executor.
+# every source on the thread reuses (a fresh buffer costs page faults, more than the
+# thread hop); larger reads come back from pread in the executor.
 INLINE_READ_LIMIT = 1 << 20
 
 

@@ -87,7 +87,7 @@ async def ordered_parts(
 
     With `fast_connection` (bytes/s), the first part is fetched alone and timed: if its first
     bytes (up to PROBE_BYTES) arrive at least that fast, one connection is not capped and more
-    would only cost CPU (on loopback 8 connections ran at 0.74x one), so the rest of the range
+    would only cost CPU (on loopback 8 connections ran slower than one), so the rest of the range
     follows as one request read at the consumer's pace (the transport's read-ahead bounds its
     memory); otherwise the other parts start at once.
     """
@@ -151,8 +151,8 @@ async def parts_into(
     held but the buffer itself, so no order is kept.
 
     With `fast_connection` (bytes/s), the first part is received alone and timed, as
-    `ordered_parts` does: at least that fast, the rest follows as one request (on loopback SeaweedFS
-    two connections loaded a model at 0.6x the time of one); otherwise the other parts run at once.
+    `ordered_parts` does: at least that fast, the rest follows as one request (bench/README.md has
+    the figure from loopback SeaweedFS); otherwise the other parts run at once.
     """
     part_size, parts_in_flight, fast_connection = how
     parts = split(0, len(buffer), part_size)

@@ -4,15 +4,14 @@ A context trusts, together:
 - the system's certificates: on macOS and Windows through `truststore` (the OS verifies each
   chain, so a company CA installed there is trusted); elsewhere OpenSSL's default locations
   (or the first CA file found where distributions keep it, as `truststore` looks), loaded once:
-  `truststore` reloads them on every handshake there (31 ms each, measured), which a parallel
-  read pays per connection;
+  `truststore` reloads them on every handshake there, which a parallel read pays per connection;
 - certifi's bundle (as pip adds it), so a machine without a CA store still reaches public hosts;
 - `SSL_CERT_FILE` and `SSL_CERT_DIR` (a file of PEM certificates; a directory in OpenSSL's
   hashed layout, as `openssl rehash` writes it); where OpenSSL's default locations are the
   system store, these replace them, as OpenSSL does;
 - an extra bundle (`HttpOptions.ca_bundle`: a PEM file or such a directory).
 
-Building one costs ~30 ms, so one context per configuration is kept for the life of the process
+Building one is slow, so one context per configuration is kept for the life of the process
 and shared by every connection of its protocol (http1/'s HTTP/1.1; httpx's HTTP/2).
 """
 

@@ -8,13 +8,21 @@ fuzzed directly.
 from .central import parse_central_directory
 from .decode import EntryDecoder, check_decodable, crc32, crc32_combine, verify_crc
 from .end import MAX_END_SEARCH, locate_directory
-from .local import data_offset, local_header_guess, local_header_size, locate_data, predicted_data_offset
+from .local import (
+    LocalHeaderParser,
+    data_offset,
+    local_header_guess,
+    local_header_size,
+    locate_data,
+    predicted_data_offset,
+)
 from .records import DirectorySpan, NeedBytes, NeedUntil, ZipEntry
 
 __all__ = [
     "MAX_END_SEARCH",
     "DirectorySpan",
     "EntryDecoder",
+    "LocalHeaderParser",
     "NeedBytes",
     "NeedUntil",
     "ZipEntry",

@@ -1,4 +1,5 @@
-"""Local file headers: where an entry's data really starts.
+"""Local file headers: where an entry's data really starts (from a window of bytes, or from bytes
+fed as they stream past: LocalHeaderParser).
 
 torch pads the *local* extra field so data is 64-byte aligned; the central
 directory does not repeat that field, so the local header must be read. A
@@ -48,6 +49,35 @@ def local_header_size(entry: ZipEntry, header: bytes | memoryview) -> int:
     """The whole local header's length, from at least its first 30 bytes."""
     fields = _fields(entry, header)
     return LOCAL_HEADER.size + fields[9] + fields[10]
+
+
+class LocalHeaderParser:
+    """One entry's local header from archive bytes fed in pieces of any size, from its first byte
+    (a stream that walks a range's entries: reader/formats/demux.py). `feed` takes only the header's
+    bytes and says how many it took; `data_offset` is set, every field checked as `data_offset()`
+    checks them, once the whole header is in."""
+
+    def __init__(self, entry: ZipEntry) -> None:
+        self.entry = entry
+        self.data_offset: int | None = None
+        self._header = bytearray()
+
+    @property
+    def taken(self) -> int:
+        """Header bytes fed so far."""
+        return len(self._header)
+
+    def feed(self, view: bytes | memoryview) -> int:
+        """Take the header's next bytes from the start of `view`; how many were taken."""
+        header = self._header
+        need = LOCAL_HEADER.size
+        if len(header) >= LOCAL_HEADER.size:
+            need = local_header_size(self.entry, header)
+        take = min(len(view), need - len(header))
+        header += view[:take]
+        if len(header) >= LOCAL_HEADER.size and len(header) == local_header_size(self.entry, header):
+            self.data_offset = data_offset(self.entry, header)
+        return take
 
 
 def _fields(entry: ZipEntry, header: bytes | memoryview) -> tuple:

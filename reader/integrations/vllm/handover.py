@@ -9,7 +9,7 @@ import contextlib
 import queue
 from typing import Any
 
-from ...loading.background import BackgroundLoop, LoopClosed
+from ...blocking.loop import BackgroundLoop, LoopClosed
 
 
 class Handover:

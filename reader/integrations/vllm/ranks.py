@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...archives.opener import open_archive
+from ...blocking.loop import BackgroundLoop
 from ...errors import ReaderError, SourceChanged
-from ...loading.background import BackgroundLoop
 from ...loading.budget import budget_bytes
 from ...loading.selection import checkpoint
 from ...torch import iter_load

@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ...archives.opener import open_archive
+from ...blocking.loop import BackgroundLoop
 from ...errors import ReaderError
-from ...loading.background import BackgroundLoop
 from ...loading.budget import budget_bytes
 from ...loading.selection import checkpoint
 from ...torch import iter_load

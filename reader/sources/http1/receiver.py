@@ -1,11 +1,11 @@
 """The rest of a Content-Length body received on a thread of its own (plain TCP connections).
 
 On the event loop every socket read of a body is a trip through the loop and its callbacks, and a
-CRC-32 taken later on another thread reads bytes that have left the receiving core's cache. The
-least an asyncio client of `ar.stream`'s shape can do measured 0.65 - 0.70x curl from loopback nginx;
-a thread that reads the socket in a loop (the GIL released in each read) and takes each full
-buffer's CRC-32 right after it fills measured 0.90x, and 0.77x with the CRC-32 left to the consumer
-(same runs). So `Connection` pauses its transport once the head is parsed and hands the socket's
+CRC-32 taken later on another thread reads bytes that have left the receiving core's cache. A
+thread that reads the socket in a loop (the GIL released in each read) and takes each full buffer's
+CRC-32 right after it fills beats the least an asyncio client of `ar.stream`'s shape can do, and the
+same thread with the CRC-32 left to the consumer (bench/README.md).
+So `Connection` pauses its transport once the head is parsed and hands the socket's
 remaining body bytes to a `Receiver`: exactly that many bytes are read (a byte past the body stays
 in the kernel, and the pool's check catches it), each full buffer is posted to the loop with the
 CRC-32 of each `PIECE` of it (taken right after it filled, while its bytes are in this core's
@@ -36,7 +36,7 @@ import numpy as np
 
 from ... import zipfmt
 
-BUFFER_SIZE = 4 << 20  # each buffer filled, checked and posted whole (1 MiB: 1.3x the CPU a GiB)
+BUFFER_SIZE = 4 << 20  # each buffer filled, checked and posted whole (1 MiB buffers cost more CPU)
 PIECE = 1 << 20  # a CRC-32 is taken of each piece of a full buffer
 READ_AHEAD = 8 << 20  # received and not yet taken before the thread waits
 # bytes that waited this long for more are handed on (as connection.py's WAKE_DELAY on the loop: a slow

@@ -3,7 +3,7 @@
 httpx keeps what it is good at: auth flows (SigV4, bearer tokens), redirects, timeouts, the
 proxy routes (proxies.py's mounts), and HTTP/2 on request (httpcore, a transport of its own).
 Under it, httpx's HTTP/1.1 path (httpcore + h11) parses in Python and hands out 64 KiB a read,
-which measured 0.32x curl on loopback; this transport hands out each socket read as it landed
+far below curl on loopback; this transport hands out each socket read as it landed
 (up to 1 MiB, no copy: connection.py), from connections kept by origin (pool.py).
 
 A response's body is a `BodyStream`: iterated, it is bytes-like chunks as any httpx body; a

@@ -5,7 +5,7 @@ An archive's sources (HTTP clients, open files, tasks) belong to the loop they w
 a handle used from plain threads keeps that loop alive in one daemon thread for its whole life, and
 every call, from any thread, runs a coroutine there (`asyncio.run_coroutine_threadsafe`) and waits
 for its result: calls from several threads run concurrently on the one loop. `reader.load`'s
-one-call form (reader.loading.sync) opens and closes per call instead, so it needs no thread.
+one-call form (sync.py) opens and closes per call instead, so it needs no thread.
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""`reader.load`: the synchronous, one-call form, for scripts and servers at start-up."""
+"""`reader.load` and every other one-call form (`reader.torch.load`, `reader.torch.read`): open,
+run one coroutine, close, from synchronous code; `OpenOptions`, the keywords each hands
+`open_archive`."""
 
 from __future__ import annotations
 
@@ -9,17 +11,19 @@ import os
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from ..bodies.tensor import Order
+from ..loading.selection import Selection
+from ..loading.shards import Shard
 from ..sources import DEFAULT_CHUNK_SIZE, ByteSource, HttpOptions, S3Settings
-from .selection import Selection
-from .shards import Shard
 
 if TYPE_CHECKING:
     from ..archives.archive_like import ArchiveLike
+    from ..archives.opener import open_archive
     from ..cache import CacheStore
 
 T = TypeVar("T")
@@ -27,8 +31,8 @@ T = TypeVar("T")
 
 class _MainLoop:
     """The main thread's event loop, kept from one synchronous call to the next: a fresh loop per
-    call (asyncio.run) cost 0.3 ms more with cold caches, an eighth of loading GPT-2 from a local
-    file.
+    call (asyncio.run) costs a noticeable part of loading a small model from a local file with cold
+    caches (bench/README.md, `load_model.py`).
 
     An asyncio.Runner, so Ctrl-C cancels the call as under asyncio.run; made by a loop factory, so
     it is never the thread's current event loop for other code; each call runs in a copy of the
@@ -82,8 +86,8 @@ def run_sync(make: Callable[[], Awaitable[T]]) -> T:
     loop of its own in another thread.
 
     The result is handed back outside the main task: on its way out, Python 3.11's asyncio.run
-    formats a repr of that task (restoring the SIGINT handler), and a task holding a model's
-    tensors as its result took 50-90 ms to format them."""
+    formats a repr of that task (restoring the SIGINT handler), and formatting a task that holds a
+    model's tensors as its result is slow."""
     found: list[T] = []
 
     async def main() -> None:
@@ -102,16 +106,43 @@ def run_sync(make: Callable[[], Awaitable[T]]) -> T:
     return found[0]
 
 
+@dataclass(frozen=True, slots=True)
+class OpenOptions:
+    """The keywords of `open_archive` a one-call form or a synchronous handle takes and hands on."""
+
+    tail_size: int | None = None
+    chunk_size: int = DEFAULT_CHUNK_SIZE
+    http_options: HttpOptions | None = None
+    s3_settings: S3Settings | None = None
+    cache_dir: str | os.PathLike[str] | CacheStore | None = None
+    offline: bool | None = None
+    stale_if_error: bool | None = None
+
+    def open(self, location: str | os.PathLike[str] | ByteSource) -> open_archive:
+        """`open_archive(location)` with these keywords: await it, or `async with` it."""
+        from ..archives.opener import open_archive
+
+        return open_archive(
+            location,
+            tail_size=self.tail_size,
+            chunk_size=self.chunk_size,
+            http_options=self.http_options,
+            s3_settings=self.s3_settings,
+            cache_dir=self.cache_dir,
+            offline=self.offline,
+            stale_if_error=self.stale_if_error,
+        )
+
+
 def with_archive(
     location: str | os.PathLike[str] | ByteSource,
-    options: dict[str, Any],
+    options: OpenOptions,
     use: Callable[[ArchiveLike], Awaitable[T]],
 ) -> T:
-    """Open `location` (`options` go to `open_archive`), run `use` on it, close it: synchronously."""
-    from ..archives.opener import open_archive
+    """Open `location` with `options`, run `use` on it, close it: synchronously."""
 
     async def run() -> T:
-        async with open_archive(location, **options) as archive:
+        async with options.open(location) as archive:
             return await use(archive)
 
     return run_sync(run)
@@ -138,31 +169,10 @@ def load(
     """Open `location`, load the selection as `Archive.load` does, close. The selection's keywords
     are `Archive.load`'s; the others `open_archive`'s."""
     selection = Selection(model, prefix, names, order, copy, verify, shard)
-    options = open_options(
+    options = OpenOptions(
         tail_size, chunk_size, http_options, s3_settings, cache_dir, offline, stale_if_error
     )
     return with_archive(location, options, lambda archive: _arrays(archive, selection))
-
-
-def open_options(
-    tail_size: int | None,
-    chunk_size: int,
-    http_options: HttpOptions | None,
-    s3_settings: S3Settings | None,
-    cache_dir: str | os.PathLike[str] | CacheStore | None,
-    offline: bool | None,
-    stale_if_error: bool | None,
-) -> dict[str, Any]:
-    """The keywords a one-call load or read hands `open_archive`."""
-    return {
-        "tail_size": tail_size,
-        "chunk_size": chunk_size,
-        "http_options": http_options,
-        "s3_settings": s3_settings,
-        "cache_dir": cache_dir,
-        "offline": offline,
-        "stale_if_error": stale_if_error,
-    }
 
 
 def _arrays(archive: Any, selection: Selection) -> Awaitable[dict[str, np.ndarray]]:
