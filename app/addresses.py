@@ -21,7 +21,7 @@ An --allow-open pattern that names a host without a wildcard exempts that host, 
 port only, from the global-unicast rule (`named`: (host, port) pairs, port None for `:*`); the
 policy sends such a host only requests within that pattern's path (app/open_policy.py). Metadata
 endpoints are refused even then. The guard is the reader's `HttpOptions.resolve_host` hook, asked
-as each connection is made (reader/sources/http1/pool.py): the connection then goes to the
+as each connection is made (reader/sources/transport/http1/pool.py): the connection then goes to the
 addresses checked here, so a name resolving elsewhere a moment later changes nothing.
 
 What a refusal says to the client names the rule only; the host and its addresses go to the log.

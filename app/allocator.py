@@ -1,7 +1,7 @@
 """glibc malloc settings for the service: freed buffers are reused rather than handed back.
 
 The service relays remote tensors through a fresh 1 MiB buffer per socket read
-(reader/sources/http1/inbox.py) and reads local ones into fresh buffers (reader/sources/local.py).
+(reader/sources/transport/http1/inbox.py) and reads local ones into fresh buffers (reader/sources/local.py).
 With glibc's defaults the heap's top is trimmed and large blocks are mapped afresh, so new
 buffers fault their pages in again: about 35,000 page faults per 512 MiB relayed, each page
 zeroed by the kernel. These settings bring `bench/serve_remote.py`'s proxy row closer to nginx

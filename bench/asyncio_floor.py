@@ -1,7 +1,8 @@
 """The least an asyncio client can do to stream a range: the floor `ar.stream` is compared with.
 
 One HTTP/1.1 GET with a Range header over a fresh connection; an `asyncio.BufferedProtocol`
-receives into fresh 1 MiB buffers (as reader/sources/http1/inbox.py does) and an async generator hands
+receives into fresh 1 MiB buffers (as reader/sources/transport/http1/inbox.py does) and an async
+generator hands
 each socket read to the consumer, which computes the CRC-32 (as `ar.stream` does for a whole
 entry). No retries, pinning, pooling or checks beyond the status and the byte count: what is left is
 the cost of asyncio delivering bytes to an `async for`, which no client of that shape can avoid.

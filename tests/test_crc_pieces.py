@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 import reader
 from reader import zipfmt
 from reader.entries.running_crc import RunningCrc
-from reader.sources.http1.connection import THREAD_MIN
-from reader.sources.http1.receiver import PIECE
+from reader.sources.transport.http1.connection import THREAD_MIN
+from reader.sources.transport.http1.receiver import PIECE
 from reader.zipfmt import ZipEntry, combine
 
 SIZE = 2 * THREAD_MIN + 12345

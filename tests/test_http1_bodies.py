@@ -1,4 +1,4 @@
-"""The HTTP/1.1 client under httpx (reader/sources/http1/): exact bytes handed on as received, the
+"""The HTTP/1.1 client under httpx (reader/sources/transport/http1/): exact bytes handed on as received, the
 connection released however the consumer ends, httpx's error types for every misbehaviour; every
 request kind the sources send (HEAD, a body, bodiless answers, chunked answers) over the same pool.
 (tests/test_http_source.py runs every fault through it too.)"""

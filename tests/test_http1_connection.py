@@ -1,5 +1,6 @@
-"""The asyncio side of an HTTP/1.1 connection (reader/sources/http1/connection.py) around its sans-IO
-core, driven through the protocol's own callbacks on a stand-in transport (no socket): flow control,
+"""The asyncio side of an HTTP/1.1 connection (reader/sources/transport/http1/connection.py) around
+its sans-IO core, driven through the protocol's own callbacks on a stand-in transport (no socket):
+flow control,
 when a waiting consumer is woken, what stops the connection, and errors raised to the consumer."""
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ import asyncio
 import httpx
 import pytest
 
-from reader.sources.http1.connection import READ_AHEAD, WAKE_AT, Connection
-from reader.sources.http1.stream import BodyStream
+from reader.sources.transport.http1.connection import READ_AHEAD, WAKE_AT, Connection
+from reader.sources.transport.http1.stream import BodyStream
 
 pytestmark = pytest.mark.unit
 

@@ -1,4 +1,4 @@
-"""The HTTP/1.1 client's sans-IO core (reader/sources/http1/framing.py, inbox.py) driven by byte
+"""The HTTP/1.1 client's sans-IO core (reader/sources/transport/http1/framing.py, inbox.py) driven by byte
 strings alone, no socket and no event loop: heads split anywhere, counted bodies into receive buffers
 or the caller's memory, chunked and read-until-close bodies through h11, bodiless answers, bodies
 longer than declared, connections closed mid-body, reuse, and one exchange at a time."""
@@ -9,9 +9,9 @@ import h11
 import httpx
 import pytest
 
-from reader.sources.http1.framing import Data, Framing, Head
-from reader.sources.http1.inbox import BUFFER_SIZE, Inbox, Posted, Read, Received
-from reader.sources.scatter import Scatter
+from reader.sources.transport.http1.framing import Data, Framing, Head
+from reader.sources.transport.http1.inbox import BUFFER_SIZE, Inbox, Posted, Read, Received
+from reader.sources.transport.scatter import Scatter
 
 pytestmark = pytest.mark.unit
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from reader.errors import SourceChanged, SourceError
-from reader.sources.multirange import (
+from reader.sources.transport.multirange import (
     HEAD_WINDOW,
     MAX_RANGE_HEADER,
     ByteRangesParser,

@@ -19,7 +19,7 @@ import pytest
 from reader.errors import SourceError
 from reader.sources import http
 from reader.sources.http import HttpSource
-from reader.sources.http1.stream import BodyStream
+from reader.sources.transport.http1.stream import BodyStream
 from testing.multipart_server import MultipartServer
 
 pytestmark = pytest.mark.emulator

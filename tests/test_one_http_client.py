@@ -1,5 +1,5 @@
 """One HTTP/1.1 client in the tree (issue 48): every request of reader/ and app/ goes through httpx
-over reader/sources/http1/ (or httpx's own HTTP/2 transport on request); no other client library is
+over reader/sources/transport/http1/ (or httpx's own HTTP/2 transport on request); no other client library is
 imported, h11 is spoken only in http1/, and only `make_client` builds an httpx client or transport."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ pytestmark = pytest.mark.unit
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 OTHER_CLIENTS = {"aiohttp", "httpcore", "urllib3", "requests", "pycurl", "http.client", "urllib.request"}
-HTTP1 = ROOT / "reader" / "sources" / "http1"
+HTTP1 = ROOT / "reader" / "sources" / "transport" / "http1"
 MAKER = ROOT / "reader" / "sources" / "http.py"
 
 
@@ -49,7 +49,7 @@ def test_no_other_http_client_is_imported_and_h11_only_in_http1() -> None:
         if clients:
             found.append(f"{path.relative_to(ROOT)} imports {sorted(clients)}")
         if "h11" in imported and HTTP1 not in path.parents:
-            found.append(f"{path.relative_to(ROOT)} speaks h11 outside reader/sources/http1/")
+            found.append(f"{path.relative_to(ROOT)} speaks h11 outside reader/sources/transport/http1/")
     assert found == []
 
 

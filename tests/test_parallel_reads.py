@@ -10,7 +10,7 @@ import pytest
 
 import reader
 from reader.sources import HttpOptions, HttpSource, S3Settings
-from reader.sources.parallel import split
+from reader.sources.transport.parallel import split
 from testing.faultserver import ChangeObject, Drip, DropAfter, FaultServer, Status
 from testing.faultserver import data_ranges as _ranges
 from testing.seaweed import SeaweedS3

@@ -1,4 +1,4 @@
-"""Proxies from the environment on both transports (the HTTP/1.1 client, reader/sources/http1/, and
+"""Proxies from the environment on both transports (the HTTP/1.1 client, reader/sources/transport/http1/, and
 httpx's HTTP/2), small reads and ranges of 1 MiB and more, through a forward proxy the tests own
 (testing/forward_proxy.py) to nginx over http and https (a private CA's certificate, trusted
 through HttpOptions.ca_bundle).

@@ -1,5 +1,5 @@
 """`HttpSource.read_into` of big ranges: the body received straight into the caller's buffer (http1's
-`BodyStream.receive_into`, through sources/body.py), as parts into their slices (parallel.py's
+`BodyStream.receive_into`, through sources/transport/body.py), as parts into their slices (parallel.py's
 `parts_into`), keeping every contract of `read`: exact bytes, If-Match pinning, a cut body resumed
 at its first missing byte, 5xx retried, SourceChanged on a replaced object, nothing left running
 when the caller is cancelled. Two part sizes, BULK_MIN and 64 KiB: read_into lands the body in place
@@ -15,7 +15,7 @@ import pytest
 
 import reader
 from reader.sources import HttpOptions, HttpSource
-from reader.sources.parallel import split
+from reader.sources.transport.parallel import split
 from testing.faultserver import ChangeObject, Drip, DropAfter, FaultServer, Status
 from testing.faultserver import data_ranges as _ranges
 

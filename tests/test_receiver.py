@@ -1,4 +1,4 @@
-"""Long bodies received on a thread (reader/sources/http1/receiver.py): the same bytes, errors,
+"""Long bodies received on a thread (reader/sources/transport/http1/receiver.py): the same bytes, errors,
 timeouts, pooling and proxying as on the event loop, each full buffer's piece CRC-32s taken by the
 receiving thread, told through `checked` and equal to the bytes' own (`RunningCrc` on its own:
 test_crc_pieces.py)."""
@@ -16,8 +16,8 @@ import pytest
 import reader
 from reader.sources import HttpOptions, HttpSource
 from reader.sources.http import make_client
-from reader.sources.http1.connection import THREAD_MIN
-from reader.sources.http1.receiver import PIECE, Receiver
+from reader.sources.transport.http1.connection import THREAD_MIN
+from reader.sources.transport.http1.receiver import PIECE, Receiver
 from testing.faultserver import DropAfter, FaultServer, ResetConnection, StallAfter
 from testing.forward_proxy import ForwardProxy
 from testing.private_ca import https_origin

@@ -1,11 +1,11 @@
-"""sources/redirects.py's rule: credentials go only to the origin they were given for, never downgraded
-(redirects followed for real: test_redirects.py)."""
+"""sources/transport/redirects.py's rule: credentials go only to the origin they were given for,
+never downgraded (redirects followed for real: test_redirects.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from reader.sources.redirects import keeps_credentials, origin_of
+from reader.sources.transport.redirects import keeps_credentials, origin_of
 
 pytestmark = pytest.mark.unit
 

@@ -43,7 +43,7 @@ def archive(tmp_path_factory) -> pathlib.Path:
 
 @pytest.fixture(params=["http1", "http2"])
 def path(request) -> str:
-    """http1: reader/sources/http1/; http2: httpx's own transport."""
+    """http1: reader/sources/transport/http1/; http2: httpx's own transport."""
     return request.param
 
 

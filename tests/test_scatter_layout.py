@@ -1,4 +1,4 @@
-"""sources/scatter.py and multirange.layout on their own: a scatter filled in any steps, a layout
+"""sources/transport/scatter.py and multirange.layout on their own: a scatter filled in any steps, a layout
 predicted from the first head, gathered runs (against servers: test_multirange_scatter.py)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import itertools
 import numpy as np
 import pytest
 
-from reader.sources import multirange
-from reader.sources.scatter import Scatter, gather
+from reader.sources.transport import multirange
+from reader.sources.transport.scatter import Scatter, gather
 
 SIZE = 4 << 20
 DATA = np.random.default_rng(34).integers(0, 256, SIZE, dtype=np.uint8).tobytes()

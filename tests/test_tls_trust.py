@@ -1,5 +1,6 @@
-"""Which https servers remote reads trust (reader/sources/tls.py), against nginx with a certificate of a
-private CA that `trustme` issues: refused by default with a SourceError that names the host and says
+"""Which https servers remote reads trust (reader/sources/transport/tls.py), against nginx with a
+certificate of a private CA that `trustme` issues: refused by default with a SourceError that names the
+host and says
 "certificate"; trusted through SSL_CERT_FILE, SSL_CERT_DIR (the `openssl rehash` layout) or the extra
 bundle (HttpOptions.ca_bundle, PT2SERVE_CA_BUNDLE, --ca-bundle), on both transports (http1/ and
 HTTP/2), small reads and big ranges, in the library, the service's registry and the CLI."""
@@ -18,7 +19,7 @@ from app.settings import Settings
 from reader.errors import SourceError
 from reader.sources import HttpOptions, HttpSource
 from reader.sources.http import make_client
-from reader.sources.tls import untrusted_certificate, verified_context
+from reader.sources.transport.tls import untrusted_certificate, verified_context
 from testing.cli import acli, one_line_error
 from testing.forward_proxy import ForwardProxy
 from testing.paths import ARCHIVES

@@ -34,7 +34,7 @@ from .. import zipfmt
 from ..entries.ranges import coalesce
 from ..pt2.slicing import SlicePlan, count_runs, plan_slice
 from ..pt2.tensorinfo import TensorInfo
-from ..sources import multirange
+from ..sources.transport import multirange
 from ..zipfmt import ZipEntry
 from ..zipfmt.structs import METHOD_STORED
 from .plan import LoadPlan, group_ranges

@@ -1,7 +1,7 @@
 """A rank's blocks of sharded tensors read: the executor of `blockplan.py`'s plan.
 
 `blockplan.py` (pure) cuts the blocks, chooses how each is read and groups what is wanted into
-requests; here the link is timed where the choice needs it (`sources/speed.py`, once a source), the
+requests; here the link is timed where the choice needs it (`sources/transport/speed.py`, once a source), the
 requests run up to `REQUESTS_AT_ONCE` at a time, each big one in parallel parts by the source, and
 what lands is put in place.
 
@@ -43,7 +43,8 @@ from .. import zipfmt
 from ..entries.fetcher import EntryFetcher
 from ..errors import IntegrityError
 from ..pt2.slicing import gather_into
-from ..sources import ByteSource, speed
+from ..sources import ByteSource
+from ..sources.transport import speed
 from ..tasks import task_group
 from ..zipfmt import ZipEntry
 from ..zipfmt.structs import METHOD_STORED

@@ -7,9 +7,10 @@ Every remote store is one `HttpSource` (http.py) given a `StorePolicy` (policy.p
 does differently) and an `httpx.Auth` (its signing): its requests and their checks are exchange.py,
 its one ranged read ranged.py, the open's tail tail.py, several ranges a request multiget.py.
 
-The remote sources (httpx and the HTTP/1.1 client under it, http1/; botocore and the cloud SDKs)
-are imported when a remote location is first opened, so reading local archives does not pay for
-them at start.
+The HTTP plumbing under them (the HTTP/1.1 client under httpx, proxies, TLS, redirects, retries,
+bodies, parallel parts) is transport/, which knows no store. The remote sources (httpx, botocore
+and the cloud SDKs) are imported when a remote location is first opened, so reading local archives
+does not pay for them at start.
 """
 
 from __future__ import annotations
@@ -29,15 +30,15 @@ from .base import (
     fresh_buffer,
     redact_location,
 )
-from .contentrange import ContentRange, parse_content_range
 from .local import LocalFileSource
 from .location import Location, split_location
 from .memory import BytesSource
-from .options import HttpOptions, S3Settings
+from .transport.contentrange import ContentRange, parse_content_range
+from .transport.options import HttpOptions, S3Settings
 
 if TYPE_CHECKING:
     from .http import HttpSource
-    from .tls import verified_context
+    from .transport.tls import verified_context
 
 # scheme -> what it reads; each remote opener is imported when its scheme is first opened
 # (the cloud SDKs of gs:// and az:// are extras: pt2serve[gcs], pt2serve[azure])
@@ -71,7 +72,7 @@ def __getattr__(name: str) -> Any:
 
         return make_client
     if name == "verified_context":
-        from .tls import verified_context
+        from .transport.tls import verified_context
 
         return verified_context
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

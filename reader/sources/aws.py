@@ -27,7 +27,7 @@ from botocore.credentials import Credentials
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ..errors import SourceError
-from .options import DEFAULT_REGION
+from .transport.options import DEFAULT_REGION
 
 NO_SIGN_REQUEST = "AWS_NO_SIGN_REQUEST"
 _TRUE = {"1", "true", "yes", "on"}

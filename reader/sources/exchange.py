@@ -17,14 +17,14 @@ import httpx
 
 from ..errors import SourceChanged, SourceError
 from .base import SourceStats
-from .body import Body, TooLong
-from .contentrange import ContentRange, parse_content_range
-from .options import HttpOptions
 from .policy import StorePolicy
-from .proxies import refusal
-from .redirects import EXPIRED_STATUS, keeps_credentials, origin_of, without_credentials
-from .retry import Retry, retry_after, retrying
-from .tls import certificate_refusal
+from .transport.body import Body, TooLong
+from .transport.contentrange import ContentRange, parse_content_range
+from .transport.options import HttpOptions
+from .transport.proxies import refusal
+from .transport.redirects import EXPIRED_STATUS, keeps_credentials, origin_of, without_credentials
+from .transport.retry import Retry, retry_after, retrying
+from .transport.tls import certificate_refusal
 
 T = TypeVar("T")
 

@@ -31,7 +31,7 @@ from .http import HttpOptions, HttpSource
 from .keys import bad_segment
 from .location import rest_of
 from .policy import ExchangeView, StorePolicy
-from .redirects import origin_of
+from .transport.redirects import origin_of
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 REPO_TYPE_PREFIXES = ("datasets/", "spaces/")

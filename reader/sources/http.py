@@ -43,18 +43,18 @@ from .base import (
     redact_location,
 )
 from .exchange import Exchange
-from .http1 import Http1Transport
 from .multiget import ranges_once
-from .options import CheckUrl, HttpOptions
-from .parallel import ordered_parts, parts_for, parts_into
 from .policy import StorePolicy
-from .proxies import Proxy
-from .proxies import mounts as proxy_mounts
 from .ranged import resumed
-from .retry import deadline
 from .spans import COALESCE_GAP
 from .tail import open_tail
-from .tls import verified_context
+from .transport.http1 import Http1Transport
+from .transport.options import CheckUrl, HttpOptions
+from .transport.parallel import ordered_parts, parts_for, parts_into
+from .transport.proxies import Proxy
+from .transport.proxies import mounts as proxy_mounts
+from .transport.retry import deadline
+from .transport.tls import verified_context
 
 
 class HttpSource(ByteSource):

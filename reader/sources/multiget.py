@@ -14,11 +14,11 @@ from collections.abc import AsyncIterator, Sequence
 
 import numpy as np
 
-from . import multirange
 from .base import fresh_buffer, per_range
-from .body import Body
 from .exchange import Exchange
-from .scatter import gather
+from .transport import multirange
+from .transport.body import Body
+from .transport.scatter import gather
 
 # A multi-range read whose ranges average at least this many bytes is received straight into the
 # caller's memory (one socket read per part at most); shorter parts come whole in one buffer and

@@ -16,7 +16,7 @@ from contextlib import aclosing
 
 from .base import Checked
 from .exchange import Exchange
-from .retry import Retry, back_off, check_deadline
+from .transport.retry import Retry, back_off, check_deadline
 
 Piece = bytes | memoryview
 

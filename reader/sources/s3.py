@@ -28,9 +28,9 @@ from .aws import Identity, S3Endpoint, environment_config, explicit_endpoint
 from .http import HttpSource
 from .keys import check_key
 from .location import rest_of
-from .options import HttpOptions, S3Settings
 from .policy import OneRangePolicy
 from .refresh import Refreshing
+from .transport.options import HttpOptions, S3Settings
 
 ERROR_BODY_CAP = 64 << 10  # bytes of an error body read to find S3's <Code>
 ADVISORY_RETRY_SECONDS = 30.0  # after a refresh that failed while the old credentials still hold

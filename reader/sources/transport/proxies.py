@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import httpx
 from httpx._utils import get_environment_proxies  # httpx's reading of the variables, kept exact
 
-from ..errors import SourceError
+from ...errors import SourceError
 from .tls import untrusted_certificate
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network

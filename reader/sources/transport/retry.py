@@ -17,7 +17,7 @@ from typing import TypeVar
 
 import httpx
 
-from ..errors import OriginUnreachable, SourceError
+from ...errors import OriginUnreachable, SourceError
 from .options import HttpOptions
 
 T = TypeVar("T")

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 import httpx
 
-from ..base import Checked
+from ...base import Checked
 from ..scatter import Scatter
 from .connection import Connection
 from .receiver import PIECE

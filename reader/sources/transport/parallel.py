@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from typing import NamedTuple
 
-from ..tasks import task_group
+from ...tasks import task_group
 from .options import HttpOptions
 from .speed import PROBE_BYTES, rate
 

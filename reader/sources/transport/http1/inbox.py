@@ -23,7 +23,7 @@ from typing import NamedTuple
 
 import httpx
 
-from ..base import fresh_buffer
+from ...base import fresh_buffer
 from ..scatter import Scatter
 from .framing import Data, Event, Framing
 

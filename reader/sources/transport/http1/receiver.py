@@ -34,7 +34,7 @@ from collections.abc import Callable
 import httpx
 import numpy as np
 
-from ... import zipfmt
+from .... import zipfmt
 
 BUFFER_SIZE = 4 << 20  # each buffer filled, checked and posted whole (1 MiB buffers cost more CPU)
 PIECE = 1 << 20  # a CRC-32 is taken of each piece of a full buffer

@@ -50,7 +50,7 @@ class HttpOptions:
     multi_range: bool = True
     # Seconds of client CPU one part of a multi-range answer costs, weighed against the rows' bytes
     # (bench/README.md, `shard.py`, has the figures from loopback nginx). None: timed once a source,
-    # with the link's rate (sources/speed.py); 0: a column block's parts always.
+    # with the link's rate (sources/transport/speed.py); 0: a column block's parts always.
     part_cost: float | None = None
     # A long streamed body is received on a thread (http1/receiver.py): the consumer's work on the loop
     # overlaps the socket reads. A consumer that only relays each chunk (the service writing it to

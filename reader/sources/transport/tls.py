@@ -24,7 +24,7 @@ import sys
 
 import certifi
 
-from ..errors import SourceError
+from ...errors import SourceError
 
 TRUST_HINT = "trust its CA with SSL_CERT_FILE, SSL_CERT_DIR or --ca-bundle (PT2SERVE_CA_BUNDLE)"
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import SourceChanged, SourceError
+from ...errors import SourceChanged, SourceError
 from .contentrange import parse_content_range
 from .scatter import gather
 

@@ -14,8 +14,8 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 import httpx
 
-from ..errors import SourceError
-from .base import Checked
+from ...errors import SourceError
+from ..base import Checked
 from .http1 import BodyStream, Http1Response
 from .retry import Retry
 from .scatter import Scatter

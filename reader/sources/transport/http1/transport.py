@@ -8,7 +8,7 @@ far below curl on loopback; this transport hands out each socket read as it land
 
 A response's body is a `BodyStream`: iterated, it is bytes-like chunks as any httpx body; a
 caller that has the body's final memory asks `Http1Response.body` to land it there instead
-(sources/body.py does, for every read of a source).
+(sources/transport/body.py does, for every read of a source).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from .base import ByteSource
+    from ..base import ByteSource
 
 # How much of a first read is timed before deciding (one connection or several; parts or rows).
 PROBE_BYTES = 4 << 20
