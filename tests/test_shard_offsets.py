@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import reader
-from reader.loading.blockplan import predicted_offset
+from reader.zipfmt import predicted_data_offset as predicted_offset
 from reader.sources import HttpOptions
 from testing.aligned_pt2 import ROOT, write_aligned_pt2
 from testing.aligned_pt2 import rank_block as _block

@@ -16,7 +16,7 @@ rows. Blocks of one run (dim-0 cuts) are read as they are cut either way.
 
 The requests: what is wanted (`Piece`: a run or a chunk of rows at an assumed data offset; `Region`: a
 local header, or a small whole entry beside it) grouped where less than REQUEST_GAP lies between
-(`group_requests`); the data offsets torch's writer would give (`predicted_offset`); the runs of
+(`group_requests`); the runs of
 blocks read as parts, batched into multi-range requests (`runs_requests`, typed `RunsPart`s); spans
 spread over a few multi-range requests of about the same bytes (`spread_over`).
 """
@@ -30,7 +30,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from .. import zipfmt
+from ..entries.offsets import header_span
 from ..entries.ranges import coalesce
 from ..errors import UnsupportedPayload
 from ..pt2.slicing import SlicePlan, count_runs, plan_slice
@@ -359,21 +359,6 @@ def item_end(item: Wanted) -> int:
     return item.start + item.length if isinstance(item, Piece) else item.end
 
 
-def predicted_offset(entry: ZipEntry) -> int:
-    """Where torch's ZIP writer puts an entry's data (`zipfmt.predicted_data_offset`: the rule)."""
-    return zipfmt.predicted_data_offset(entry)
-
-
-def written_as_torch_does(known: Mapping[str, int], entries: Mapping[str, ZipEntry] | None) -> bool:
-    """True when every data offset found so far (the open's metadata entries) lies where
-    `predicted_offset` puts it: the archive's other entries are predicted (an archive another tool
-    wrote is read header first, as a prediction that misses costs its bytes twice)."""
-    if not entries:
-        return False
-    checked = [name for name in known if name in entries]
-    return bool(checked) and all(known[name] == predicted_offset(entries[name]) for name in checked)
-
-
 def set_small_apart(plan: LoadPlan, limit: int) -> tuple[LoadPlan, list[ZipEntry]]:
     """`plan` without its stored entries of at most `limit` bytes, and those entries."""
     small = {
@@ -414,6 +399,11 @@ class RunsPart:
     high: int
     offset: int
     at: int
+    length: int  # the bytes of those runs
+
+    def ranges(self, plan: SlicePlan) -> list[tuple[int, int]]:
+        """The archive ranges of these runs of the block (`plan`: its runs)."""
+        return [(self.offset + start, self.offset + end) for start, end in plan.runs[self.low : self.high]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -458,7 +448,8 @@ def runs_requests(blocks: Sequence[Block], several: Iterable[tuple[int, int]]) -
             index, base, offset, ats = owners[owner]
             count = len(blocks[index].plan.runs)
             stop = min(base + count, end)
-            parts.append(RunsPart(index, done - base, stop - base, offset, ats[done - base]))
+            low, high = done - base, stop - base
+            parts.append(RunsPart(index, low, high, offset, ats[low], ats[high] - ats[low]))
             done = stop
             if stop == base + count:
                 owner += 1
@@ -486,6 +477,5 @@ def spread_over(spans: list, count: int) -> list[list]:
 
 
 def header_region(entry: ZipEntry) -> Region:
-    """Bytes from `entry`'s local header that likely hold it whole (`zipfmt.local_header_guess`)."""
-    guess = entry.header_offset + zipfmt.local_header_guess(entry)
-    return Region(entry, entry.header_offset, min(guess, entry.region_end), False)
+    """Bytes from `entry`'s local header that likely hold it whole (`offsets.header_span`)."""
+    return Region(entry, *header_span(entry), False)
