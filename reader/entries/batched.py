@@ -10,19 +10,29 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple, Protocol
 
 from .. import zipfmt
+from ..sources import ByteSource
 from ..zipfmt import ZipEntry
-from .offsets import header_span
+from .offsets import DataOffsets, header_span
 from .ranges import check_range, coalesce, containing, verify_whole
-
-if TYPE_CHECKING:
-    from .fetcher import EntryFetcher
 
 # A range starting this far into an entry gets its header resolved separately
 # rather than dragging the bytes in between along.
 HEADER_PIGGYBACK_LIMIT = 64 << 10
+
+
+class EntryFetcher(Protocol):
+    """What these reads need of fetcher.py's EntryFetcher (which reads through them)."""
+
+    source: ByteSource
+    offsets: DataOffsets
+
+    async def read(self, entry: ZipEntry, start: int = 0, end: int | None = None) -> bytes: ...
+    async def data_offset(self, entry: ZipEntry) -> int: ...
+    async def settle(self, entry: ZipEntry, header: bytes | memoryview | None) -> bool: ...
+    def predicts(self, entry: ZipEntry, nbytes: int) -> int | None: ...
 
 
 class _Stored(NamedTuple):
