@@ -10,13 +10,13 @@ multi-range requests (its share and each part's head, but every part costs clien
 entry, its head parsed, its view), or the one run its rows lie in, read whole and gathered a chunk of
 rows at a time (up to world size times the bytes, no parts). Which is faster turns on the link: with
 `Link`, one connection's rate and a part's cost, `plan_blocks` prices both for each block and takes the
-cheaper (from loopback nginx a GPT-2 dim-1 rank took 4.49x a whole load as 134k parts, 1.08x as rows).
+cheaper (bench/README: `shard.py`).
 A source that answers one range a request (S3, a local file, `HttpOptions(multi_range=False)`) reads
 rows. Blocks of one run (dim-0 cuts) are read as they are cut either way.
 
-The requests: what is wanted (`Piece`: a run or a chunk of rows at an assumed data offset; `Region`: a
-local header, or a small whole entry beside it) grouped where less than REQUEST_GAP lies between
-(`group_requests`); the runs of
+The records the requests are made of (`blockrequests.py` plans them): what is wanted (`Piece`: a run
+or a chunk of rows at an assumed data offset; `Region`: a local header, or a small whole entry beside
+it) grouped where less than REQUEST_GAP lies between (`group_requests`); the runs of
 blocks read as parts, batched into multi-range requests (`runs_requests`, typed `RunsPart`s); spans
 spread over a few multi-range requests of about the same bytes (`spread_over`).
 """
@@ -29,6 +29,7 @@ import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ..entries.offsets import header_span
 from ..entries.ranges import coalesce
@@ -340,12 +341,26 @@ class Region:
 Wanted = Piece | Region
 
 
-def group_requests(wanted: Iterable[Wanted], gap: int = REQUEST_GAP) -> list[tuple[int, int, list[Wanted]]]:
-    """(start, end, what lies in it) of each request: what lies less than `gap` apart (or overlaps: a
-    tied name's block) shares one."""
+class Grouped(NamedTuple):
+    """Archive bytes [start, end) of one request and what lies in them, in order of their starts."""
+
+    start: int
+    end: int
+    inside: list[Wanted]
+
+
+class BlockAt(NamedTuple):
+    """Block `block` (its index) read at data offset `offset`."""
+
+    block: int
+    offset: int
+
+
+def group_requests(wanted: Iterable[Wanted], gap: int = REQUEST_GAP) -> list[Grouped]:
+    """Each request: what lies less than `gap` apart (or overlaps: a tied name's block) shares one."""
     ordered = sorted(wanted, key=lambda item: item.start)
     spans = coalesce([(item.start, item_end(item)) for item in ordered], gap)
-    requests: list[tuple[int, int, list[Wanted]]] = [(low, high, []) for low, high in spans]
+    requests = [Grouped(low, high, []) for low, high in spans]
     index = 0
     for item in ordered:
         while item.start >= requests[index][1]:
@@ -409,15 +424,14 @@ class RunsPart:
 @dataclass(frozen=True, slots=True)
 class RunsRequests:
     """The multi-range requests for blocks read as parts (`batches`); the blocks whose runs are another
-    block's (a tied name: `twins`, by the block read); and those read apart (runs overlapping another's,
-    as (block, offset))."""
+    block's (a tied name: `twins`, by the block read); and those read apart (runs overlapping another's)."""
 
     batches: tuple[tuple[RunsPart, ...], ...]
     twins: Mapping[int, tuple[int, ...]]
-    apart: tuple[tuple[int, int], ...]
+    apart: tuple[BlockAt, ...]
 
 
-def runs_requests(blocks: Sequence[Block], several: Iterable[tuple[int, int]]) -> RunsRequests:
+def runs_requests(blocks: Sequence[Block], several: Iterable[BlockAt]) -> RunsRequests:
     """Multi-range requests for the runs of blocks read as parts ((block, data offset) in `several`), in
     archive order, each request's Range header kept short (multirange.batches); a block with the same
     runs as one before it (a tied name) is a twin of it, one whose runs overlap another's is read apart."""
@@ -425,7 +439,7 @@ def runs_requests(blocks: Sequence[Block], several: Iterable[tuple[int, int]]) -
     owners: list[tuple[int, int, int, list[int]]] = []  # (block, its first run in `runs`, offset, ats)
     firsts: dict[tuple[str, int, tuple[tuple[int, int], ...]], int] = {}
     twins: dict[int, list[int]] = {}
-    apart: list[tuple[int, int]] = []
+    apart: list[BlockAt] = []
     for index, offset in sorted(several, key=lambda item: item[1] + blocks[item[0]].plan.runs[0][0]):
         block = blocks[index]
         same = firsts.setdefault((block.entry.name, offset, block.plan.runs), index)
@@ -434,7 +448,7 @@ def runs_requests(blocks: Sequence[Block], several: Iterable[tuple[int, int]]) -
                 twins[same].append(index)
             continue
         if runs and block.plan.runs[0][0] + offset < runs[-1][1]:
-            apart.append((index, offset))
+            apart.append(BlockAt(index, offset))
             continue
         ats = list(itertools.accumulate((high - low for low, high in block.plan.runs), initial=0))
         owners.append((index, len(runs), offset, ats))

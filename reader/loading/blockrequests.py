@@ -22,6 +22,7 @@ from ..zipfmt.structs import METHOD_STORED
 from .blockplan import (
     DATA_ALIGNMENT,
     Block,
+    BlockAt,
     Piece,
     Region,
     RunsRequests,
@@ -110,7 +111,7 @@ class RequestPlanner:
         entries `nearby` (small ones beside the headers). With `multi_range`, the requests whose bytes
         are kept go as the ranges of multi-range requests, those into scratch one a request."""
         wanted: list[Wanted] = []
-        several: list[tuple[int, int]] = []
+        several: list[BlockAt] = []
         predicted: dict[str, int] = {}
         for name, indexes in self.by_entry.items():
             offset = offsets.known(name)
@@ -145,7 +146,7 @@ class RequestPlanner:
     def _with_parts(
         self,
         requests: list[Request],
-        several: list[tuple[int, int]],
+        several: list[BlockAt],
         predicted: dict[str, int],
         arena: int,
         multi_range: bool,
@@ -164,13 +165,12 @@ class RequestPlanner:
             for start, end, inside in self._cut(wanted)
         ]
 
-    def _runs(self, name: str, offset: int, wanted: list[Wanted]) -> list[tuple[int, int]]:
-        """Adds entry `name`'s runs at data offset `offset` to `wanted`; its blocks read as parts, as
-        (block, offset)."""
+    def _runs(self, name: str, offset: int, wanted: list[Wanted]) -> list[BlockAt]:
+        """Adds entry `name`'s runs at data offset `offset` to `wanted`; returns its blocks read as parts."""
         several = []
         for index in self.by_entry[name]:
             if index in self.finer:
-                several.append((index, offset))
+                several.append(BlockAt(index, offset))
             else:
                 wanted += self.pieces(index, offset)
         return several

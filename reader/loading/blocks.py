@@ -1,22 +1,20 @@
-"""A rank's blocks of sharded tensors read: the executor of `blockplan.py`'s plan.
+"""A rank's blocks of sharded tensors read: the executor of `blockrequests.py`'s requests.
 
-`blockplan.py` (pure) cuts the blocks, chooses how each is read and groups what is wanted into
-requests; here the link is timed where the choice needs it (`sources/speed.py`, once a source), the
-requests run up to `REQUESTS_AT_ONCE` at a time, each big one in parallel parts by the source, and
-what lands is put in place.
+`blockplan.py` (pure) cuts the blocks and chooses how each is read; `blockrequests.py` (pure) plans
+the requests: at which data offset, grouped how, into which buffer. Here the link is timed where the
+choice needs it (`sources/speed.py`, once a source), the requests run up to `REQUESTS_AT_ONCE` at a
+time, each big one in parallel parts by the source, what lands is put in place, and what the local
+headers say is reported back: a prediction a header refutes is planned again by the planner.
 
 A dim-0 block of a dense row-major tensor is one run: exactly its bytes are read, into one buffer with
 the other dim-0 blocks (huge pages, faulted in on a thread), and the block is a view of them.
 
-Each entry's data offset comes from its local header. torch's ZIP writer pads every local header
-so that data starts at a multiple of 64 (`blockplan.predicted_offset`); when the open's own entries
-lie where that rule puts them, every block's requests start at once at the predicted offsets, in the
-same requests as the headers where they lie close (the header and block of rank 0, the block of the
-last rank and the next header), and count only once the header confirms the offset (else they are read
-again: never wrong bytes). Remotely the small whole tensors (biases, norms: `SMALL_WHOLE`) come in
-the same requests as the headers beside them. GPT-2 at world 4 from S3: 55 requests for the first
-and last ranks, 105 for the others (where the header and the block lie apart), against 62 for a
-whole load.
+Each entry's data offset comes from its local header (`entries/offsets.py` keeps it). When the open's
+own entries lie where torch's writer puts data, every block's requests start at once at the predicted
+offsets, in the same requests as the headers where they lie close (the header and block of rank 0, the
+block of the last rank and the next header), and count only once the header confirms the offset (else
+they are read again: never wrong bytes). Remotely the small whole tensors (biases, norms:
+`SMALL_WHOLE`) come in the same requests as the headers beside them.
 
 Over HTTP, where the server answers several ranges a request (`serves_multiple_ranges`, nginx), those
 requests are the ranges of up to `REQUESTS_AT_ONCE` multi-range requests, and a column block the plan
