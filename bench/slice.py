@@ -84,7 +84,7 @@ class Service:
         """(the entry's local header length, what a first read of it asks for: reader's guess)."""
         archive = self.app.state.registry.slot("gpt2").archive
         entry = archive._entries[archive.layout(NAME).storage.entry]
-        length = archive._fetcher.known_offsets[entry.name] - entry.header_offset
+        length = archive._fetcher.offsets.known(entry.name) - entry.header_offset
         return length, zipfmt.local_header_guess(entry)
 
 

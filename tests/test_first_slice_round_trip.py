@@ -103,7 +103,7 @@ async def test_a_wrong_prediction_is_read_again_and_stops_predicting(shifted) ->
             row = await ar.read_numpy("table", index=PICK)
             assert row.tobytes() == TABLE[PICK].tobytes()  # the header decided, not the prediction
             _mispredicted(server.log[opened:])
-            assert ar._fetcher.known_offsets[entry.name] == zipfmt.predicted_data_offset(entry) + 64
+            assert ar._fetcher.offsets.known(entry.name) == zipfmt.predicted_data_offset(entry) + 64
             # this archive's writer is not torch's: the next entry's header comes first, then its bytes
             opened = len(server.log)
             column = await ar.read_numpy("other", index=(PICK, slice(None)))

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import reader
-from reader.loading.blockplan import predicted_offset
 from reader.sources import HttpOptions
+from reader.zipfmt import predicted_data_offset as predicted_offset
 from testing.aligned_pt2 import ROOT, write_aligned_pt2
 from testing.aligned_pt2 import rank_block as _block
 from testing.faultserver import FaultServer

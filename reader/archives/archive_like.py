@@ -45,6 +45,9 @@ class SourceLike(Protocol):
 class ArchiveLike(Protocol):
     """An opened archive: look tensors up by name, read them, load many at once.
 
+    Why 21 methods: the 19 members a user needs (each a fact of the archive or a way to read it, no
+    plumbing: tests/test_public_surface.py) and the two of `async with`.
+
     Every read takes what it reads first (`name`, or `names`), then everything else by keyword:
     `model=` (None: the only model, else "model"), `order=` ("default": memory order, views keep
     their strides; "contiguous": row-major), `index=` (NumPy basic indexing). Which read to use

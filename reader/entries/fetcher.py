@@ -17,7 +17,6 @@ request costs the store a request, not the client a round trip.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
 
@@ -26,12 +25,11 @@ from ..errors import IntegrityError
 from ..sources import DEFAULT_CHUNK_SIZE, ByteSource, Checked
 from ..tasks import task_group
 from ..zipfmt import ZipEntry
-from .ranges import coalesce, containing
+from .batched import HEADER_PIGGYBACK_LIMIT, read_many
+from .offsets import DataOffsets, header_span
+from .ranges import check_range, verify_whole
 from .running_crc import InOrder, RunningCrc
 
-# A range starting this far into an entry gets its header resolved separately
-# rather than dragging the bytes in between along.
-HEADER_PIGGYBACK_LIMIT = 64 << 10
 # Bytes read at a predicted data offset before the header confirms it, at most: beyond this a round
 # trip is small beside the transfer, and a wrong prediction would waste the bytes.
 PREDICTED_READ_MAX = 16 << 20
@@ -40,8 +38,9 @@ PREDICTED_READ_MAX = 16 << 20
 class EntryFetcher:
     """Reads entry contents through one source, knowing where each entry's data starts.
 
-    `data_offsets` are those the open already found (its metadata entries); the rest
-    are found on first use, from the local header read together with the data.
+    `data_offsets` are those the open already found (its metadata entries); the rest are found
+    on first use, from the local header read together with the data, and kept in `offsets` (the
+    archive's `DataOffsets`, which bulk readers that parse local headers themselves confirm too).
     """
 
     def __init__(
@@ -52,26 +51,24 @@ class EntryFetcher:
     ) -> None:
         self.source = source
         self.chunk_size = chunk_size
-        self._data_offsets: dict[str, int] = dict(data_offsets or {})
-        self._predicting = True  # until a local header contradicts torch's layout
+        self.offsets = DataOffsets(data_offsets)
 
-    def _predicts(self, entry: ZipEntry, nbytes: int) -> bool:
-        """Whether to read `nbytes` of the entry at its predicted data offset, with its header."""
-        if not self._predicting or entry.name in self._data_offsets or nbytes > PREDICTED_READ_MAX:
-            return False
-        # data that would overrun the entry's region cannot be where predicted: nothing to gain
-        return zipfmt.predicted_data_offset(entry) + entry.compressed_size <= entry.region_end
-
-    @property
-    def known_offsets(self) -> dict[str, int]:
-        """Data offsets found so far, by entry name; a bulk reader that parses local headers itself
-        (reader.loading) adds the ones it finds, so later reads skip the header."""
-        return self._data_offsets
+    def predicts(self, entry: ZipEntry, nbytes: int) -> int | None:
+        """Where to read `nbytes` of the entry with its header before the header confirms it (the
+        predicted data offset), or None: not predicted, too many bytes to risk, or data that would
+        overrun the entry's region (it cannot be where predicted: nothing to gain)."""
+        guess = self.offsets.predict(entry)
+        if guess is None or nbytes > PREDICTED_READ_MAX or guess + entry.compressed_size > entry.region_end:
+            return None
+        return guess
 
     async def data_offset(self, entry: ZipEntry) -> int:
-        if entry.name not in self._data_offsets:
+        known = self.offsets.known(entry.name)
+        if known is None:
             await self._read_from_header(entry, 0)
-        return self._data_offsets[entry.name]
+            known = self.offsets.known(entry.name)
+            assert known is not None
+        return known
 
     async def _read_from_header(self, entry: ZipEntry, data_length: int, fetched: bytes = b"") -> bytes:
         """One read from the local header through `data_length` bytes of data (a second one if
@@ -86,20 +83,29 @@ class EntryFetcher:
             if not isinstance(found, zipfmt.NeedUntil):
                 break
             until = found.end
-        self._data_offsets[entry.name] = found
+        self.offsets.confirm(entry.name, found)
         return fetched[found - first : found - first + data_length]
+
+    async def settle(self, entry: ZipEntry, header: bytes | memoryview | None) -> bool:
+        """Confirm the entry's data offset from the bytes read at its local header (the rest of the
+        header read when it is longer than guessed) after a prediction: whether the prediction held
+        (a wrong one ends predicting: `DataOffsets.settle`)."""
+        await self._read_from_header(entry, 0, bytes(header or b""))
+        found = self.offsets.known(entry.name)
+        assert found is not None
+        return self.offsets.settle(entry, found)
 
     async def read(self, entry: ZipEntry, start: int = 0, end: int | None = None) -> bytes:
         """Content bytes [start, end) of the entry."""
         end = entry.size if end is None else end
-        _check(entry, start, end)
+        check_range(entry, start, end)
         if start == end:
             return b""
         if entry.method != zipfmt.structs.METHOD_STORED:
             return b"".join([bytes(chunk) async for chunk in self.chunks(entry, start, end)])
         zipfmt.check_decodable(entry)
         data = await self._read_stored(entry, start, end)
-        _verify_whole(entry, start, end, data)
+        verify_whole(entry, start, end, data)
         return data
 
     async def read_into(self, entry: ZipEntry, start: int, buffer: memoryview) -> None:
@@ -108,8 +114,8 @@ class EntryFetcher:
         entry; remotely, a whole entry's CRC-32 follows its bytes as they land), else through `read`
         (which finds the offset, or inflates) and a copy."""
         end = start + len(buffer)
-        _check(entry, start, end)
-        offset = self._data_offsets.get(entry.name)
+        check_range(entry, start, end)
+        offset = self.offsets.known(entry.name)
         if offset is None or entry.method != zipfmt.structs.METHOD_STORED or start == end:
             buffer[:] = await self.read(entry, start, end)
             return
@@ -121,106 +127,19 @@ class EntryFetcher:
             await running.verify()
             return
         await self.source.read_into(offset + start, buffer)
-        _verify_whole(entry, start, end, buffer)
+        verify_whole(entry, start, end, buffer)
 
     async def read_many(self, ranges: Sequence[tuple[ZipEntry, int, int]]) -> list[bytes]:
-        """Content bytes of several (entry, start, end) ranges at once.
-
-        Stored ranges lying close together in the archive come in one request per coalesced group,
-        local headers included; groups are fetched in parallel. An entry whose data offset is
-        unknown and whose ranges lie further in is predicted (module docstring): its header and
-        its ranges at the predicted offset are among the groups, and the ranges the header does
-        not confirm are read again.
-        """
-        results: list[bytes] = [b""] * len(ranges)
-        stored: list[tuple[int, ZipEntry, int, int]] = []
-        for index, (entry, start, end) in enumerate(ranges):
-            _check(entry, start, end)
-            if start == end:
-                continue
-            if entry.method != zipfmt.structs.METHOD_STORED:
-                results[index] = await self.read(entry, start, end)
-                continue
-            zipfmt.check_decodable(entry)
-            stored.append((index, entry, start, end))
-        predicted = await self._plan_offsets(stored)
-        pending: list[tuple[int, ZipEntry, int, int, tuple[int, int]]] = []
-        for index, entry, start, end in stored:
-            at = self._data_offsets.get(entry.name)
-            if at is None:
-                at = predicted.get(entry.name)
-            if at is not None:
-                region = (at + start, at + end)
-            else:  # from the local header on, near the entry's start
-                first = entry.header_offset
-                region = (first, min(first + zipfmt.local_header_guess(entry) + end, entry.region_end))
-            pending.append((index, entry, start, end, region))
-        headers = [_header_region(entry) for entry in _entries_of(stored, predicted)]
-        groups = coalesce([region for *_, region in pending] + headers)
-        fetched = await asyncio.gather(*(self.source.read(low, high) for low, high in groups))
-        for entry in _entries_of(stored, predicted):
-            await self._locate(entry, _cut(groups, fetched, *_header_region(entry), partial=True))
-        again: list[tuple[int, ZipEntry, int, int]] = []
-        for index, entry, start, end, (low, high) in pending:
-            known = self._data_offsets.get(entry.name)
-            if known is None:
-                group = containing(groups, low)
-                window = memoryview(fetched[group])[low - groups[group][0] : high - groups[group][0]]
-                data = self._slice_from(entry, window, low, start, end)
-            else:
-                data = _cut(groups, fetched, known + start, known + end)
-            if data is None:
-                again.append((index, entry, start, end))  # a longer header, or a wrong prediction
-                continue
-            _verify_whole(entry, start, end, data)
-            results[index] = bytes(data)
-        reread = await asyncio.gather(*(self.read(entry, start, end) for _, entry, start, end in again))
-        for (index, *_), data in zip(again, reread, strict=True):
-            results[index] = data  # `read` checks its own CRC
-        return results
-
-    async def _plan_offsets(self, stored: Sequence[tuple[int, ZipEntry, int, int]]) -> dict[str, int]:
-        """The predicted data offsets of the entries read at one (their headers come alongside);
-        entries with ranges beyond HEADER_PIGGYBACK_LIMIT that are not predicted get their header
-        read first (all at once), so the bytes before their ranges are not read."""
-        far: dict[str, tuple[ZipEntry, int]] = {}
-        for _, entry, start, end in stored:
-            if entry.name not in self._data_offsets and start > HEADER_PIGGYBACK_LIMIT:
-                _, nbytes = far.get(entry.name, (entry, 0))
-                far[entry.name] = (entry, nbytes + end - start)
-        predicted = {
-            name: zipfmt.predicted_data_offset(entry)
-            for name, (entry, nbytes) in far.items()
-            if self._predicts(entry, nbytes)
-        }
-        first = [entry for name, (entry, _) in far.items() if name not in predicted]
-        await asyncio.gather(*(self.data_offset(entry) for entry in first))
-        return predicted
-
-    async def _locate(self, entry: ZipEntry, header: bytes | memoryview | None) -> None:
-        """Record the entry's data offset from the bytes read at its local header (the rest of the
-        header read when it is longer than guessed); a wrong prediction ends predicting."""
-        await self._read_from_header(entry, 0, bytes(header or b""))
-        if self._data_offsets[entry.name] != zipfmt.predicted_data_offset(entry):
-            self._predicting = False
-
-    def _slice_from(self, entry: ZipEntry, window: memoryview, at: int, start: int, end: int) -> bytes | None:
-        """Bytes [start, end) of the entry out of archive bytes starting at `at`; None if the
-        window is short (a local header longer than guessed)."""
-        known = self._data_offsets.get(entry.name)
-        if known is None:
-            found = zipfmt.locate_data(entry, window, end)
-            if isinstance(found, zipfmt.NeedUntil):
-                return None
-            known = self._data_offsets[entry.name] = found
-        return bytes(window[known - at + start : known - at + end])
+        """Content bytes of several (entry, start, end) ranges at once (`batched.read_many`: ranges
+        close together in one request, local headers included; unknown offsets predicted)."""
+        return await read_many(self, ranges)
 
     def chunks(
         self, entry: ZipEntry, start: int = 0, end: int | None = None, chunk_size: int | None = None
     ) -> AsyncIterator[bytes | memoryview]:
         """Content bytes [start, end) in chunks; whole-entry streams are CRC-checked at the end."""
         end = entry.size if end is None else end
-        _check(entry, start, end)
+        check_range(entry, start, end)
         zipfmt.check_decodable(entry)
         chunk_size = chunk_size or self.chunk_size
         stored = entry.method == zipfmt.structs.METHOD_STORED
@@ -245,7 +164,7 @@ class EntryFetcher:
             async for chunk in chunks:
                 if running is not None:
                     if running.at is None:  # the first chunk: the data offset is known by now
-                        running.at = self._data_offsets.get(entry.name)
+                        running.at = self.offsets.known(entry.name)
                     running.add(chunk)
                 if held is not None:
                     yield held
@@ -267,7 +186,7 @@ class EntryFetcher:
         self, entry: ZipEntry, start: int, end: int, chunk_size: int, checked: Checked | None = None
     ) -> AsyncIterator[bytes | memoryview]:
         """`checked`: told of CRC-32s the source took as it received the bytes (RunningCrc.checked)."""
-        known = self._data_offsets.get(entry.name)
+        known = self.offsets.known(entry.name)
         if known is not None:
             return self._stream(known + start, known + end, chunk_size, checked)
         if start <= HEADER_PIGGYBACK_LIMIT:
@@ -280,15 +199,14 @@ class EntryFetcher:
         """The range streamed once the data offset is known: asked for at the predicted offset
         together with the local header (module docstring), its first chunk held until the header
         confirms it; else the header first (one small read), then the range."""
-        if self._predicts(entry, end - start):
-            guess = zipfmt.predicted_data_offset(entry)
+        guess = self.predicts(entry, end - start)
+        if guess is not None:
             predicted = self._stream(guess + start, guess + end, chunk_size, checked)
             async with aclosing(predicted) as chunks:
                 async with task_group() as group:
-                    header = group.create_task(self.source.read(*_header_region(entry)))
+                    header = group.create_task(self.source.read(*header_span(entry)))
                     first = group.create_task(anext(chunks))
-                await self._locate(entry, header.result())
-                if self._data_offsets[entry.name] == guess:
+                if await self.settle(entry, header.result()):
                     yield first.result()
                     async for chunk in chunks:
                         yield chunk
@@ -319,7 +237,7 @@ class EntryFetcher:
                         if first + len(pending) < stop:
                             continue
                         break  # header longer than everything asked for: finish below
-                    self._data_offsets[entry.name] = found
+                    self.offsets.confirm(entry.name, found)
                     chunk, position = memoryview(pending)[found - first :], 0
                 low, high = max(start - position, 0), min(end - position, len(chunk))
                 if high > low:
@@ -335,7 +253,7 @@ class EntryFetcher:
                 yield chunk
 
     async def _read_stored(self, entry: ZipEntry, start: int, end: int) -> bytes:
-        known = self._data_offsets.get(entry.name)
+        known = self.offsets.known(entry.name)
         if known is not None:
             return await self.source.read(known + start, known + end)
         if start > HEADER_PIGGYBACK_LIMIT:
@@ -371,38 +289,3 @@ class EntryFetcher:
 async def _nothing() -> AsyncIterator[bytes]:
     return
     yield b""  # an async generator that yields nothing
-
-
-def _header_region(entry: ZipEntry) -> tuple[int, int]:
-    """The bytes that usually hold the entry's whole local header."""
-    first = entry.header_offset
-    return first, min(first + zipfmt.local_header_guess(entry), entry.region_end)
-
-
-def _entries_of(stored: Sequence[tuple[int, ZipEntry, int, int]], names: dict[str, int]) -> list[ZipEntry]:
-    """Each entry of `stored` named in `names`, once, in order."""
-    return list({entry.name: entry for _, entry, *_ in stored if entry.name in names}.values())
-
-
-def _cut(
-    groups: Sequence[tuple[int, int]], fetched: Sequence[bytes], low: int, high: int, partial: bool = False
-) -> memoryview | None:
-    """Archive bytes [low, high) out of the fetched groups; None unless one group holds them (with
-    `partial`, what one group holds from `low` on, up to `high`)."""
-    group = containing(groups, low)
-    if group < 0 or groups[group][1] <= low or (groups[group][1] < high and not partial):
-        return None
-    base = groups[group][0]
-    return memoryview(fetched[group])[low - base : min(high, groups[group][1]) - base]
-
-
-def _check(entry: ZipEntry, start: int, end: int) -> None:
-    if not 0 <= start <= end <= entry.size:
-        raise ValueError(f"range [{start}, {end}) is outside entry {entry.name!r} ({entry.size} bytes)")
-
-
-def _verify_whole(entry: ZipEntry, start: int, end: int, data: bytes | memoryview) -> None:
-    """Bytes [start, end) of a stored entry, checked against its CRC-32 when they are all of it
-    (the CRC covers the whole entry; a part of it cannot be checked on its own)."""
-    if start == 0 and end == entry.size:
-        zipfmt.verify_crc(entry, zipfmt.crc32(data))

@@ -14,10 +14,11 @@ first; a DEFLATE entry is checked by its inflater before its last piece is hande
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .. import zipfmt
+from ..entries.offsets import DataOffsets
 from ..entries.running_crc import RunningCrc
 from ..errors import IntegrityError
 from ..zipfmt import ZipEntry
@@ -45,12 +46,12 @@ class Target:
         return self.low == 0 and self.end == self.entry.size
 
 
-def range_bounds(targets: Sequence[Target], data_offsets: Mapping[str, int]) -> tuple[int, int]:
+def range_bounds(targets: Sequence[Target], data_offsets: DataOffsets) -> tuple[int, int]:
     """The archive bytes a Demux of `targets` needs. A target whose data offset is unknown must be
     whole (its header is read from the range and its region bounds it) or deflated."""
     first, last = targets[0], targets[-1]
-    start = _seek_point(first, data_offsets.get(first.entry.name))
-    known = data_offsets.get(last.entry.name)
+    start = _seek_point(first, data_offsets.known(first.entry.name))
+    known = data_offsets.known(last.entry.name)
     entry = last.entry
     if known is None:
         end = entry.region_end
@@ -71,7 +72,7 @@ class Demux:
     """Feed archive bytes from `start`; get `Piece`s. `data_offsets` are the offsets already known
     (the ones found here are added to it, so later reads skip the header)."""
 
-    def __init__(self, start: int, targets: Sequence[Target], data_offsets: dict[str, int]) -> None:
+    def __init__(self, start: int, targets: Sequence[Target], data_offsets: DataOffsets) -> None:
         self.at = start
         self._targets = list(targets)
         self._offsets = data_offsets
@@ -109,7 +110,7 @@ class Demux:
         if self.done:
             return
         target = self._targets[self._index]
-        self._data_start = self._offsets.get(target.entry.name)
+        self._data_start = self._offsets.known(target.entry.name)
         if self._data_start is not None:
             self._header = None
             self._begin_data(target)
@@ -148,7 +149,8 @@ class Demux:
             raise IntegrityError(f"entry {entry.name!r}: its local header starts before the range read")
         take = header.feed(view)
         if header.data_offset is not None:
-            self._data_start = self._offsets[entry.name] = header.data_offset
+            self._data_start = header.data_offset
+            self._offsets.confirm(entry.name, self._data_start)
             self._begin_data(target)
         return take
 

@@ -133,7 +133,7 @@ class PlannedBody(ConcatBody):
         spooled = [key if key in spool.wanted else None for key in map(_key, tensors)]
         fetcher = tensors[0].part.fetcher  # type: ignore[attr-defined]
         targets = [_target(piece) for piece in tensors]
-        offsets = fetcher.known_offsets
+        offsets = fetcher.offsets
         await _resolve_ends(fetcher, targets)
         low, high = range_bounds(targets, offsets)
         demux = Demux(low, targets, offsets)

@@ -9,9 +9,10 @@ plan.py     (sans-IO) which payload entries a selection needs, grouped into coal
 storages.py (I/O) the storages' bytes: memory-mapped locally, received in place remotely
 landing.py  each entry of a range checked on a thread as its bytes land
 prefault.py a fresh buffer's pages faulted in on a thread while a receive fills it
-blockplan.py (sans-IO) a rank's blocks cut, each column block's way (parts or rows) chosen by cost,
-            what is wanted grouped into requests
-blocks.py   the executor of that plan: the link timed where the choice needs it, requests run
+blockplan.py (sans-IO) a rank's blocks cut, each column block's way (parts or rows) chosen by cost
+blockrequests.py (sans-IO) the typed requests of those blocks: offsets trusted or predicted,
+            batching, buffers; a refuted prediction planned again
+blocks.py   the executor of that plan: the link timed where the choice needs it, requests sent
 rowchunks.py a column block's rows read a chunk at a time
 regions.py  boxes of tensors (DCP's ReadItems): whole ones as storages, the rest as blocks
 arrays.py   NumPy views of the storages with each tensor's sizes, strides and offset

@@ -10,13 +10,13 @@ multi-range requests (its share and each part's head, but every part costs clien
 entry, its head parsed, its view), or the one run its rows lie in, read whole and gathered a chunk of
 rows at a time (up to world size times the bytes, no parts). Which is faster turns on the link: with
 `Link`, one connection's rate and a part's cost, `plan_blocks` prices both for each block and takes the
-cheaper (from loopback nginx the rows win by far; bench/README.md, `shard.py`).
+cheaper (bench/README: `shard.py`).
 A source that answers one range a request (S3, a local file, `HttpOptions(multi_range=False)`) reads
 rows. Blocks of one run (dim-0 cuts) are read as they are cut either way.
 
-The requests: what is wanted (`Piece`: a run or a chunk of rows at an assumed data offset; `Region`: a
-local header, or a small whole entry beside it) grouped where less than REQUEST_GAP lies between
-(`group_requests`); the data offsets torch's writer would give (`predicted_offset`); the runs of
+The records the requests are made of (`blockrequests.py` plans them): what is wanted (`Piece`: a run
+or a chunk of rows at an assumed data offset; `Region`: a local header, or a small whole entry beside
+it) grouped where less than REQUEST_GAP lies between (`group_requests`); the runs of
 blocks read as parts, batched into multi-range requests (`runs_requests`, typed `RunsPart`s); spans
 spread over a few multi-range requests of about the same bytes (`spread_over`).
 """
@@ -29,8 +29,9 @@ import itertools
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
-from .. import zipfmt
+from ..entries.offsets import header_span
 from ..entries.ranges import coalesce
 from ..pt2.slicing import SlicePlan, count_runs, plan_slice
 from ..pt2.tensorinfo import TensorInfo
@@ -338,12 +339,26 @@ class Region:
 Wanted = Piece | Region
 
 
-def group_requests(wanted: Iterable[Wanted], gap: int = REQUEST_GAP) -> list[tuple[int, int, list[Wanted]]]:
-    """(start, end, what lies in it) of each request: what lies less than `gap` apart (or overlaps: a
-    tied name's block) shares one."""
+class Grouped(NamedTuple):
+    """Archive bytes [start, end) of one request and what lies in them, in order of their starts."""
+
+    start: int
+    end: int
+    inside: list[Wanted]
+
+
+class BlockAt(NamedTuple):
+    """Block `block` (its index) read at data offset `offset`."""
+
+    block: int
+    offset: int
+
+
+def group_requests(wanted: Iterable[Wanted], gap: int = REQUEST_GAP) -> list[Grouped]:
+    """Each request: what lies less than `gap` apart (or overlaps: a tied name's block) shares one."""
     ordered = sorted(wanted, key=lambda item: item.start)
     spans = coalesce([(item.start, item_end(item)) for item in ordered], gap)
-    requests: list[tuple[int, int, list[Wanted]]] = [(low, high, []) for low, high in spans]
+    requests = [Grouped(low, high, []) for low, high in spans]
     index = 0
     for item in ordered:
         while item.start >= requests[index][1]:
@@ -355,21 +370,6 @@ def group_requests(wanted: Iterable[Wanted], gap: int = REQUEST_GAP) -> list[tup
 def item_end(item: Wanted) -> int:
     """Where a wanted item's bytes end."""
     return item.start + item.length if isinstance(item, Piece) else item.end
-
-
-def predicted_offset(entry: ZipEntry) -> int:
-    """Where torch's ZIP writer puts an entry's data (`zipfmt.predicted_data_offset`: the rule)."""
-    return zipfmt.predicted_data_offset(entry)
-
-
-def written_as_torch_does(known: Mapping[str, int], entries: Mapping[str, ZipEntry] | None) -> bool:
-    """True when every data offset found so far (the open's metadata entries) lies where
-    `predicted_offset` puts it: the archive's other entries are predicted (an archive another tool
-    wrote is read header first, as a prediction that misses costs its bytes twice)."""
-    if not entries:
-        return False
-    checked = [name for name in known if name in entries]
-    return bool(checked) and all(known[name] == predicted_offset(entries[name]) for name in checked)
 
 
 def set_small_apart(plan: LoadPlan, limit: int) -> tuple[LoadPlan, list[ZipEntry]]:
@@ -412,20 +412,24 @@ class RunsPart:
     high: int
     offset: int
     at: int
+    length: int  # the bytes of those runs
+
+    def ranges(self, plan: SlicePlan) -> list[tuple[int, int]]:
+        """The archive ranges of these runs of the block (`plan`: its runs)."""
+        return [(self.offset + start, self.offset + end) for start, end in plan.runs[self.low : self.high]]
 
 
 @dataclass(frozen=True, slots=True)
 class RunsRequests:
     """The multi-range requests for blocks read as parts (`batches`); the blocks whose runs are another
-    block's (a tied name: `twins`, by the block read); and those read apart (runs overlapping another's,
-    as (block, offset))."""
+    block's (a tied name: `twins`, by the block read); and those read apart (runs overlapping another's)."""
 
     batches: tuple[tuple[RunsPart, ...], ...]
     twins: Mapping[int, tuple[int, ...]]
-    apart: tuple[tuple[int, int], ...]
+    apart: tuple[BlockAt, ...]
 
 
-def runs_requests(blocks: Sequence[Block], several: Iterable[tuple[int, int]]) -> RunsRequests:
+def runs_requests(blocks: Sequence[Block], several: Iterable[BlockAt]) -> RunsRequests:
     """Multi-range requests for the runs of blocks read as parts ((block, data offset) in `several`), in
     archive order, each request's Range header kept short (multirange.batches); a block with the same
     runs as one before it (a tied name) is a twin of it, one whose runs overlap another's is read apart."""
@@ -433,7 +437,7 @@ def runs_requests(blocks: Sequence[Block], several: Iterable[tuple[int, int]]) -
     owners: list[tuple[int, int, int, list[int]]] = []  # (block, its first run in `runs`, offset, ats)
     firsts: dict[tuple[str, int, tuple[tuple[int, int], ...]], int] = {}
     twins: dict[int, list[int]] = {}
-    apart: list[tuple[int, int]] = []
+    apart: list[BlockAt] = []
     for index, offset in sorted(several, key=lambda item: item[1] + blocks[item[0]].plan.runs[0][0]):
         block = blocks[index]
         same = firsts.setdefault((block.entry.name, offset, block.plan.runs), index)
@@ -442,7 +446,7 @@ def runs_requests(blocks: Sequence[Block], several: Iterable[tuple[int, int]]) -
                 twins[same].append(index)
             continue
         if runs and block.plan.runs[0][0] + offset < runs[-1][1]:
-            apart.append((index, offset))
+            apart.append(BlockAt(index, offset))
             continue
         ats = list(itertools.accumulate((high - low for low, high in block.plan.runs), initial=0))
         owners.append((index, len(runs), offset, ats))
@@ -456,7 +460,8 @@ def runs_requests(blocks: Sequence[Block], several: Iterable[tuple[int, int]]) -
             index, base, offset, ats = owners[owner]
             count = len(blocks[index].plan.runs)
             stop = min(base + count, end)
-            parts.append(RunsPart(index, done - base, stop - base, offset, ats[done - base]))
+            low, high = done - base, stop - base
+            parts.append(RunsPart(index, low, high, offset, ats[low], ats[high] - ats[low]))
             done = stop
             if stop == base + count:
                 owner += 1
@@ -484,6 +489,5 @@ def spread_over(spans: list, count: int) -> list[list]:
 
 
 def header_region(entry: ZipEntry) -> Region:
-    """Bytes from `entry`'s local header that likely hold it whole (`zipfmt.local_header_guess`)."""
-    guess = entry.header_offset + zipfmt.local_header_guess(entry)
-    return Region(entry, entry.header_offset, min(guess, entry.region_end), False)
+    """Bytes from `entry`'s local header that likely hold it whole (`offsets.header_span`)."""
+    return Region(entry, *header_span(entry), False)

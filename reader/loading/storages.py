@@ -30,6 +30,7 @@ import numpy as np
 from .. import zipfmt
 from ..cache.source import full_check_passed, needs_full_check
 from ..entries.fetcher import EntryFetcher
+from ..entries.offsets import DataOffsets
 from ..errors import IntegrityError
 from ..sources import ByteSource
 from ..tasks import task_group
@@ -125,7 +126,7 @@ def _mapped(
     buffers: Buffers = {}
     for rng in plan.ranges:
         for entry in rng.entries:
-            start = _data_offset_in(entry, headers, 0, fetcher.known_offsets)
+            start = _data_offset_in(entry, headers, 0, fetcher.offsets)
             stored = whole[start : start + entry.compressed_size]
             if entry.method != METHOD_STORED:
                 buffers[entry.name] = _inflate(entry, stored)
@@ -229,11 +230,10 @@ async def _read_range(source: ByteSource, fetcher: EntryFetcher, rng: ReadRange,
     on a thread as they land, where the source says what landed), its DEFLATE entries inflated into
     buffers of their own."""
     whole = aligned_empty(rng.size, rng.start)
-    known = fetcher.known_offsets
     follower = Follower(
         rng.entries,
         Arrivals(rng.start, rng.end),
-        functools.partial(_entries_of, whole, rng.start, known=known),
+        functools.partial(_entries_of, whole, rng.start, offsets=fetcher.offsets),
         landed,
     )
 
@@ -249,13 +249,13 @@ async def _read_range(source: ByteSource, fetcher: EntryFetcher, rng: ReadRange,
     return follower.results
 
 
-def _entries_of(whole: np.ndarray, base: int, entries: Sequence[ZipEntry], known: dict[str, int]) -> Buffers:
+def _entries_of(whole: np.ndarray, base: int, entries: Sequence[ZipEntry], offsets: DataOffsets) -> Buffers:
     """`entries` out of `whole` (archive bytes from `base`): stored ones as views, CRC-checked;
     DEFLATE ones inflated."""
     buffers: Buffers = {}
     headers = memoryview(whole)
     for entry in entries:
-        start = _data_offset_in(entry, headers, base, known) - base
+        start = _data_offset_in(entry, headers, base, offsets) - base
         stored = whole[start : start + entry.compressed_size]
         if len(stored) != entry.compressed_size:
             raise IntegrityError(f"entry {entry.name!r}: its data runs past the range read")
@@ -267,17 +267,18 @@ def _entries_of(whole: np.ndarray, base: int, entries: Sequence[ZipEntry], known
     return buffers
 
 
-def _data_offset_in(entry: ZipEntry, held: memoryview, base: int, known: dict[str, int]) -> int:
+def _data_offset_in(entry: ZipEntry, held: memoryview, base: int, offsets: DataOffsets) -> int:
     """Where `entry`'s data starts in the archive: known, or from its local header in `held`
     (archive bytes from `base`; checked against the central directory, as every read of the
     reader does)."""
-    found = known.get(entry.name)
+    found = offsets.known(entry.name)
     if found is None:
         region = held[entry.header_offset - base : entry.region_end - base]
         located = zipfmt.locate_data(entry, region)
         if isinstance(located, zipfmt.NeedUntil):
             raise IntegrityError(f"entry {entry.name!r}: its local header runs past the range read")
-        found = known[entry.name] = located
+        found = located
+        offsets.confirm(entry.name, found)
     return found
 
 
