@@ -174,7 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the most bytes a request line and its header fields may take; past it 431 (default "
         "PT2SERVE_MAX_HEADER_BYTES, 65536)",
     )
-    _add_parallel_options(serve, default_parts=None)
+    _add_parallel_options(serve)
     _add_trust_option(serve)
 
     location = {
@@ -336,7 +336,7 @@ def _add_transfer_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--chunk-size", type=_positive_int, default=None, metavar="BYTES", help="read size (default 4 MiB)"
     )
-    _add_parallel_options(parser, default_parts=8)
+    _add_parallel_options(parser)
     _add_trust_option(parser)
 
 
@@ -351,29 +351,31 @@ def _add_trust_option(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_parallel_options(parser: argparse.ArgumentParser, *, default_parts: int | None) -> None:
-    """default None (serve): the PT2SERVE_PARALLEL_PARTS / PT2SERVE_PART_SIZE settings decide."""
+def _add_parallel_options(parser: argparse.ArgumentParser) -> None:
+    """Unset: the library's defaults (reader.sources.HttpOptions; for serve, the PT2SERVE_PARALLEL_PARTS /
+    PT2SERVE_PART_SIZE settings first)."""
     parser.add_argument(
         "--parallel",
         type=_positive_int,
-        default=default_parts,
+        default=None,
         metavar="N",
-        help="remote reads over 16 MiB: up to N ranged GETs at once (1: one stream; default "
-        f"{default_parts or 'PT2SERVE_PARALLEL_PARTS, else 4'})",
+        help="remote reads over 16 MiB: up to N ranged GETs at once (1: one stream; default: "
+        "HttpOptions.parallel_parts, docs/remote-reads.md)",
     )
     parser.add_argument(
         "--part-size",
         type=_positive_int,
-        default=None if default_parts is None else 8 << 20,
+        default=None,
         metavar="BYTES",
-        help="bytes per part of a parallel read (memory: N x BYTES; default 8 MiB)",
+        help="bytes per part of a parallel read (memory: N x BYTES; default: HttpOptions.part_size)",
     )
 
 
 def _http_options(args: argparse.Namespace):  # -> reader.sources.HttpOptions (imported lazily)
     from reader.sources import HttpOptions
 
-    transfer = {"parallel_parts": args.parallel, "part_size": args.part_size} if "parallel" in args else {}
+    given = {"parallel_parts": getattr(args, "parallel", None), "part_size": getattr(args, "part_size", None)}
+    transfer = {name: value for name, value in given.items() if value is not None}
     return HttpOptions(ca_bundle=args.ca_bundle or ca_bundle_from(os.environ), **transfer)
 
 

@@ -183,16 +183,19 @@ class Registry:
         self.default_id = settings.archives[0].id if settings.archives else None
         self._revalidator: asyncio.Task[None] | None = None
         self.recent: OrderedDict[str, None] = OrderedDict()  # opened archives, least recently used first
+        transfer = {
+            name: value
+            for name in ("parallel_parts", "part_size", "parallel_above")
+            if (value := getattr(settings, name)) is not None
+        }
         self._http_options = HttpOptions(
             connect_timeout=min(10.0, settings.upstream_timeout),
             read_timeout=settings.upstream_timeout,
             max_attempts=settings.upstream_attempts,
             time_budget=settings.upstream_budget,
-            parallel_parts=settings.parallel_parts,
-            part_size=settings.part_size,
-            parallel_above=settings.parallel_above,
             ca_bundle=settings.ca_bundle,
             receive_thread=False,  # the service relays each chunk: faster received on the loop
+            **transfer,
         )
 
     @property

@@ -34,10 +34,11 @@ class Settings:
     upstream_attempts: int = 5  # tries per upstream request (retries on 5xx, 429, resets)
     upstream_budget: float | None = None  # seconds one upstream open or read may take in all (None: no cap)
     retry_failed_after: float = 10.0  # an archive that failed to open is retried at most this often
-    # big upstream reads as parts over several connections (memory per stream: parts x part size)
-    parallel_parts: int = 4
-    part_size: int = 8 << 20
-    parallel_above: int = 16 << 20
+    # big upstream reads as parts over several connections (memory per stream: parts x part size);
+    # None: the library's default (reader.sources.HttpOptions: the one place these are set)
+    parallel_parts: int | None = None
+    part_size: int | None = None
+    parallel_above: int | None = None
     access_log: bool = False  # uvicorn's per-request log line (issue 12: 1,710 vs 3,116 layouts/s without)
     version_grace_seconds: float = 300.0  # how long a replaced archive version is still served
     digests_ahead: str = "local"  # compute every digest after opening: local | all | off
@@ -85,9 +86,9 @@ class Settings:
             upstream_budget=float(env["PT2SERVE_UPSTREAM_BUDGET"])
             if env.get("PT2SERVE_UPSTREAM_BUDGET")
             else None,
-            parallel_parts=int(env.get("PT2SERVE_PARALLEL_PARTS", "4")),
-            part_size=int(env.get("PT2SERVE_PART_SIZE", str(8 << 20))),
-            parallel_above=int(env.get("PT2SERVE_PARALLEL_ABOVE", str(16 << 20))),
+            parallel_parts=_optional_int(env.get("PT2SERVE_PARALLEL_PARTS")),
+            part_size=_optional_int(env.get("PT2SERVE_PART_SIZE")),
+            parallel_above=_optional_int(env.get("PT2SERVE_PARALLEL_ABOVE")),
             access_log=env.get("PT2SERVE_ACCESS_LOG", "").lower() in ("1", "true", "yes"),
             ca_bundle=ca_bundle_from(env),
             allow_open=allow_open_from(env),
@@ -162,3 +163,8 @@ def stem_of(location: str) -> str:
             name = name[: -len(suffix)]
             break
     return name.replace("@", "-")  # '@' separates an id from a version in URLs
+
+
+def _optional_int(text: str | None) -> int | None:
+    """A setting's number, or None where it is unset (the library's default then applies)."""
+    return int(text) if text else None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+import reader.sources
 from app.caching import CachePolicy
 from app.cli import build_parser
 from app.errors import ApiError
@@ -113,7 +114,17 @@ def test_parallel_settings_from_the_environment() -> None:
     )
     assert (settings.parallel_parts, settings.part_size, settings.access_log) == (2, 1 << 20, True)
     defaults = Settings.from_environment(environ={})
-    assert (defaults.parallel_parts, defaults.part_size, defaults.access_log) == (4, 8 << 20, False)
+    assert (defaults.parallel_parts, defaults.part_size, defaults.access_log) == (None, None, False)
+    # unset: the library's defaults, the same for the service, the CLI and reader (one place)
+    library = reader.sources.HttpOptions()
+    served = make_app().state.registry._http_options
+    assert (served.parallel_parts, served.part_size, served.parallel_above) == (
+        library.parallel_parts,
+        library.part_size,
+        library.parallel_above,
+    )
+    get = build_parser().parse_args(["get", "x.pt2", "w", "-o", "out"])
+    assert (get.parallel, get.part_size) == (None, None)
     app = make_app(parallel_parts=3, part_size=1 << 20)
     options = app.state.registry._http_options
     assert (options.parallel_parts, options.part_size) == (3, 1 << 20)
