@@ -21,7 +21,7 @@ cut (the rank cycles from round to round). Rows:
 
 A dim-1 block of a row-major weight is a column block: a piece of every row. S3 answers one range a
 request, so there the rows' pieces come in requests that span the rows (what lies between them is
-read and dropped, `REQUEST_GAP`): a dim-1 rank reads its weights' whole row spans. nginx answers
+read and dropped, `COALESCE_GAP`): a dim-1 rank reads its weights' whole row spans. nginx answers
 several ranges a request (multipart/byteranges): there a rank reads each column block's pieces as parts
 or its rows, whichever costs less at the rate and part cost it times (reader/loading/blockplan.py).
 """

@@ -29,7 +29,7 @@ RANK_TIMEOUT = 240  # seconds for a rank (importing torch twice on a loaded two-
 def uneven(tmp_path_factory) -> pathlib.Path:
     """A .pt2 whose tensors have odd sizes on both dims (the last rank's block is shorter), in
     float32, bfloat16 and int64, 1-D and 2-D; each big one over 128 KiB, so that the other rank's
-    half lying between two of a rank's blocks is more than REQUEST_GAP (64 KiB) and never read."""
+    half lying between two of a rank's blocks is more than COALESCE_GAP (64 KiB) and never read."""
 
     class Uneven(torch.nn.Module):
         def __init__(self) -> None:

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from reader.loading import blockplan, rowchunks
+from reader.loading import rowchunks
 from reader.pt2 import slicing, strided
+from reader.sources.spans import COALESCE_GAP
 from testing.strided_views import numpy_view as _full
 from testing.strided_views import tensor_info as _info
 from testing.strided_views import views_and_indices
@@ -55,7 +56,7 @@ def test_chunks_of_rows_gathered_make_the_slice(case) -> None:
 
 def test_a_column_block_comes_in_chunks_of_the_limit() -> None:
     info = _info((1000, 1024), (1024, 1), 0, 1000 * 1024)
-    plan = slicing.plan_slice(info, np.s_[:, 256:512], blockplan.REQUEST_GAP)
+    plan = slicing.plan_slice(info, np.s_[:, 256:512], COALESCE_GAP)
     assert len(plan.runs) == 1
     chunks = rowchunks.row_chunks(plan, 100 * 4096)
     assert chunks is not None

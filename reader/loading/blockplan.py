@@ -16,7 +16,7 @@ rows. Blocks of one run (dim-0 cuts) are read as they are cut either way.
 
 The records the requests are made of (`blockrequests.py` plans them): what is wanted (`Piece`: a run
 or a chunk of rows at an assumed data offset; `Region`: a local header, or a small whole entry beside
-it) grouped where less than REQUEST_GAP lies between (`group_requests`); the runs of
+it) grouped where less than COALESCE_GAP (sources/spans.py) lies between (`group_requests`); the runs of
 blocks read as parts, batched into multi-range requests (`runs_requests`, typed `RunsPart`s); spans
 spread over a few multi-range requests of about the same bytes (`spread_over`).
 """
@@ -35,6 +35,7 @@ from ..entries.offsets import header_span
 from ..entries.ranges import coalesce
 from ..pt2.slicing import SlicePlan, count_runs, plan_slice
 from ..pt2.tensorinfo import TensorInfo
+from ..sources.spans import COALESCE_GAP
 from ..sources.transport import multirange
 from ..zipfmt import ZipEntry
 from ..zipfmt.structs import METHOD_STORED
@@ -42,8 +43,6 @@ from .plan import LoadPlan, group_ranges
 from .rowchunks import RowChunks
 from .shards import Shard
 
-# Runs closer than this are one request (the bytes between are read and dropped).
-REQUEST_GAP = 64 << 10
 # Runs of a block read in a multi-range request are parts apart where more than this lies between
 # them: a part's boundary and headers cost about 110 bytes (nginx's), a run's share of the Range header 20.
 PART_GAP = 128
@@ -229,7 +228,7 @@ def rows_plan(block: Block) -> SlicePlan | None:
         return block.plan if block.gathered else None
     if not row_major(block.plan):
         return None
-    plan = plan_slice(block.whole, block.index, REQUEST_GAP)
+    plan = plan_slice(block.whole, block.index, COALESCE_GAP)
     return plan if len(plan.runs) == 1 else None
 
 
@@ -354,7 +353,7 @@ class BlockAt(NamedTuple):
     offset: int
 
 
-def group_requests(wanted: Iterable[Wanted], gap: int = REQUEST_GAP) -> list[Grouped]:
+def group_requests(wanted: Iterable[Wanted], gap: int = COALESCE_GAP) -> list[Grouped]:
     """Each request: what lies less than `gap` apart (or overlaps: a tied name's block) shares one."""
     ordered = sorted(wanted, key=lambda item: item.start)
     spans = coalesce([(item.start, item_end(item)) for item in ordered], gap)

@@ -44,12 +44,12 @@ from ..entries.offsets import DataOffsets
 from ..errors import IntegrityError
 from ..pt2.slicing import gather_into
 from ..sources import ByteSource
+from ..sources.spans import COALESCE_GAP
 from ..sources.transport import speed
 from ..tasks import task_group
 from ..zipfmt import ZipEntry
 from ..zipfmt.structs import METHOD_STORED
 from .blockplan import (
-    REQUEST_GAP,
     Block,
     Link,
     Piece,
@@ -232,7 +232,7 @@ class _BlockReads:
             ranges = [rng for part in parts for rng in part.ranges(self.blocks[part.block].plan)]
             # each block's runs of this request lie end to end in its buffer
             into = [memoryview(self.own(part.block))[part.at : part.at + part.length] for part in parts]
-            await self.source.read_ranges_into(ranges, into, fallback_gap=REQUEST_GAP)
+            await self.source.read_ranges_into(ranges, into, fallback_gap=COALESCE_GAP)
         for part in parts:
             self.arrived_runs(part.block, part.high - part.low, part.offset)
 

@@ -7,7 +7,7 @@
   its size (`source.read_into`: parallel parts over several connections where they pay, each
   retried and resumed into its own slice, pinned to the object's version); the stored entries'
   storages are views of it at their data offsets (the local headers between them stay in it; a
-  range is split where more than IN_PLACE_GAP lies between two entries),
+  range is split where more than COALESCE_GAP lies between two entries),
   each checked against its CRC-32 on a thread as soon as its bytes are in (landing.py: remote
   sources say what landed). Nothing is copied, and the one big
   buffer gets huge pages (NumPy advises them for big allocations), where a buffer per storage
@@ -33,6 +33,7 @@ from ..entries.fetcher import EntryFetcher
 from ..entries.offsets import DataOffsets
 from ..errors import IntegrityError
 from ..sources import ByteSource
+from ..sources.spans import COALESCE_GAP
 from ..tasks import task_group
 from ..zipfmt import ZipEntry
 from ..zipfmt.structs import METHOD_STORED
@@ -49,8 +50,7 @@ SMALL_RANGE = 16 << 20
 SMALL_RANGES_AT_ONCE = 8
 ALIGNMENT = 64
 # A range received in place keeps what lies between its entries (local headers; entries not selected)
-# as long as the storages live: at most this much per gap. A whole model's gaps are its local headers.
-IN_PLACE_GAP = 64 << 10
+# as long as the storages live: at most COALESCE_GAP per gap. A whole model's gaps are its local headers.
 # Storages handed over as they land (iter_load): one bigger than this is a range of its own, read
 # after the smaller ranges, so that GPT-2's 154 MB embedding (the archive's first third) does not
 # hold back the tensors behind it. One more request; the same bytes and checks.
@@ -170,7 +170,7 @@ async def _received(
     source: ByteSource, fetcher: EntryFetcher, plan: LoadPlan, landed: Landed, apart: bool
 ) -> Buffers:
     # the bytes between a range's entries stay in memory with them: split where more lies between
-    ranges = [part for rng in plan.ranges for part in group_ranges(rng.entries, IN_PLACE_GAP)]
+    ranges = [part for rng in plan.ranges for part in group_ranges(rng.entries, COALESCE_GAP)]
     if apart:  # handed over as they land: a huge storage is read on its own, after the rest
         ranges = sorted((part for rng in ranges for part in set_apart(rng, APART)), key=_apart)
     small = [rng for rng in ranges if rng.size <= SMALL_RANGE]
@@ -202,7 +202,7 @@ async def _streamed(
     ranges = [
         piece
         for rng in plan.ranges
-        for part in group_ranges(rng.entries, IN_PLACE_GAP)
+        for part in group_ranges(rng.entries, COALESCE_GAP)
         for piece in split_within(part, share)
     ]
     small, big = asyncio.Semaphore(SMALL_RANGES_AT_ONCE), asyncio.Semaphore(BUDGETED_BIG_AT_ONCE)
