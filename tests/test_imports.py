@@ -29,7 +29,7 @@ import reader
 async def main():
     async with reader.open_archive({str(archive)!r}) as ar:
         for t in ar.tensors():
-            await ar.read(t.name, t.model)
+            await ar.read(t.name, model=t.model)
 
 asyncio.run(main())
 reader.load({str(archive)!r})

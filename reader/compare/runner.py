@@ -140,9 +140,9 @@ async def _matching(
     """The candidate whose bytes `info_b` holds, by digest; an amplified view (its digest costs the
     size it declares) only by the storage behind it, viewed alike (`_storage_same`)."""
     if any(amplified(info) for info in (info_b, *candidates)):
-        tensor_b = digests_b.archive.tensor(info_b.name, info_b.model, "contiguous")
+        tensor_b = digests_b.archive.tensor(info_b.name, model=info_b.model, order="contiguous")
         for candidate in candidates:
-            tensor_a = digests_a.archive.tensor(candidate.name, candidate.model, "contiguous")
+            tensor_a = digests_a.archive.tensor(candidate.name, model=candidate.model, order="contiguous")
             if await _storage_same(tensor_a, tensor_b):
                 return candidate
         return None
