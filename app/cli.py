@@ -32,8 +32,8 @@ from . import cli_diff, cli_view
 from .cli_cache import add_cache_command, cmd_cache
 from .cli_errors import CliError, UsageError
 from .cli_output import (
-    PROGRESS_THRESHOLD,
     ResumeRecord,
+    add_progress_option,
     atomic_output,
     check_resumed,
     copy_chunks,
@@ -296,12 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
     pull.add_argument("--prefix", help="only tensors whose name starts with this")
     pull.add_argument("--name", action="append", help="only this tensor (repeatable)")
     pull.add_argument("--json", action="store_true", help="print the report as JSON")
-    pull.add_argument(
-        "--progress",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help=f"progress bar on stderr (default: on a terminal, for {PROGRESS_THRESHOLD >> 20} MiB and more)",
-    )
+    add_progress_option(pull)
     _add_trust_option(pull)
     _add_trust_option(cli_diff.add_parser(commands))
     _add_trust_option(cli_view.add_parser(commands))
@@ -327,12 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_transfer_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--progress",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help=f"progress bar on stderr (default: on a terminal, for {PROGRESS_THRESHOLD >> 20} MiB and more)",
-    )
+    add_progress_option(parser)
     parser.add_argument(
         "--chunk-size", type=_positive_int, default=None, metavar="BYTES", help="read size (default 4 MiB)"
     )

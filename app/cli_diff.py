@@ -12,7 +12,7 @@ import json
 import sys
 from typing import Any
 
-from .cli_output import PROGRESS_THRESHOLD, progress
+from .cli_output import add_progress_option, progress
 
 DIFFER = "differs"  # set on the namespace by cmd_diff: the answer the exit status gives
 
@@ -34,12 +34,7 @@ def add_parser(commands: Any) -> argparse.ArgumentParser:
     diff.add_argument("--model", help="the model compared on both sides (default: each one's only model)")
     diff.add_argument("--exact", action="store_true", help="figures from full passes, never a sample")
     diff.add_argument("--json", action="store_true", help="print the comparison as JSON")
-    diff.add_argument(
-        "--progress",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help=f"progress bar on stderr (default: on a terminal, for {PROGRESS_THRESHOLD >> 20} MiB and more)",
-    )
+    add_progress_option(diff)
     return diff
 
 

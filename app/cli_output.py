@@ -171,6 +171,16 @@ async def copy_chunks(
             advance(len(chunk))
 
 
+def add_progress_option(parser: argparse.ArgumentParser) -> None:
+    """`--progress/--no-progress`, the switch `progress` reads (None: on a terminal, for large totals)."""
+    parser.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help=f"progress bar on stderr (default: on a terminal, for {PROGRESS_THRESHOLD >> 20} MiB and more)",
+    )
+
+
 @contextlib.contextmanager
 def progress(
     args: argparse.Namespace, total: int, label: str, done: int = 0

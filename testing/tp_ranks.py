@@ -88,9 +88,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     group = RankGroup(dist.group.WORLD, list(range(args.world)), args.rank)
     try:
-        tensors = {
-            name: describe(tensor) for name, tensor in iter_shared_weights([args.location], group, options={})
-        }
+        tensors = {name: describe(tensor) for name, tensor in iter_shared_weights([args.location], group)}
         result: dict = {"tensors": tensors}
     except Exception as error:
         result = {"error": type(error).__name__, "message": str(error)}

@@ -115,7 +115,7 @@ def test_dcp_metadata_lists_the_module_s_state_dict_and_loads_it(exported) -> No
 
 def test_the_vllm_weights_are_the_module_s_state_dict(exported) -> None:
     path, module = exported
-    handed = list(iter_weights([str(path)], options={}))
+    handed = list(iter_weights([str(path)]))
     assert sorted(name for name, _ in handed) == sorted(module.state_dict())
     for name, tensor in handed:
         assert torch.equal(tensor, module.state_dict()[name]), name
@@ -159,4 +159,4 @@ def test_a_torch_save_checkpoint_is_all_checkpoint(tmp_path: pathlib.Path) -> No
         assert f.keys() == sorted(state)
     with reader.torch.StorageReader(path) as storage_reader:
         assert set(storage_reader.read_metadata().state_dict_metadata) == set(state)
-    assert sorted(name for name, _ in iter_weights([str(path)], options={})) == sorted(state)
+    assert sorted(name for name, _ in iter_weights([str(path)])) == sorted(state)

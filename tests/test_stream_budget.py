@@ -119,7 +119,7 @@ def test_the_vllm_weights_stop_when_vllm_stops_asking(served) -> None:
     from reader.integrations.vllm.weights import iter_weights
 
     nginx, hashes = served
-    weights = iter_weights([nginx.url("model.bin")], options={}, max_buffered=BUDGET)
+    weights = iter_weights([nginx.url("model.bin")], max_buffered=BUDGET)
     try:
         nginx.take_log()
         name, tensor = next(weights)

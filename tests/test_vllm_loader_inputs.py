@@ -47,11 +47,11 @@ def test_extra_config_becomes_open_options() -> None:
     options = settings.open_options()
     assert settings.locations("/no/such/folder") == ["s3://bucket/model.pt2"]
     assert settings.verify is True
-    assert options["cache_dir"] == "/tmp/cache" and options["offline"] is False
-    assert options["s3_settings"] == reader.sources.S3Settings(
+    assert options.cache_dir == "/tmp/cache" and options.offline is False
+    assert options.s3_settings == reader.sources.S3Settings(
         endpoint="http://127.0.0.1:9000", addressing_style="path"
     )
-    assert options["http_options"].parallel_parts == 4
+    assert options.http_options is not None and options.http_options.parallel_parts == 4
     assert LoaderSettings.from_extra_config({}) == LoaderSettings()
     assert LoaderSettings.from_extra_config(None) == LoaderSettings()
 
@@ -127,7 +127,7 @@ def checkpoint(tmp_path: pathlib.Path) -> pathlib.Path:
 
 def test_tensors_come_with_the_checkpoint_s_names_and_values(checkpoint: pathlib.Path) -> None:
     expected = reader.torch.load(checkpoint)
-    handed = list(iter_weights([str(checkpoint)], options={}))
+    handed = list(iter_weights([str(checkpoint)]))
     assert sorted(name for name, _ in handed) == sorted(_state())
     for name, tensor in handed:
         assert torch.equal(tensor, expected[name]), name
@@ -145,7 +145,7 @@ def test_a_sharded_checkpoint_and_several_locations(tmp_path: pathlib.Path, chec
     index = tmp_path / "model.bin.index.json"
     index.write_text(json.dumps({"weight_map": {n: shard for shard, names in shards.items() for n in names}}))
 
-    handed = list(iter_weights([str(index), str(checkpoint)], options={}))
+    handed = list(iter_weights([str(index), str(checkpoint)]))
 
     assert [name for name, _ in handed].count("h.0.weight") == 2
     assert len(handed) == 3 + len(state)
@@ -155,12 +155,12 @@ def test_a_sharded_checkpoint_and_several_locations(tmp_path: pathlib.Path, chec
 
 def test_a_read_that_fails_raises_in_the_consumer(tmp_path: pathlib.Path, checkpoint: pathlib.Path) -> None:
     with pytest.raises(reader.ReaderError):
-        list(iter_weights([str(checkpoint), str(tmp_path / "absent.bin")], options={}))
+        list(iter_weights([str(checkpoint), str(tmp_path / "absent.bin")]))
     assert not _reading_threads()
 
 
 def test_leaving_early_stops_the_reads(checkpoint: pathlib.Path) -> None:
-    weights = iter_weights([str(checkpoint)] * 50, options={})
+    weights = iter_weights([str(checkpoint)] * 50)
     next(weights)
     weights.close()
     assert not _reading_threads()

@@ -17,21 +17,15 @@ from ..errors import ApiError
 from ..openapi import ARCHIVE, BUNDLE, SELECTION, answers
 from ..responses import BodyResponse
 from ..versioning import caching_headers, version_etag
-from .params import ModelQ, NamedArchive, NamesQ, PrefixQ
+from .params import ModelQ, NamedArchive, NamesQ, PrefixQ, get_and_head
 
 router = APIRouter()
 
 
-@router.get(
+@get_and_head(
+    router,
     "/archives/{archive_id}/safetensors",
     summary="Selected tensors as one safetensors file",
-    response_class=Response,
-    responses=answers(ARCHIVE, SELECTION, BUNDLE),
-)
-@router.head(
-    "/archives/{archive_id}/safetensors",
-    summary="Selected tensors as one safetensors file (headers only)",
-    response_class=Response,
     responses=answers(ARCHIVE, SELECTION, BUNDLE),
 )
 async def archive_safetensors(
@@ -66,16 +60,11 @@ AlignmentQ = Annotated[
 ]
 
 
-@router.get(
+@get_and_head(
+    router,
     "/archives/{archive_id}/ptd",
     summary="Selected tensors as one ExecuTorch .ptd (FlatTensor) data file",
-    response_class=Response,
-    responses=answers(ARCHIVE, SELECTION, BUNDLE),
-)
-@router.head(
-    "/archives/{archive_id}/ptd",
-    summary="Selected tensors as one ExecuTorch .ptd data file (headers only)",
-    response_class=Response,
+    head_summary="Selected tensors as one ExecuTorch .ptd data file (headers only)",
     responses=answers(ARCHIVE, SELECTION, BUNDLE),
 )
 async def archive_ptd(

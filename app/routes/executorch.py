@@ -12,7 +12,7 @@ from starlette.responses import Response
 from ..openapi import ARCHIVE, FILE, PROGRAM, Listing, answers, json_resource
 from ..responses import BodyResponse
 from ..versioning import caching_headers, json_etag_response, version_etag
-from .params import NamedArchive
+from .params import NamedArchive, get_and_head
 
 router = APIRouter()
 
@@ -33,16 +33,10 @@ async def list_executorch(request: Request, served: NamedArchive) -> Response:
     )
 
 
-@router.get(
+@get_and_head(
+    router,
     "/archives/{archive_id}/executorch/{name:path}",
     summary="One ExecuTorch program the archive carries",
-    response_class=Response,
-    responses=answers(ARCHIVE, FILE, PROGRAM),
-)
-@router.head(
-    "/archives/{archive_id}/executorch/{name:path}",
-    summary="One ExecuTorch program the archive carries (headers only)",
-    response_class=Response,
     responses=answers(ARCHIVE, FILE, PROGRAM),
 )
 async def executorch_file(request: Request, served: NamedArchive, name: str) -> Response:

@@ -1,4 +1,5 @@
-"""What tensor routes share: the archive a request names (a FastAPI dependency) and query parameters.
+"""What tensor routes share: the archive a request names (a FastAPI dependency), query parameters,
+and `get_and_head`, the declaration of a route that answers a body.
 
 Tensor routes are declared once and mounted twice: for the default archive
 (`/tensors/...`) and per archive (`/archives/{archive_id}/tensors/...`, where
@@ -10,12 +11,16 @@ from __future__ import annotations
 
 import types
 import typing
-from typing import Annotated, Any, Literal
+from collections.abc import Callable
+from typing import Annotated, Any, Literal, TypeVar
 
-from fastapi import Depends, Path, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
+from starlette.responses import Response
 
 from ..errors import ApiError
 from ..registry import Served
+
+Endpoint = TypeVar("Endpoint", bound=Callable[..., Any])
 
 # Declared for the document only: app/versioning.py's caching_headers reads it from the query.
 RedirectQ = Annotated[
@@ -108,3 +113,24 @@ def _takes_many(annotation: object) -> bool:
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         return any(_takes_many(arg) for arg in typing.get_args(annotation))
     return typing.get_origin(annotation) in (list, tuple, set, frozenset) or annotation in (list, tuple, set)
+
+
+def get_and_head(
+    router: APIRouter,
+    path: str,
+    *,
+    summary: str,
+    responses: dict[int | str, dict[str, Any]],
+    head_summary: str | None = None,
+) -> Callable[[Endpoint], Endpoint]:
+    """Declare the decorated endpoint for GET and for HEAD at `path`, with the same responses: a
+    body route answers HEAD with the headers GET would send (responses.BodyResponse). The HEAD
+    operation's summary is `head_summary`, else `summary` marked "(headers only)"."""
+
+    def declare(endpoint: Endpoint) -> Endpoint:
+        head = head_summary or f"{summary} (headers only)"
+        router.head(path, summary=head, response_class=Response, responses=dict(responses))(endpoint)
+        router.get(path, summary=summary, response_class=Response, responses=responses)(endpoint)
+        return endpoint
+
+    return declare

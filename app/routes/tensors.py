@@ -35,7 +35,7 @@ from ..openapi import (
 from ..registry import Served
 from ..responses import BodyResponse
 from ..versioning import TaggedJson, caching_headers, data_url, json_etag_response, tensor_etag, version_etag
-from .params import FormatQ, KindQ, ModelQ, OrderQ, PrefixQ
+from .params import FormatQ, KindQ, ModelQ, OrderQ, PrefixQ, get_and_head
 
 SliceQ = Annotated[
     str | None,
@@ -107,16 +107,11 @@ def build(resolve: Callable[..., Awaitable[Served]], where: str) -> APIRouter:
             tagged = served.opened.remember(key, TaggedJson.of(layout))
         return json_etag_response(request, tagged, headers)
 
-    @router.get(
+    @get_and_head(
+        router,
         "/tensors/{name:path}/data",
         summary=f"A tensor's bytes ({where})",
-        response_class=Response,
-        responses=answers(ARCHIVE, TENSOR, TENSOR_BYTES, NOT_ACCEPTABLE, SLICE),
-    )
-    @router.head(
-        "/tensors/{name:path}/data",
-        summary=f"A tensor's bytes ({where}, headers only)",
-        response_class=Response,
+        head_summary=f"A tensor's bytes ({where}, headers only)",
         responses=answers(ARCHIVE, TENSOR, TENSOR_BYTES, NOT_ACCEPTABLE, SLICE),
     )
     async def tensor_data(

@@ -13,7 +13,6 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import torch
 from vllm.config import ModelConfig
@@ -22,6 +21,7 @@ from vllm.distributed.parallel_state import get_tp_group
 from vllm.model_executor.layers.quantization.kv_cache import BaseKVCacheMethod
 from vllm.model_executor.model_loader.base_loader import BaseModelLoader
 
+from ...blocking.sync import OpenOptions
 from ...sources import redact_location
 from .ranks import RankGroup, iter_shared_weights
 from .settings import RANKS_EACH_READS_ALL, LoaderSettings
@@ -56,7 +56,7 @@ class Pt2ServeModelLoader(BaseModelLoader):
         if missing:
             raise WeightsNotLoaded(missing, shown)
 
-    def _weights(self, locations: list[str], options: dict[str, Any]) -> Iterator[tuple[str, torch.Tensor]]:
+    def _weights(self, locations: list[str], options: OpenOptions) -> Iterator[tuple[str, torch.Tensor]]:
         """The checkpoint's tensors: read once by all tensor-parallel ranks together (ranks.py),
         unless there is one rank or the settings say each reads all."""
         tensor_parallel = get_tp_group()

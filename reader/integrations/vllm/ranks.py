@@ -29,8 +29,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ...archives.opener import open_archive
 from ...blocking.loop import BackgroundLoop
+from ...blocking.sync import OpenOptions
 from ...errors import ReaderError, SourceChanged
 from ...loading.budget import budget_bytes
 from ...loading.selection import checkpoint
@@ -83,7 +83,7 @@ def iter_shared_weights(
     locations: Sequence[str],
     group: RankGroup,
     *,
-    options: dict[str, Any],
+    options: OpenOptions | None = None,
     verify: bool | None = None,
     max_buffered: int | None = None,
 ) -> Iterator[tuple[str, torch.Tensor]]:
@@ -91,10 +91,11 @@ def iter_shared_weights(
     gives them, with this rank reading about 1/size of the bytes and receiving the rest; its own
     reads run at most `max_buffered` bytes ahead (None: PT2SERVE_MAX_BUFFERED, else the default)."""
     budget = budget_bytes(max_buffered, "max_buffered")
+    opener = options or OpenOptions()
     loop = BackgroundLoop("pt2serve-vllm-ranks")
     try:
         for location in locations:
-            yield from _shared_location(loop, location, group, options=options, verify=verify, budget=budget)
+            yield from _shared_location(loop, location, group, options=opener, verify=verify, budget=budget)
     finally:
         loop.close()  # cancels what is still being read, and ends the thread
 
@@ -104,7 +105,7 @@ def _shared_location(
     location: str,
     group: RankGroup,
     *,
-    options: dict[str, Any],
+    options: OpenOptions,
     verify: bool | None,
     budget: int,
 ) -> Iterator[tuple[str, torch.Tensor]]:
@@ -115,7 +116,7 @@ def _shared_location(
 
     async def read() -> None:
         """Open, say what was opened, wait for this rank's share, read it as it lands."""
-        async with open_archive(location, **options) as archive:
+        async with options.open(location) as archive:
             infos = [info for info in checkpoint(archive) if info.readable]
             arrived.end((archive.source.identity, archive.source.location, infos))
             names = await asyncio.wrap_future(decided)

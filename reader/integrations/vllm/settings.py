@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...archives.sharded import is_shard_index
+from ...blocking.sync import OpenOptions
 from ...sources import HttpOptions, S3Settings
 
 # what transformers' Trainer saves beside the weights (vLLM leaves the same files out)
@@ -75,15 +76,15 @@ class LoaderSettings:
             http_options=_options(HttpOptions, "http", extra.get("http")),
         )
 
-    def open_options(self) -> dict[str, Any]:
+    def open_options(self) -> OpenOptions:
         """The keywords `open_archive` takes from these settings."""
-        return {
-            "cache_dir": self.cache_dir,
-            "offline": self.offline,
-            "stale_if_error": self.stale_if_error,
-            "s3_settings": self.s3_settings,
-            "http_options": self.http_options,
-        }
+        return OpenOptions(
+            cache_dir=self.cache_dir,
+            offline=self.offline,
+            stale_if_error=self.stale_if_error,
+            s3_settings=self.s3_settings,
+            http_options=self.http_options,
+        )
 
     def locations(self, model: str) -> list[str]:
         """The archives to read: the configured location, else the weights in the model folder."""

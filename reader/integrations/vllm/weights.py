@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from ...archives.opener import open_archive
 from ...blocking.loop import BackgroundLoop
+from ...blocking.sync import OpenOptions
 from ...errors import ReaderError
 from ...loading.budget import budget_bytes
 from ...loading.selection import checkpoint
@@ -44,21 +44,23 @@ class WeightsNotLoaded(ReaderError, ValueError):
 def iter_weights(
     locations: Sequence[str],
     *,
-    options: dict[str, Any],
+    options: OpenOptions | None = None,
     verify: bool | None = None,
     max_buffered: int | None = None,
 ) -> Iterator[tuple[str, torch.Tensor]]:
     """Every readable tensor of the checkpoint of each archive at `locations` (opened with
-    `open_archive`'s `options`; an exported program's state dict, not its constants), by the name the
-    checkpoint gives it, in the order they land; a read's failure is raised here. At most
-    `max_buffered` bytes are read ahead (None: PT2SERVE_MAX_BUFFERED, else the default)."""
+    `options`, None: `open_archive`'s defaults; an exported program's state dict, not its
+    constants), by the name the checkpoint gives it, in the order they land; a read's failure is
+    raised here. At most `max_buffered` bytes are read ahead (None: PT2SERVE_MAX_BUFFERED, else
+    the default)."""
     budget = budget_bytes(max_buffered, "max_buffered")
+    opener = options or OpenOptions()
     loop = BackgroundLoop("pt2serve-vllm-weights")
     arrived = Handover(loop)
 
     async def read_all() -> None:
         for location in locations:
-            async with open_archive(location, **options) as archive:
+            async with opener.open(location) as archive:
                 names = [info.name for info in checkpoint(archive) if info.readable]
                 tensors = iter_load(archive, names=names, verify=verify, max_buffered=budget)
                 async with contextlib.aclosing(tensors):
