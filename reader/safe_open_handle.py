@@ -254,7 +254,7 @@ class SafeSlice:
 
     def get_dtype(self) -> str:
         """safetensors' dtype string: "F32", "BF16", "F8_E4M3", "I64", "BOOL", ..."""
-        return safetensors_format.DTYPES[self._info.dtype or ""]
+        return safetensors_format.DTYPES[self._info.geometry.dtype]
 
     def __getitem__(self, index: object) -> Any:
         handle, info = self._handle, self._info
