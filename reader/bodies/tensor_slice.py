@@ -41,6 +41,7 @@ class SliceBytes:
         self.plan: SlicePlan = plan_slice(tensor.info, index)
         self.normalized = normalize_index(index, tensor.geometry.sizes)
         self.info = _slice_info(tensor.info, self.plan)
+        self.geometry = self.info.geometry
         self.length = self.plan.nbytes
         self.key = self.plan.key
         self.dim_order = tuple(range(len(self.plan.shape)))
