@@ -183,3 +183,24 @@ def test_the_coercion_check_sees_what_it_forbids() -> None:
     assert _COERCED.search("    itemsize = info.itemsize or 1")
     assert _IGNORED.search("to_numpy(raw, info.sizes)  # type: ignore[arg-type]")
     assert not _COERCED.search("    sizes = info.geometry.sizes")
+
+
+async def test_a_region_or_a_shard_of_an_unreadable_tensor_is_refused_by_its_geometry() -> None:
+    """Regions and shards check a tensor through `geometry` like every read: an unreadable one is
+    refused as UnsupportedPayload naming why, before anything is read (an empty region too)."""
+    import reader
+    from reader.loading.regions import Region, read_regions
+    from testing.paths import ARCHIVES
+
+    landed: list[str] = []
+    async with reader.open_archive(ARCHIVES / "pickled.pt2") as ar:
+        pickled = next(info for info in ar.tensors() if not info.readable)
+        assert pickled.sizes is not None and pickled.unsupported is not None  # sized, yet not raw bytes
+        why = re.escape(f"{pickled.model}/{pickled.name}: {pickled.unsupported}")
+        empty = Region(pickled.name, (0,) * len(pickled.sizes), (0,) * len(pickled.sizes))
+        with pytest.raises(reader.UnsupportedPayload, match=why):
+            await read_regions(ar, [empty], lambda region, *_: landed.append(region.name))
+        assert not landed and ar.stats.get("data", {}).get("requests", 0) == 0
+        shard = reader.Shard(0, 2, {pickled.name: 0})
+        with pytest.raises(reader.UnsupportedPayload, match=why):
+            shard.cut(pickled)
