@@ -95,9 +95,9 @@ def _print_table(diff: Any) -> None:
         if t.status == "same":
             continue
         info = t.b if t.b is not None else t.a
-        shape = f"{info.dtype} {list(info.sizes or ())}"
+        shape = _dtype_shape(info)
         if t.status == "retyped":
-            shape = f"{t.a.dtype} {list(t.a.sizes or ())} -> {shape}"
+            shape = f"{_dtype_shape(t.a)} -> {shape}"
         name = f"{t.moved_from} -> {t.name}" if t.moved_from else t.name
         cells = ["", "", ""]
         if t.figures is not None:
@@ -112,3 +112,8 @@ def _print_table(diff: Any) -> None:
 
 def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.3g}"
+
+
+def _dtype_shape(info: Any) -> str:
+    """A TensorInfo's dtype and sizes for the table ([] where it has none: a custom object)."""
+    return f"{info.dtype} {[] if info.sizes is None else list(info.sizes)}"

@@ -53,11 +53,12 @@ def decode(raw: bytes, dtype: str) -> np.ndarray:
 async def tensor_stats(archive: reader.Archive, name: str, model: str | None) -> dict[str, Any]:
     tensor = archive.tensor(name, model=model, order="contiguous")  # checks it is readable
     info = tensor.info
-    numel, nbytes = info.numel, info.nbytes
-    shape2d = shape2d_of(info.sizes)
+    geometry = tensor.geometry
+    numel, nbytes = geometry.numel, geometry.nbytes
+    shape2d = shape2d_of(geometry.sizes)
     if nbytes <= SMALL_BYTES and numel <= SMALL_ELEMENTS:
-        values = decode(await tensor.read(), info.dtype)
-        result = summarize(values, info.dtype, shape2d)
+        values = decode(await tensor.read(), geometry.dtype)
+        result = summarize(values, geometry.dtype, shape2d)
         sampled, sample_elements = False, int(values.size)
     else:
         if not info.dense:
@@ -65,18 +66,18 @@ async def tensor_stats(archive: reader.Archive, name: str, model: str | None) ->
                 f"{info.model}/{info.name}: a non-dense view of {nbytes} bytes is too large to sample"
             )
         values, rows, first = await sample(archive, info)
-        result = summarize(values, info.dtype, None)
-        result["first"] = _json_values(first, info.dtype)
+        result = summarize(values, geometry.dtype, None)
+        result["first"] = _json_values(first, geometry.dtype)
         if rows is not None and shape2d is not None:
             # rows/cols describe the tensor's 2-D view; the map's rows are the sampled rows
-            result["heatmap"] = {**heatmap(rows, info.dtype), "rows": shape2d[0], "cols": shape2d[1]}
+            result["heatmap"] = {**heatmap(rows, geometry.dtype), "rows": shape2d[0], "cols": shape2d[1]}
             result["heatmap"]["sampled_rows"] = int(rows.shape[0])
         sampled, sample_elements = True, int(values.size)
     return {
         "name": info.name,
         "model": info.model,
-        "dtype": info.dtype,
-        "sizes": list(info.sizes),
+        "dtype": geometry.dtype,
+        "sizes": list(geometry.sizes),
         "numel": numel,
         "sampled": sampled,
         "sample_elements": sample_elements,
@@ -146,10 +147,11 @@ async def sample(
     archive: reader.Archive, info: reader.TensorInfo
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
     """(sampled values, sampled rows as a 2-D array or None, the first values in logical order)."""
-    itemsize, nbytes = info.itemsize, info.nbytes
-    row_major = info.dim_order == tuple(range(len(info.sizes)))
+    geometry = info.geometry
+    itemsize, nbytes = geometry.itemsize, geometry.nbytes
+    row_major = geometry.dim_order == tuple(range(len(geometry.sizes)))
     order = "contiguous" if row_major else "default"
-    shape2d = shape2d_of(info.sizes)
+    shape2d = shape2d_of(geometry.sizes)
     limit = asyncio.Semaphore(CONCURRENT_READS)
 
     tensors = {o: archive.tensor(info.name, model=info.model, order=o) for o in {order, "default"}}
@@ -167,26 +169,26 @@ async def sample(
             pieces = await asyncio.gather(
                 *(read(int(r) * row_bytes, (int(r) + 1) * row_bytes) for r in picked)
             )
-            values = decode(b"".join(pieces), info.dtype)
+            values = decode(b"".join(pieces), geometry.dtype)
             rows = values.reshape(len(picked), -1)
     if rows is None:
         block = max(itemsize, SAMPLE_BLOCK_BYTES // itemsize * itemsize)
         last = (nbytes - block) // itemsize
         starts = sorted({round(i * last / (SAMPLE_BLOCKS - 1)) * itemsize for i in range(SAMPLE_BLOCKS)})
         pieces = await asyncio.gather(*(read(s, s + block) for s in starts))
-        values = decode(b"".join(pieces), info.dtype)
-    first_count = min(FIRST, info.numel)
+        values = decode(b"".join(pieces), geometry.dtype)
+    first_count = min(FIRST, geometry.numel)
     if row_major:
-        first = decode(await read(0, first_count * itemsize), info.dtype)
+        first = decode(await read(0, first_count * itemsize), geometry.dtype)
     else:
         # element i of the logical order sits at sum(index * stride) elements into the memory span
         # (strides are never negative: the index refuses them)
-        strides, offsets = info.strides, []
+        strides, offsets = geometry.strides, []
         for flat in range(first_count):
-            index = np.unravel_index(flat, info.sizes)
+            index = np.unravel_index(flat, geometry.sizes)
             offsets.append(sum(int(i) * s for i, s in zip(index, strides)))
         pieces = await asyncio.gather(*(read(o * itemsize, (o + 1) * itemsize, "default") for o in offsets))
-        first = decode(b"".join(pieces), info.dtype)
+        first = decode(b"".join(pieces), geometry.dtype)
     return values, rows, first
 
 

@@ -115,8 +115,8 @@ def data_url(archive_id: str, version: str, info: reader.TensorInfo) -> str:
 def tensor_etag(digest: bytes, tensor: TensorBytes, fmt: str) -> str:
     """A strong ETag from what the representation is: its bytes' SHA-256, how to read them
     (dtype, shape, dimension order) and the format. Not the archive's identity."""
-    info = tensor.info
-    described = f"{info.dtype}|{info.sizes}|{tensor.dim_order}|{tensor.order}|{fmt}".encode()
+    geometry = tensor.geometry
+    described = f"{geometry.dtype}|{geometry.sizes}|{tensor.dim_order}|{tensor.order}|{fmt}".encode()
     return f'"{hashlib.blake2b(digest + described, digest_size=16).hexdigest()}"'
 
 

@@ -181,11 +181,12 @@ class StorageReader(_DcpStorageReader):
         described: dict[str, Any] = {}
         storage_data: dict[MetadataIndex, str] = {}
         for info in tensors:
-            sizes = torch.Size(info.sizes)
+            geometry = info.geometry
+            sizes = torch.Size(geometry.sizes)
             zeros = torch.Size([0] * len(sizes))
             described[info.name] = TensorStorageMetadata(
                 properties=TensorProperties(
-                    dtype=dtype_of(info.dtype).torch, requires_grad=bool(info.requires_grad)
+                    dtype=dtype_of(geometry.dtype).torch, requires_grad=bool(info.requires_grad)
                 ),
                 size=sizes,
                 chunks=[ChunkStorageMetadata(offsets=zeros, sizes=sizes)],

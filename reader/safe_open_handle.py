@@ -117,7 +117,7 @@ class safe_open:  # noqa: N801 - safetensors' name, used the same way
         archive, infos = self._archive, self._tensors
         self._ahead = ReadAhead(
             lambda name: _read_whole(archive, infos[name]),
-            {name: info.nbytes for name, info in infos.items()},
+            {name: info.geometry.nbytes for name, info in infos.items()},
             sorted(infos),  # keys()
             budget,
         )
@@ -179,7 +179,7 @@ class safe_open:  # noqa: N801 - safetensors' name, used the same way
         """The whole tensor, a fresh row-major copy (one read of its bytes, perhaps made ahead)."""
         info = self._info(name)
         buffer = self._loop_run(self._ahead.get(name))
-        return self._convert(buffer, info, info.sizes)
+        return self._convert(buffer, info, info.geometry.sizes)
 
     def get_tensors(self) -> dict[str, Any]:
         """Every tensor of `keys()` by name, read in `offset_keys()` order, one read each (as
@@ -230,10 +230,10 @@ class safe_open:  # noqa: N801 - safetensors' name, used the same way
     def _convert(self, buffer: np.ndarray, info: TensorInfo, shape: tuple[int, ...]) -> Any:
         """A uint8 buffer that this call owns, as the framework's tensor of `info`'s dtype."""
         if self._framework == "np":
-            return buffer.view(dtype_of(info.dtype).numpy).reshape(shape)
+            return buffer.view(dtype_of(info.geometry.dtype).numpy).reshape(shape)
         import torch
 
-        dtype = dtype_of(info.dtype).torch
+        dtype = dtype_of(info.geometry.dtype).torch
         if not buffer.nbytes:  # torch cannot view an empty byte tensor as a wider dtype
             tensor = torch.empty(shape, dtype=dtype)
         else:
@@ -250,11 +250,11 @@ class SafeSlice:
         self._info = info
 
     def get_shape(self) -> list[int]:
-        return list(self._info.sizes)
+        return list(self._info.geometry.sizes)
 
     def get_dtype(self) -> str:
         """safetensors' dtype string: "F32", "BF16", "F8_E4M3", "I64", "BOOL", ..."""
-        return safetensors_format.DTYPES[self._info.dtype or ""]
+        return safetensors_format.DTYPES[self._info.geometry.dtype]
 
     def __getitem__(self, index: object) -> Any:
         handle, info = self._handle, self._info
@@ -276,7 +276,7 @@ async def _read_whole(archive: Archive | ShardedArchive, info: TensorInfo) -> np
     """The tensor's row-major bytes in a buffer of their own. A big one's data offset is found first
     (its local header: one small request), so that its bytes go straight into the buffer: read
     with the header, they came as bytes and a copy, twice the tensor for a moment."""
-    buffer = np.empty(info.nbytes, dtype=np.uint8)
+    buffer = np.empty(info.geometry.nbytes, dtype=np.uint8)
     tensor = archive.tensor(info.name, model=info.model, order="contiguous")
     if tensor.length >= STRAIGHT_IN:
         with contextlib.suppress(ValueError):  # not a stored run of bytes: gathered, as before

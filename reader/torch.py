@@ -156,10 +156,10 @@ async def read_tensor(
     tensor = archive.tensor(name, model=model, order="contiguous")
     body = tensor if index is None else SliceBytes(tensor, index)
     data = await body.read()
-    dtype = dtype_of(tensor.info.dtype).torch
+    dtype = dtype_of(tensor.geometry.dtype).torch
     if not data:
-        return torch.empty(body.info.sizes, dtype=dtype)
-    return torch.frombuffer(bytearray(data), dtype=dtype).reshape(body.info.sizes)
+        return torch.empty(body.geometry.sizes, dtype=dtype)
+    return torch.frombuffer(bytearray(data), dtype=dtype).reshape(body.geometry.sizes)
 
 
 def read(

@@ -23,6 +23,7 @@ def storage_of(torch: Any, buffer: np.ndarray) -> _torch.UntypedStorage:
 
 def tensor_on(torch: Any, info: TensorInfo, storage: _torch.UntypedStorage) -> _torch.Tensor:
     """`info`'s tensor viewing `storage`, with the archive's dtype, sizes, strides and offset."""
-    return torch.empty(0, dtype=dtype_of(info.dtype).torch).set_(
-        storage, info.storage_offset, info.sizes, info.strides
+    geometry = info.geometry
+    return torch.empty(0, dtype=dtype_of(geometry.dtype).torch).set_(
+        storage, geometry.storage_offset, geometry.sizes, geometry.strides
     )

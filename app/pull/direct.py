@@ -102,7 +102,7 @@ class FromArchive:
         same version), hashing as it goes; keep it as a blob unless the mirror has those bytes."""
         partial = self._partial(info)
         have = os.path.getsize(partial) if os.path.exists(partial) else 0
-        have = have if have <= info.nbytes else 0
+        have = have if have <= info.geometry.nbytes else 0
 
         async def chunks() -> AsyncIterator[bytes | memoryview]:
             with open(partial, "rb") as old:
@@ -126,7 +126,7 @@ class FromArchive:
         self.digests.remember(tensor_key(info), raw)
         digest = raw.hex()
         known = self.mirror.known_files().get(digest)
-        if known and self.mirror.verified(known, digest, info.nbytes):
+        if known and self.mirror.verified(known, digest, info.geometry.nbytes):
             os.unlink(partial)
         else:
             self.fetched[digest] = self.mirror.finish_download(partial, digest)

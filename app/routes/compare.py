@@ -89,10 +89,9 @@ async def compare_tensor(request: Request, a: SideA, b: SideB, name: str, model:
     served_a, served_b = await _sides(request, a, b)
     info_a = served_a.archive.layout(name, model=model)
     info_b = served_b.archive.layout(name, model=model if model in served_b.archive.models else None)
-    info_a.check_readable()
-    info_b.check_readable()
-    if info_a.dtype != info_b.dtype or info_a.sizes != info_b.sizes:
-        shapes = (f"{i.dtype}{list(i.sizes)}" for i in (info_a, info_b))
+    geometry_a, geometry_b = info_a.geometry, info_b.geometry  # UnsupportedPayload unless readable
+    if geometry_a.dtype != geometry_b.dtype or geometry_a.sizes != geometry_b.sizes:
+        shapes = (f"{g.dtype}{list(g.sizes)}" for g in (geometry_a, geometry_b))
         raise reader.UnsupportedPayload(
             f"{name}: {' against '.join(shapes)} cannot be compared value by value"
         )
@@ -103,15 +102,15 @@ async def compare_tensor(request: Request, a: SideA, b: SideB, name: str, model:
         with np.errstate(over="ignore", invalid="ignore"):
             difference = rows_a.astype(wide) - rows_b.astype(wide)
         maps = {
-            "a": heatmap(rows_a, info_a.dtype),
-            "b": heatmap(rows_b, info_a.dtype),
+            "a": heatmap(rows_a, geometry_a.dtype),
+            "b": heatmap(rows_b, geometry_a.dtype),
             "difference": heatmap(difference, "float64" if wide is np.float64 else "complex128"),
         }
-    sampled = info_a.nbytes > SMALL_BYTES or info_a.numel > SMALL_ELEMENTS
+    sampled = geometry_a.nbytes > SMALL_BYTES or geometry_a.numel > SMALL_ELEMENTS
     content = {
         "name": name,
-        "dtype": info_a.dtype,
-        "sizes": list(info_a.sizes),
+        "dtype": geometry_a.dtype,
+        "sizes": list(geometry_a.sizes),
         "sampled": sampled,
         "sampled_rows": None if rows_a is None else int(rows_a.shape[0]),
         "heatmaps": maps,
@@ -123,12 +122,13 @@ async def compare_tensor(request: Request, a: SideA, b: SideB, name: str, model:
 async def _rows(archive: reader.Archive, info: reader.TensorInfo) -> np.ndarray | None:
     """The rows of the tensor's 2-D view the stats route draws its heat map from: all of them for
     a small tensor, the same evenly spaced rows for a large one (None: no 2-D view, or blocks)."""
-    shape2d = shape2d_of(info.sizes)
+    geometry = info.geometry
+    shape2d = shape2d_of(geometry.sizes)
     if shape2d is None:
         return None
-    if info.nbytes <= SMALL_BYTES and info.numel <= SMALL_ELEMENTS:
+    if geometry.nbytes <= SMALL_BYTES and geometry.numel <= SMALL_ELEMENTS:
         raw = await archive.read(info.name, model=info.model, order="contiguous")
-        return to_numpy(raw, dtype_of(info.dtype), shape2d)
+        return to_numpy(raw, dtype_of(geometry.dtype), shape2d)
     _, rows, _ = await sample(archive, info)
     return rows
 

@@ -170,10 +170,10 @@ async def representation(
     else:
         tensor = served.archive.tensor(name, model=model, order=order)
         body, media_type = tensor, "application/octet-stream"
-    info = tensor.info
+    info, geometry = tensor.info, tensor.geometry
     headers = {
-        "x-tensor-dtype": info.dtype,
-        "x-tensor-shape": ",".join(map(str, info.sizes)),
+        "x-tensor-dtype": geometry.dtype,
+        "x-tensor-shape": ",".join(map(str, geometry.sizes)),
         "x-tensor-dim-order": ",".join(map(str, tensor.dim_order)),
     }
     digest, content_etag = await representation_digest(request, served, tensor, body, fmt)
@@ -234,7 +234,7 @@ def slice_representation(served: Served, name: str, model: str | None, fmt: str,
     info = tensor.info
     etag = version_etag(served, info.model, info.name, "slice", sliced.key, fmt)
     headers = {
-        "x-tensor-dtype": info.dtype,
+        "x-tensor-dtype": tensor.geometry.dtype,
         "x-tensor-shape": ",".join(map(str, sliced.plan.shape)),
         "x-tensor-dim-order": ",".join(map(str, sliced.dim_order)),
         "x-tensor-slice": sliced.key,

@@ -57,9 +57,9 @@ class TensorReads(SourceBacked):
         tensor = self.tensor(name, model=model, order="contiguous")
         if index is not None:
             sliced = SliceBytes(tensor, index)
-            return to_numpy(await sliced.read(), dtype_of(tensor.info.dtype), sliced.plan.shape)
-        info = tensor.info
-        return to_numpy(await tensor.read(), dtype_of(info.dtype), info.sizes)  # type: ignore[arg-type]
+            return to_numpy(await sliced.read(), dtype_of(tensor.geometry.dtype), sliced.plan.shape)
+        geometry = tensor.geometry
+        return to_numpy(await tensor.read(), dtype_of(geometry.dtype), geometry.sizes)
 
     async def read_into(
         self, name: str, buffer: WritableBuffer, model: str | None = None, order: Order = "default"

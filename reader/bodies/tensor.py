@@ -44,15 +44,14 @@ class TensorBytes:
     def __init__(self, info: TensorInfo, entry: ZipEntry, fetcher: EntryFetcher, order: str) -> None:
         if order not in ORDERS:
             raise ValueError(f"order must be one of {ORDERS}, not {order!r}")
-        info.check_readable()
-        sizes, strides, offset = info.sizes, info.strides, info.storage_offset
+        self.geometry = geometry = info.geometry  # UnsupportedPayload unless readable
+        sizes, strides, itemsize = geometry.sizes, geometry.strides, geometry.itemsize
         self.info = info
         self.order = order
         self.entry = entry
-        self.length = info.nbytes
+        self.length = geometry.nbytes
         self._fetcher = fetcher
-        itemsize = info.itemsize
-        first, end = strided.element_extent(sizes, strides, offset)
+        first, end = strided.element_extent(sizes, strides, geometry.storage_offset)
         self.span = (first * itemsize, end * itemsize)
         self.zeros = entry.size == 0
         self.direct = info.dense and (order == "default" or strided.is_row_major(sizes, strides))
@@ -61,8 +60,8 @@ class TensorBytes:
     def dim_order(self) -> tuple[int, ...]:
         """The dim order of the output: the tensor's own in memory order, identity when row-major."""
         if self.order == "default":
-            return self.info.dim_order
-        return tuple(range(len(self.info.sizes)))
+            return self.geometry.dim_order
+        return tuple(range(len(self.geometry.sizes)))
 
     async def archive_span(self) -> tuple[int, int]:
         """Where the output lies in the archive itself, when it is a stored run of bytes there
@@ -129,8 +128,8 @@ class TensorBytes:
             return bytes(self.length)
         if self.direct:
             return span
-        info = self.info
-        return strided.gather_row_major(span, info.itemsize, info.sizes, info.strides)
+        geometry = self.geometry
+        return strided.gather_row_major(span, geometry.itemsize, geometry.sizes, geometry.strides)
 
     def chunks(
         self, start: int = 0, end: int | None = None, chunk_size: int | None = None
@@ -161,9 +160,8 @@ class TensorBytes:
         """Zeros, or a gathered view, a chunk at a time: only the bytes asked for are built."""
         if not self.needs_payload:
             return zero_chunks(start, end, chunk_size)
-        info = self.info
-        normalized = tuple(range(size) for size in info.sizes)
-        plan = gather.view_plan(info, self.span[0])
+        normalized = tuple(range(size) for size in self.geometry.sizes)
+        plan = gather.view_plan(self.geometry, self.span[0])
         span = self.span
 
         async def behind() -> bytes:

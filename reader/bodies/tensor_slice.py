@@ -39,8 +39,9 @@ class SliceBytes:
     def __init__(self, tensor: TensorBytes, index: object) -> None:
         self.tensor = tensor
         self.plan: SlicePlan = plan_slice(tensor.info, index)
-        self.normalized = normalize_index(index, tensor.info.sizes or ())  # type: ignore[arg-type]
+        self.normalized = normalize_index(index, tensor.geometry.sizes)
         self.info = _slice_info(tensor.info, self.plan)
+        self.geometry = self.info.geometry
         self.length = self.plan.nbytes
         self.key = self.plan.key
         self.dim_order = tuple(range(len(self.plan.shape)))

@@ -45,7 +45,9 @@ class TensorDiff:
         if self.status in ("same", "moved"):
             return 0
         info = self.b if self.b is not None else self.a
-        return (info.nbytes or 0) if info is not None else 0
+        if info is None or info.nbytes is None:  # a custom object, symbolic sizes: no byte count
+            return 0
+        return info.nbytes
 
     def to_dict(self) -> dict[str, Any]:
         info = self.b if self.b is not None else self.a

@@ -351,7 +351,7 @@ def _changed(pair: Undecided, figures: Figures) -> TensorDiff:
 
 
 def _dtype(info: TensorInfo) -> Any:
-    return dtype_of(info.dtype)
+    return dtype_of(info.geometry.dtype)
 
 
 def _data_bytes(archive: ArchiveLike) -> int:

@@ -42,9 +42,10 @@ def npy_descr(dtype: str) -> str:
 
 def npy_header(info: TensorInfo) -> bytes:
     """The header that precedes the tensor's row-major bytes in an .npy file."""
-    shape = info.sizes
-    descr = npy_descr(info.dtype)
-    if info.dtype == "complex32":
+    geometry = info.geometry
+    shape = geometry.sizes
+    descr = npy_descr(geometry.dtype)
+    if geometry.dtype == "complex32":
         shape = (*shape, 2)
     text = f"{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape!r}, }}"
     # pad with spaces so the data starts 64-byte aligned; the header ends with a newline

@@ -90,11 +90,12 @@ class PtdPlan:
 
 def ptd_refusal(info: TensorInfo) -> str | None:
     """Why `info` cannot be a key of a .ptd file, or None when it can."""
-    if not info.readable:
-        return info.unsupported or "not readable"
+    if info.unsupported is not None:
+        return info.unsupported
+    geometry = info.geometry
     if info.executorch_scalar_type not in EXECUTORCH_SCALAR_TYPES:
-        return f"dtype {info.dtype} has no ExecuTorch scalar type"
-    sizes = info.sizes
+        return f"dtype {geometry.dtype} has no ExecuTorch scalar type"
+    sizes = geometry.sizes
     if any(size > INT32_MAX for size in sizes):
         return f"sizes {list(sizes)} do not fit ExecuTorch's int32 sizes"
     if len(sizes) > 255:
@@ -127,7 +128,8 @@ def executorch_layout(info: TensorInfo) -> tuple[str, tuple[int, ...]]:
     ExecuTorch's emitter keeps a tensor's memory layout only when it is row-major or
     channels_last; anything else goes through `Tensor.contiguous()`.
     """
-    sizes, strides = info.sizes, info.strides
+    geometry = info.geometry
+    sizes, strides = geometry.sizes, geometry.strides
     identity = tuple(range(len(sizes)))
     if is_row_major(sizes, strides):
         return "contiguous", _dim_order_from_strides(strides)
@@ -173,13 +175,14 @@ def plan_ptd(tensors: Iterable[TensorInfo], alignment: int = DEFAULT_ALIGNMENT) 
     end = 0
     for info in tensors:
         order, dim_order = executorch_layout(info)
-        same_bytes = (info.storage.entry, info.storage.offset, info.sizes, info.strides, info.dtype, order)
+        geometry = info.geometry
+        same_bytes = (info.storage.entry, geometry, order)  # where, and how they are viewed
         index = by_bytes.get(same_bytes)
         if index is None:
             index = by_bytes[same_bytes] = len(relative)
             start = _aligned(end, alignment)
-            relative.append((start, info.nbytes, info, order))
-            end = start + info.nbytes
+            relative.append((start, geometry.nbytes, info, order))
+            end = start + geometry.nbytes
         entries.append(PtdEntry(info, info.executorch_scalar_type, dim_order, index))
 
     flatbuffer = _flat_tensor(entries, [(offset, size) for offset, size, _, _ in relative])
@@ -222,7 +225,7 @@ def _flat_tensor(entries: list[PtdEntry], segments: list[tuple[int, int]]) -> by
     named_tables = []
     for entry in entries:
         key = builder.CreateString(entry.info.name)
-        sizes = entry.info.sizes
+        sizes = entry.info.geometry.sizes
         builder.StartVector(4, len(sizes), 4)
         for size in reversed(sizes):
             builder.PrependInt32(size)

@@ -47,10 +47,11 @@ def safetensors_header(tensors: list[TensorInfo], metadata: dict[str, str]) -> b
     table: dict[str, object] = {"__metadata__": metadata} if metadata else {}
     offset = 0
     for info in tensors:
-        end = offset + info.nbytes
+        geometry = info.geometry
+        end = offset + geometry.nbytes
         table[info.name] = {
-            "dtype": DTYPES[info.dtype],
-            "shape": list(info.sizes),
+            "dtype": DTYPES[geometry.dtype],
+            "shape": list(geometry.sizes),
             "data_offsets": [offset, end],
         }
         offset = end

@@ -17,10 +17,11 @@ from ..pt2.tensorinfo import TensorInfo
 
 def view_array(info: TensorInfo, storage: np.ndarray, order: str = "default") -> np.ndarray:
     """The tensor `info` describes, as a view of `storage` (its payload's bytes) where NumPy can."""
-    dtype = dtype_of(info.dtype)
-    sizes, strides = info.sizes, info.strides
+    geometry = info.geometry
+    dtype = dtype_of(geometry.dtype)
+    sizes, strides = geometry.sizes, geometry.strides
     itemsize = dtype.itemsize
-    offset = info.storage_offset * itemsize
+    offset = geometry.storage_offset * itemsize
     if dtype.name == "complex32":
         raw = np.ndarray(sizes, np.dtype(f"V{itemsize}"), storage, offset, [s * itemsize for s in strides])
         return to_numpy(np.ascontiguousarray(raw).tobytes(), dtype, sizes)

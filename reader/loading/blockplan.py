@@ -89,7 +89,7 @@ def split_by_shard(
     blocks: list[Block] = []
     for info in tensors:
         cut = shard.cut(info) if shard is not None else None
-        if cut is None or (cut.start, cut.stop) == (0, (info.sizes or ())[cut.dim]):
+        if cut is None or (cut.start, cut.stop) == (0, info.geometry.sizes[cut.dim]):
             ordered.append(info)
             continue
         info.check_readable()

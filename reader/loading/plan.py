@@ -16,7 +16,7 @@ from typing import NamedTuple
 from .. import zipfmt
 from ..errors import UnsupportedPayload
 from ..pt2 import strided
-from ..pt2.tensorinfo import TensorInfo
+from ..pt2.tensorinfo import Geometry, TensorInfo
 from ..zipfmt import ZipEntry
 
 # Entries closer than this are one range: the bytes in between cost less than another request.
@@ -67,13 +67,13 @@ def plan_load(
     chosen = tuple(tensors)
     storages: dict[str, Storage] = {}
     for info in chosen:
-        info.check_readable()
+        geometry = info.geometry  # UnsupportedPayload unless readable
         name = info.storage.entry
         known = storages.get(name)
         entry = known.entry if known else entries[name]
         if known is None:
             zipfmt.check_decodable(entry)
-        extent = _extent_bytes(info)
+        extent = _extent_bytes(geometry, info.dense)
         if entry.size:
             if extent > entry.size:
                 raise UnsupportedPayload(
@@ -139,13 +139,12 @@ def _range(run: list[ZipEntry]) -> ReadRange:
     return ReadRange(run[0].header_offset, max(entry.region_end for entry in run), tuple(run))
 
 
-def _extent_bytes(info: TensorInfo) -> int:
+def _extent_bytes(geometry: Geometry, dense: bool) -> int:
     """Bytes of storage the view reaches (0 for an empty view). A dense view (in any dimension
     order) covers exactly its elements from its offset on: most of a model, and no arithmetic."""
-    if not info.numel:
+    if not geometry.numel:
         return 0
-    itemsize = info.itemsize or 1
-    if info.dense:
-        return ((info.storage_offset or 0) + info.numel) * itemsize
-    sizes, strides, offset = info.sizes or (), info.strides or (), info.storage_offset or 0
-    return strided.element_extent(sizes, strides, offset)[1] * itemsize
+    if dense:
+        return (geometry.storage_offset + geometry.numel) * geometry.itemsize
+    extent = strided.element_extent(geometry.sizes, geometry.strides, geometry.storage_offset)
+    return extent[1] * geometry.itemsize

@@ -50,8 +50,9 @@ class Region:
         )
 
     def check(self, info: TensorInfo) -> None:
-        """RegionOutOfRange unless the region lies inside `info`'s shape, naming the tensor."""
-        sizes = tuple(info.sizes or ())
+        """RegionOutOfRange unless the region lies inside `info`'s shape, naming the tensor
+        (UnsupportedPayload for a tensor whose bytes cannot be read)."""
+        sizes = info.geometry.sizes
         inside = len(self.offsets) == len(self.lengths) == len(sizes) and all(
             start >= 0 and length >= 0 and start + length <= size
             for start, length, size in zip(self.offsets, self.lengths, sizes, strict=True)
@@ -63,7 +64,7 @@ class Region:
             )
 
     def whole(self, info: TensorInfo) -> bool:
-        return not any(self.offsets) and self.lengths == tuple(info.sizes or ())
+        return not any(self.offsets) and self.lengths == info.geometry.sizes
 
     def empty(self) -> bool:
         return 0 in self.lengths

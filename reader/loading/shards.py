@@ -74,13 +74,12 @@ class Shard:
         dim = self.dim_of(info.name)
         if dim is None:
             return None
-        ndim = len(info.sizes or ())
+        sizes = info.geometry.sizes  # UnsupportedPayload unless readable
+        ndim = len(sizes)
         if not -ndim <= dim < ndim:
-            raise InvalidShard(
-                f"{info.name!r} has {ndim} dims {tuple(info.sizes or ())}; the shard cuts it along dim {dim}"
-            )
+            raise InvalidShard(f"{info.name!r} has {ndim} dims {sizes}; the shard cuts it along dim {dim}")
         dim %= ndim
-        start, stop = self.bounds((info.sizes or ())[dim])
+        start, stop = self.bounds(sizes[dim])
         return Cut(dim, start, stop)
 
 

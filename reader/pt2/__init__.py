@@ -3,7 +3,7 @@ arithmetic of a tensor's bytes. Nothing here reads a source; the layers above ha
 
 index.py        root, models, configs -> TensorInfo (payload.py: one config entry -> TensorInfo)
 schema.py       config JSON as msgspec Structs
-tensorinfo.py   TensorInfo, StorageRef: one tensor's layout and where its bytes lie
+tensorinfo.py   TensorInfo, StorageRef, Geometry: one tensor's layout and where its bytes lie
 dtypes.py       dtypes: names, sizes, bytes -> an ndarray of a tensor's dtype
 strided.py      a strided view's density, dim order and spans
 slicing.py      NumPy basic indexing -> the storage's byte runs -> the slice's bytes

@@ -24,7 +24,7 @@ import numpy as np
 
 from . import strided
 from .slicing import NormalizedEntry, SlicePlan
-from .tensorinfo import TensorInfo
+from .tensorinfo import Geometry, TensorInfo
 
 Box = tuple[range, ...]  # one range of step 1 per dim of the output
 
@@ -37,23 +37,25 @@ AMPLIFIED_MIN = 64 << 20
 
 def backing_bytes(info: TensorInfo) -> int:
     """The bytes of storage a view touches, first to last element (0 for a zero-byte payload)."""
-    if not info.storage.nbytes or info.sizes is None or info.strides is None or info.storage_offset is None:
+    sizes, strides, offset, itemsize = info.sizes, info.strides, info.storage_offset, info.itemsize
+    if not info.storage.nbytes or sizes is None or strides is None or offset is None or itemsize is None:
         return 0
-    first, end = strided.element_extent(info.sizes, info.strides, info.storage_offset)
-    return (end - first) * (info.itemsize or 1)
+    first, end = strided.element_extent(sizes, strides, offset)
+    return (end - first) * itemsize
 
 
 def amplified(info: TensorInfo) -> bool:
     """More output declared than AMPLIFICATION times the bytes behind it (and over AMPLIFIED_MIN)."""
-    length = info.nbytes or 0
-    return length > AMPLIFIED_MIN and length > AMPLIFICATION * backing_bytes(info)
+    length = info.nbytes
+    return length is not None and length > AMPLIFIED_MIN and length > AMPLIFICATION * backing_bytes(info)
 
 
 def without_repeats(info: TensorInfo) -> tuple[TensorInfo, int]:
     """The view with its stride-0 dims (each only repeats what the others select) and dims of one
     dropped, and how many times each of its elements stands in the full view's output. Two views of
     the same sizes and strides compare element for element as these do, each pair `repeats` times."""
-    sizes, strides = info.sizes, info.strides
+    geometry = info.geometry
+    sizes, strides = geometry.sizes, geometry.strides
     kept = [(size, stride) for size, stride in zip(sizes, strides) if size != 1 and stride != 0]
     if any(size == 0 for size in sizes) or len(kept) == len(sizes):
         return info, 1
@@ -69,7 +71,7 @@ def without_repeats(info: TensorInfo) -> tuple[TensorInfo, int]:
         dim_order=order,
         dense=dense,
         numel=numel,
-        nbytes=numel * (info.itemsize or 1),
+        nbytes=numel * geometry.itemsize,
     )
     return reduced, math.prod(sizes) // numel
 
@@ -153,13 +155,13 @@ def _as_slice(selected: range) -> slice:
     return slice(selected.start, stop, selected.step)
 
 
-def view_plan(info: TensorInfo, span_start: int) -> SlicePlan:
+def view_plan(geometry: Geometry, span_start: int) -> SlicePlan:
     """The whole view as a plan over its storage span's bytes (which begin at byte `span_start` of
     the payload: the view's first element, its strides being non-negative)."""
-    sizes, strides, itemsize = info.sizes, info.strides, info.itemsize
+    sizes, strides, itemsize = geometry.sizes, geometry.strides, geometry.itemsize
     byte_strides = tuple(0 if size <= 1 else stride * itemsize for size, stride in zip(sizes, strides))
     return SlicePlan(
-        sizes, (), info.nbytes, itemsize, byte_strides, info.storage_offset * itemsize - span_start
+        sizes, (), geometry.nbytes, itemsize, byte_strides, geometry.storage_offset * itemsize - span_start
     )
 
 

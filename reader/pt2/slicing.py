@@ -29,7 +29,6 @@ from typing import SupportsIndex
 
 import numpy as np
 
-from ..errors import UnsupportedPayload
 from .index_syntax import INDEX_SYNTAX, parse_index  # the text of a slice (re-exported)
 from .tensorinfo import TensorInfo
 
@@ -209,14 +208,13 @@ class _View:
 
 
 def _view(info: TensorInfo, index: Index) -> _View:
-    if info.unsupported or info.sizes is None or info.strides is None or info.storage_offset is None:
-        raise UnsupportedPayload(f"{info.model}/{info.name}: {info.unsupported or 'no strided layout'}")
-    itemsize = info.itemsize or 1
-    normalized = normalize_index(index, info.sizes)
+    geometry = info.geometry  # UnsupportedPayload unless readable
+    itemsize = geometry.itemsize
+    normalized = normalize_index(index, geometry.sizes)
     shape: list[int] = []
     strides: list[int] = []  # in elements, signed
-    first = info.storage_offset  # element of result[0, ..., 0]
-    source = iter(zip(info.sizes, info.strides))
+    first = geometry.storage_offset  # element of result[0, ..., 0]
+    source = iter(zip(geometry.sizes, geometry.strides))
     for entry in normalized:
         if entry is None:
             shape.append(1)
