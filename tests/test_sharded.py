@@ -1,5 +1,5 @@
 """Sharded checkpoints (`pytorch_model.bin.index.json` + torch.save shards, written as transformers
-writes them) over HTTP, S3 and GCS: one archive over the shards, equal to torch.load of each shard,
+writes them) over HTTP, S3, GCS and the Hub: one archive over the shards, equal to torch.load of each shard,
 reading only the shards a selection needs. The local checks are in test_sharded_rules.py."""
 
 from __future__ import annotations
