@@ -1,5 +1,6 @@
 """torch's answers for the checked-in torch.save and AOTInductor fixtures (tests/fixtures/containers/
-torch-*/expected.json), by version, and the (version, file) cases of one container kind."""
+torch-*/expected.json), by version, the (version, file) cases of one container kind, and the newest
+version's files."""
 
 from __future__ import annotations
 
@@ -18,3 +19,9 @@ def cases(container: str) -> list[tuple[str, str]]:
         for name, spec in truth["archives"].items()
         if spec["container"] == container
     ]
+
+
+# the newest torch version's checkpoint and mixed package
+VERSION = VERSIONS[-1]
+CHECKPOINT = CONTAINERS / VERSION / "checkpoint.pt"
+MIXED = CONTAINERS / VERSION / "mixed.pt2"
