@@ -1,6 +1,7 @@
 """What the sharded-checkpoint tests read about a checkpoint as transformers writes it: its weight map, the
 names and file of each shard, torch.load's tensors (torch is the oracle: without it the importing test
-module is skipped), a tensor's bytes, and a copy of the checkpoint elsewhere."""
+module is skipped), a tensor's bytes, a copy of the checkpoint elsewhere, its layouts as listed, and a
+small GPT's checkpoint (the fixture index)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ import shutil
 
 import numpy as np
 import pytest
+
+import reader
+from testing.fixtures.make_sharded import write_sharded
 
 torch = pytest.importorskip("torch")
 
@@ -46,3 +50,14 @@ def same_array(array: np.ndarray, tensor: torch.Tensor) -> None:
 def copy_checkpoint(index: pathlib.Path, to: pathlib.Path) -> pathlib.Path:
     shutil.copytree(index.parent, to)
     return to / index.name
+
+
+@pytest.fixture(scope="module")
+def index(tmp_path_factory) -> pathlib.Path:
+    """A small GPT's sharded checkpoint, written once per test module."""
+    return write_sharded(tmp_path_factory.mktemp("sharded-service") / "gpt")
+
+
+async def layouts(index: pathlib.Path) -> list[dict]:
+    async with reader.open_archive(index) as ar:
+        return [t.to_dict() for t in ar.tensors()]
