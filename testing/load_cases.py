@@ -1,5 +1,6 @@
 """What the whole-archive load tests share: every fixture archive and container with readable weights
-as (archive, model) cases, and a multi-part archive served over HTTP in parallel parts."""
+as (archive, model) cases, a multi-part archive served over HTTP in parallel parts, and the check
+that loaded arrays equal the tensors' own reads."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 
 import reader
+from reader.pt2.dtypes import BY_NAME
 from reader.sources import HttpOptions
 from testing.paths import ARCHIVES, CONTAINERS
 from testing.paths import CONTAINER_VERSIONS as VERSIONS
@@ -62,3 +64,18 @@ def big_archive(tmp_path_factory) -> tuple[pathlib.Path, dict[str, bytes]]:
     path = tmp_path_factory.mktemp("big") / "big.pt2"
     write_pt2(path, {name: (7, [len(data) // 4], data) for name, data in tensors.items()})
     return path, tensors
+
+
+async def expect_reads(archive: reader.Archive, model: str, arrays: dict[str, np.ndarray]) -> None:
+    """Each array equals the tensor's own read: dtype, shape and row-major bytes."""
+    wanted = [t for t in archive.tensors(model=model) if t.readable]
+    assert list(arrays) == [t.name for t in wanted]
+    read = await archive.read_many([t.name for t in wanted], model=model, order="contiguous")
+    for info in wanted:
+        array = arrays[info.name]
+        assert array.shape == tuple(info.sizes or ())
+        if info.dtype == "complex32":
+            assert np.array_equal(array, await archive.read_numpy(info.name, model=model))
+            continue
+        assert array.dtype == BY_NAME[info.dtype or ""].numpy
+        assert np.ascontiguousarray(array).tobytes() == read[info.name], info.name

@@ -4,6 +4,7 @@ imports from tests/)."""
 from __future__ import annotations
 
 import pathlib
+import zipfile
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
@@ -15,3 +16,7 @@ SHARED_LINEAR = REPO.parent / "shared" / "fixtures" / "linear.pt2"  # shared/ be
 # torch.save containers written by each torch version (testing/fixtures/make_containers.py)
 CONTAINERS = FIXTURES / "containers"
 CONTAINER_VERSIONS = sorted(path.parent.name for path in CONTAINERS.glob("torch-*/expected.json"))
+# every committed archive and container that is a ZIP (a .pt2 or a torch.save .pt)
+ZIP_FIXTURES = sorted(
+    path for path in FIXTURES.rglob("*") if path.suffix in (".pt2", ".pt") and zipfile.is_zipfile(path)
+)

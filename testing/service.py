@@ -28,6 +28,9 @@ DEFAULT_SPECS = [
     f"deflate={ARCHIVES / 'many_deflate.pt2'}",
 ]
 
+# the layouts fixture alone, as a --archive spec
+LAYOUTS = f"layouts={ARCHIVES / 'layouts.pt2'}"
+
 
 def make_app(specs: Sequence[str] = DEFAULT_SPECS, **settings: object) -> FastAPI:
     options = {"revalidate_seconds": 0, **settings}

@@ -6,11 +6,11 @@ credential says. A moto server with IAM authentication (testing/moto.py): a cont
 endpoint, web identity, IMDSv2, SSO and assume-role profiles (testing/aws_endpoints.py serves the
 endpoints), credentials that expire under an open archive and under `serve` on uvicorn and are refreshed
 off the event loop, and refused keys named in the error without their secret. The FaultServer answers
-as S3 does for an expired token or a bucket in another region; explicit S3Settings ignore the environment.
+as S3 does for an expired token or a bucket in another region. What resolves without a server (explicit
+S3Settings, broken configuration, addressing) is in test_aws_credentials_rules.py.
 
 Every test starts from an environment without AWS_* variables, empty AWS files and IMDS disabled, so
-nothing on the machine running the tests is read.
-"""
+nothing on the machine running the tests is read."""
 
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ import hashlib
 import json
 import os
 import pathlib
-import re
 import sys
 import time
 import uuid
@@ -29,7 +28,7 @@ import pytest
 
 import reader
 from app.cli import main as cli_main
-from reader.sources.s3 import S3Settings, resolve
+from testing import clean_aws
 from testing.aws_endpoints import (
     CONTAINER_PATH,
     IMDS_CREDENTIALS,
@@ -43,26 +42,21 @@ from testing.paths import ARCHIVES
 from testing.seaweed import SeaweedS3
 from testing.service import make_app, real_server
 
+aws_env = clean_aws.aws_env  # the fixture: no AWS_* variables, empty files, no instance metadata
+
 pytestmark = pytest.mark.emulator
 
+
 NAME = "layouts.pt2"
+
+
 KEY = f"archives/{NAME}"
+
+
 BIG = "many.pt2"  # 880 KB: tensors beyond the tail read at open, so each read is a request
+
+
 BIG_KEY = f"archives/{BIG}"
-
-
-@pytest.fixture
-def aws_env(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> pathlib.Path:
-    """No AWS_* variables, empty config and credentials files, no instance metadata: a clean machine."""
-    for name in list(os.environ):
-        if name.startswith("AWS_") or name == "PT2SERVE_S3_ENDPOINT":
-            monkeypatch.delenv(name)
-    for name in ("config", "credentials"):
-        (tmp_path / name).write_text("")
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "config"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "credentials"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    return tmp_path
 
 
 async def _same_as_local(location: str, **open_args: object) -> reader.Archive:
@@ -77,9 +71,6 @@ async def _same_as_local(location: str, **open_args: object) -> reader.Archive:
                 info.name, model=info.model
             )
         return remote
-
-
-# -- SeaweedFS: files, profiles, endpoints --------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -139,65 +130,6 @@ async def test_services_section_and_endpoint_variables(
     await _same_as_local(location)
 
 
-def test_addressing_style_region_and_endpoint_as_configured(
-    aws_env: pathlib.Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("AWS_NO_SIGN_REQUEST", "1")  # no credential search: only the URL is wanted
-    (aws_env / "config").write_text(
-        "[default]\nregion = eu-west-2\n"
-        "[profile virtual]\nendpoint_url = http://store.example.test\ns3 =\n  addressing_style = virtual\n"
-        "[profile path]\nendpoint_url = http://store.example.test\n"
-    )
-    assert resolve("s3://bucket/a b.pt2", None)[0] == "https://bucket.s3.eu-west-2.amazonaws.com/a%20b.pt2"
-    monkeypatch.setenv("AWS_REGION", "ap-south-1")  # AWS_REGION first, as the AWS CLI v2 and SDKs read it
-    assert resolve("s3://bucket/k", None)[0] == "https://bucket.s3.ap-south-1.amazonaws.com/k"
-    monkeypatch.setenv("AWS_PROFILE", "virtual")
-    assert resolve("s3://bucket/k", None)[0] == "http://bucket.store.example.test/k"
-    monkeypatch.setenv("AWS_PROFILE", "path")
-    assert resolve("s3://bucket/k", None)[0] == "http://store.example.test/bucket/k"
-    with pytest.raises(reader.LocationError):
-        resolve("s3://bucket-only", None)
-
-
-@pytest.mark.parametrize(
-    ("config", "expected"),
-    [
-        (None, "The config profile (absent) could not be found"),
-        ("[default]\ns3 =\n  addressing_style = sideways\n", "addressing style sideways is invalid"),
-        ("[default\nregion = us", "Unable to parse config file"),
-    ],
-)
-async def test_a_broken_configuration_is_a_source_error(
-    aws_env: pathlib.Path, monkeypatch: pytest.MonkeyPatch, config: str | None, expected: str
-) -> None:
-    if config is None:
-        monkeypatch.setenv("AWS_PROFILE", "absent")
-    else:
-        (aws_env / "config").write_text(config)
-    with pytest.raises(reader.SourceError, match=re.escape(expected)):
-        await reader.open_archive("s3://bucket/model.pt2")
-
-
-def test_explicit_settings_ignore_the_environment(
-    aws_env: pathlib.Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("AWS_PROFILE", "absent")
-    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://elsewhere.example.test")
-    monkeypatch.setenv("AWS_REGION", "sa-east-1")
-    assert (
-        resolve("s3://bucket/k", S3Settings(region="eu-west-1"))[0]
-        == "https://bucket.s3.eu-west-1.amazonaws.com/k"
-    )
-    custom = S3Settings(endpoint="http://store.example.test")
-    assert (
-        resolve("s3://bucket/k", custom)[0] == "http://store.example.test/bucket/k"
-    )  # path-style, as before
-    virtual = S3Settings(endpoint="http://store.example.test", addressing_style="virtual")
-    assert resolve("s3://bucket/k", virtual)[0] == "http://bucket.store.example.test/k"
-    with pytest.raises(ValueError, match="sideways"):
-        S3Settings(addressing_style="sideways")
-
-
 async def test_no_sign_request_reads_a_public_bucket_with_wrong_keys_around(
     weed: SeaweedS3, aws_env: pathlib.Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
 ) -> None:
@@ -230,9 +162,6 @@ async def test_missing_credentials_say_which_sources_were_tried(
     for source in ("environment", "web identity", f"shared credentials file {aws_env / 'credentials'}",
                    f"config file {aws_env / 'config'}", "container endpoint", "IMDS"):  # fmt: skip
         assert source in message
-
-
-# -- moto with IAM authentication: where temporary credentials come from ---------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -357,9 +286,6 @@ async def test_sso_profile_through_the_cli(
     assert proc.returncode == 0, err.decode()
     assert json.loads(out)["models"] == ["model"]
     assert endpoints.count(SSO_PATH + "?role_name=Reader&account_id=123456789012") == 1
-
-
-# -- refresh, refusals, anonymous -------------------------------------------------------------------------
 
 
 class Rotation:

@@ -1,6 +1,7 @@
 """deploy/kubernetes without a cluster: the manifests render (kubectl kustomize), pass checkov with 0
 failed checks, and agree with what they deploy: the Dockerfile's image, deploy/nginx.conf and
-app/settings.py. /healthz gates readiness until every archive has opened."""
+app/settings.py. The checks that need no subprocess (the nginx.conf copy, /healthz's readiness) are in
+test_kubernetes_rules.py."""
 
 from __future__ import annotations
 
@@ -14,25 +15,27 @@ import pytest
 
 from app.cli import build_parser
 from app.settings import Settings
+from testing.deploy_files import BASE, KUBERNETES
 from testing.dockerfile import DOCKERFILE, dockerfile_volumes
+from testing.paths import REPO
 from testing.provision import ensure_apt, ensure_venv_tool
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "scripts"))
-import topology  # noqa: E402 - scripts/ is not a package
+import topology
 
 pytestmark = pytest.mark.emulator
 
+
 yaml = pytest.importorskip("yaml", reason="PyYAML is not installed (pip install pyyaml)")
 
-KUBERNETES = REPO / "deploy" / "kubernetes"
-BASE = KUBERNETES / "base"
+
 OVERLAYS = {"eks": "s3", "gke": "gs", "aks": "az"}  # overlay -> the scheme its archives use
+
+
 NAMESPACE = "pt2serve"
+
+
 CHECKOV = "checkov>=3.2,<4"
-
-
-# -- rendering -------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -123,18 +126,6 @@ def size_bytes(text: str) -> int:
     """An nginx (10g) or Kubernetes (12Gi) size in bytes."""
     number, unit = re.fullmatch(r"(\d+)([kmgKMG]i?)?", text).groups()  # type: ignore[union-attr]
     return int(number) << {"": 0, "k": 10, "m": 20, "g": 30}[(unit or "")[:1].lower()]
-
-
-# -- the manifests ---------------------------------------------------------------------------------
-
-
-def test_the_kustomize_copy_of_nginx_conf_is_deploy_nginx_conf():
-    """kustomize reads no file outside its folder: base/nginx.conf is deploy/nginx.conf, byte for byte."""
-    copy = BASE / "nginx.conf"
-    assert copy.read_bytes() == topology.NGINX_CONF.read_bytes(), (
-        "deploy/kubernetes/base/nginx.conf differs from deploy/nginx.conf: "
-        "run `cp deploy/nginx.conf deploy/kubernetes/base/nginx.conf`"
-    )
 
 
 def test_every_object_is_namespaced_and_labelled(rendered):
@@ -355,49 +346,3 @@ def test_checkov_finds_no_failed_check(kubectl):
         for skipped in report["results"]["skipped_checks"]:
             reason = skipped["check_result"].get("suppress_comment") or ""
             assert len(reason) > 40, (skipped["check_id"], skipped["resource"], reason)
-
-
-# -- readiness -------------------------------------------------------------------------------------
-
-
-async def test_healthz_is_not_ready_until_every_archive_has_opened(tmp_path):
-    """The readiness probe: 503 (a JSON error) while an archive has not opened, 200 once all have, and
-    200 from then on, even when a later reopen fails (every replica sees the same source)."""
-    from testing.paths import ARCHIVES
-    from testing.service import in_process, make_app
-
-    late = tmp_path / "late.pt2"
-    late.write_bytes(b"not yet an archive")
-    app = make_app([f"ok={ARCHIVES / 'layouts.pt2'}", f"late={late}"], retry_failed_after=0)
-    async with in_process(app) as client:
-        waiting = await client.get("/healthz")
-        assert waiting.status_code == 503 and waiting.headers["retry-after"] == "5"
-        error = waiting.json()["error"]
-        assert (
-            error["code"] == "not_ready"
-            and "late (error)" in error["message"]
-            and "ok" not in error["message"]
-        )
-        late.write_bytes((ARCHIVES / "layouts.pt2").read_bytes())
-        assert (await client.get("/archives/late/tensors")).status_code == 200  # opens it
-        ready = await client.get("/healthz")
-        assert ready.status_code == 200 and ready.json() == {
-            "status": "ok",
-            "archives": {"ok": "open", "late": "open"},
-        }
-        # the archive changes into something unreadable: the reopen fails, the replica stays ready
-        registry = app.state.registry
-        late.write_bytes(b"broken again")
-        await registry.reopen("late", stale=registry.slots["late"].archive)
-        assert registry.slots["late"].status == "error"
-        still = await client.get("/healthz")
-        assert still.status_code == 200 and still.json()["archives"]["late"] == "error"
-
-
-async def test_healthz_with_lazy_archives_is_ready_before_they_open():
-    from testing.paths import ARCHIVES
-    from testing.service import in_process, make_app
-
-    async with in_process(make_app([f"ok={ARCHIVES / 'layouts.pt2'}"], lazy=True)) as client:
-        response = await client.get("/healthz")
-        assert response.status_code == 200 and response.json()["archives"] == {"ok": "pending"}

@@ -1,4 +1,5 @@
-"""The .ptd writer against ExecuTorch: its reader, the .ptd it writes itself, and torch's bytes."""
+"""The .ptd writer against ExecuTorch: its reader, the .ptd it writes itself, and torch's bytes (ExecuTorch
+runs in a subprocess). The checks of our own .ptd alone are in test_ptd_format_rules.py."""
 
 from __future__ import annotations
 
@@ -11,27 +12,18 @@ from hypothesis import strategies as st
 
 import reader
 from reader.formats.body import BytesBody, read_body
-from reader.formats.ptd import DEFAULT_ALIGNMENT, HEADER, plan_ptd, ptd_body, ptd_refusal, writable
+from reader.formats.ptd import HEADER, plan_ptd, ptd_body
 from reader.pt2.dtypes import BY_NAME
 from reader.pt2.tensorinfo import StorageRef, TensorInfo
 from testing.checks import run
 from testing.executorch_oracle import executorch_ptd, needs_executorch, read_ptd, torch_bytes
 from testing.paths import ARCHIVES, SHARED_LINEAR
+from testing.ptd_files import ptd_bytes
 
 pytestmark = pytest.mark.emulator
 
+
 ARCHIVE_PATHS = sorted(ARCHIVES.glob("*.pt2"))
-NO_EXECUTORCH_TYPE = {"complex32", "complex64", "complex128", "float8_e8m0fnu"}
-
-
-async def ptd_bytes(path: pathlib.Path, model: str, alignment: int = DEFAULT_ALIGNMENT) -> tuple[bytes, list]:
-    """Our .ptd of one model as the service and the CLI build it; and the tensors left out."""
-    async with reader.open_archive(path) as ar:
-        tensors = ar.tensors(model=model)
-        plan = plan_ptd([t for t in tensors if writable(t)], alignment)
-        body = ptd_body(plan, lambda info, order: ar.tensor(info.name, model=info.model, order=order))
-        assert body.length == plan.length
-        return await read_body(body, 0, body.length, 1 << 16), [t for t in tensors if not writable(t)]
 
 
 def models_of(path: pathlib.Path) -> list[str]:
@@ -130,48 +122,6 @@ def test_ptd_alignment(alignment: int) -> None:
     assert len(blob) == segment_base + header[5]
     reference, _ = run(ptd_bytes(ARCHIVES / "layouts.pt2", "model"))
     assert read_ptd(blob) == read_ptd(reference)
-
-
-def test_ptd_header_fields() -> None:
-    blob, _ = run(ptd_bytes(ARCHIVES / "two_models.pt2", "encoder"))
-    magic, length, fb_offset, fb_size, segment_base, segment_size = HEADER.unpack_from(blob, 8)
-    assert blob[4:8] == b"FT01" and magic == b"FH01" and length == 40
-    assert fb_offset == 48 and segment_base >= fb_offset + fb_size and segment_base % 128 == 0
-    assert len(blob) == segment_base + segment_size
-
-
-def test_ptd_tied_weights_share_one_segment() -> None:
-    async def plan():
-        async with reader.open_archive(ARCHIVES / "layouts.pt2") as ar:
-            return plan_ptd([t for t in ar.tensors() if not ptd_refusal(t)])
-
-    result = run(plan())
-    by_name = {e.info.name: e for e in result.entries}
-    assert by_name["lin1.weight"].segment == by_name["lin2.weight"].segment
-    assert len(result.segments) == len(result.entries) - 1
-    # view_a and view_b view one storage at different offsets: two segments
-    assert by_name["view_a"].segment != by_name["view_b"].segment
-
-
-def test_ptd_refuses_what_executorch_cannot_hold() -> None:
-    async def plan(names):
-        async with reader.open_archive(ARCHIVES / "dtypes.pt2") as ar:
-            return plan_ptd([ar.layout(name) for name in names])
-
-    with pytest.raises(reader.UnsupportedPayload, match=r"t_complex64 \(dtype complex64") as caught:
-        run(plan(["weight", "t_complex64", "t_float8_e8m0fnu"]))
-    assert "t_float8_e8m0fnu" in str(caught.value) and "weight" not in str(caught.value).split(":")[1]
-
-
-@pytest.mark.parametrize("alignment", [0, 3, 100, 4, 1 << 21])
-def test_ptd_alignment_must_be_a_sane_power_of_two(alignment: int) -> None:
-    with pytest.raises(ValueError, match="alignment"):
-        plan_ptd([], alignment)
-
-
-def test_ptd_of_no_tensors_is_a_valid_empty_file() -> None:
-    plan = plan_ptd([])
-    assert plan.segments == () and plan.length == len(plan.head) and plan.length % 128 == 0
 
 
 def synthetic(index: int, name: str, dtype: str, sizes: tuple[int, ...]) -> TensorInfo:

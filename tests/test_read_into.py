@@ -1,5 +1,5 @@
-"""`read_into`: a tensor's bytes into the caller's buffer are exactly what `read` and `read_range`
-give, from every kind of source, with the same checks (CRC-32 of whole entries, ranges, sizes)."""
+"""`read_into` from remote sources: a tensor's bytes into the caller's buffer are exactly what `read`
+and `read_range` give, with the same checks. Local files and memory are in test_read_into_rules.py."""
 
 from __future__ import annotations
 
@@ -7,42 +7,15 @@ import numpy as np
 import pytest
 
 import reader
-from reader.sources import BytesSource, HttpOptions
+from reader.sources import HttpOptions
 from testing.faultserver import FaultServer
 from testing.paths import ARCHIVES
+from testing.read_into_checks import agrees_with_read
 
 pytestmark = pytest.mark.emulator
 
-FIXTURES = ["layouts.pt2", "dtypes.pt2", "many_deflate.pt2", "two_models.pt2", "zero_payload.pt2"]
+
 FAST = HttpOptions(backoff_base=0.01, backoff_cap=0.05, read_timeout=2.0, time_budget=10.0)
-
-
-async def _agrees_with_read(ar: reader.Archive) -> int:
-    """Every readable tensor in both orders, whole and in a middle range; how many were checked."""
-    checked = 0
-    for info in ar.tensors():
-        if not info.readable:
-            continue
-        for order in ("default", "contiguous"):
-            want = await ar.read(info.name, model=info.model, order=order)
-            whole = np.empty(len(want), dtype=np.uint8)  # uninitialised: every byte must be written
-            await ar.tensor(info.name, model=info.model, order=order).read_into(whole)
-            assert whole.tobytes() == want, (info.name, order)
-            tensor = ar.tensor(info.name, model=info.model, order=order)
-            start, end = len(want) // 3, len(want) - len(want) // 4
-            part = bytearray(b"\xa5" * (end - start))
-            await tensor.read_into(part, start)
-            assert bytes(part) == await tensor.read_range(start, end) == want[start:end]
-            checked += 1
-    return checked
-
-
-@pytest.mark.parametrize("name", FIXTURES)
-async def test_local_and_in_memory_reads_into_buffers_equal_read(name: str) -> None:
-    async with reader.open_archive(ARCHIVES / name) as local:
-        assert await _agrees_with_read(local) > 0
-    async with reader.open_archive(BytesSource((ARCHIVES / name).read_bytes())) as held:
-        assert await _agrees_with_read(held) > 0
 
 
 async def test_remote_reads_into_buffers_equal_read() -> None:
@@ -50,44 +23,8 @@ async def test_remote_reads_into_buffers_equal_read() -> None:
         for name in ("layouts.pt2", "many_deflate.pt2"):
             server.put("/" + name, (ARCHIVES / name).read_bytes())
             async with reader.open_archive(server.url("/" + name), tail_size=4096, http_options=FAST) as ar:
-                assert await _agrees_with_read(ar) > 0
+                assert await agrees_with_read(ar) > 0
         assert not server.errors
-
-
-async def test_the_archive_written_by_another_torch_build_reads_into_a_buffer(shared_linear) -> None:
-    async with reader.open_archive(shared_linear) as ar:
-        assert await _agrees_with_read(ar) > 0
-
-
-async def test_a_corrupt_stored_entry_fails_its_crc_through_read_into(tmp_path) -> None:
-    """The first read finds the data offset through `read`; the second goes straight into the
-    buffer. Both must refuse the whole entry's bytes."""
-    data = bytearray((ARCHIVES / "layouts.pt2").read_bytes())
-    async with reader.open_archive(ARCHIVES / "layouts.pt2") as clean:
-        info = next(t for t in clean.tensors() if t.readable and t.dense and t.nbytes)
-        entry = clean.tensor(info.name, model=info.model).entry
-        first, _ = await clean.tensor(info.name, model=info.model).archive_span()
-        whole_entry = info.nbytes == entry.size
-    assert whole_entry, "the test needs a tensor that covers its whole entry (its CRC-32 is checked)"
-    data[first] ^= 0xFF
-    path = tmp_path / "corrupt.pt2"
-    path.write_bytes(bytes(data))
-    async with reader.open_archive(path) as ar:
-        for _ in range(2):
-            with pytest.raises(reader.IntegrityError, match="CRC-32"):
-                await ar.tensor(info.name, model=info.model).read_into(np.empty(info.nbytes, dtype=np.uint8))
-
-
-async def test_wrong_buffers_are_refused_with_typed_errors() -> None:
-    async with reader.open_archive(ARCHIVES / "layouts.pt2") as ar:
-        info = next(t for t in ar.tensors() if t.readable and t.nbytes)
-        tensor = ar.tensor(info.name, model=info.model)
-        with pytest.raises(ValueError, match="outside"):
-            await tensor.read_into(bytearray(info.nbytes + 1))
-        with pytest.raises(TypeError, match="read-only"):
-            await tensor.read_into(bytes(info.nbytes))
-        with pytest.raises(ValueError, match="outside"):
-            await tensor.read_into(bytearray(2), info.nbytes - 1)
 
 
 @pytest.mark.parametrize("parts", [1, 4])

@@ -1,6 +1,7 @@
 """A rank's block requests start at once, at each entry's predicted data offset (torch's ZIP writer
 pads every local header so data starts at a multiple of 64), and count only once the entry's local
-header confirms the offset: a header that disagrees gets the block read again, never wrong bytes."""
+header confirms the offset: a header that disagrees gets the block read again, never wrong bytes.
+The prediction against torch's own files is in test_shard_offsets_rules.py."""
 
 from __future__ import annotations
 
@@ -11,58 +12,12 @@ import pytest
 
 import reader
 from reader.sources import HttpOptions
-from reader.zipfmt import predicted_data_offset as predicted_offset
-from testing.aligned_pt2 import ROOT, write_aligned_pt2
 from testing.aligned_pt2 import rank_block as _block
+from testing.aligned_pt2 import write_aligned_pt2
 from testing.faultserver import FaultServer
-from testing.torch_oracle import HAVE_TORCH
-from testing.zipbytes import directory_of
+from testing.shard_blocks import matrix_arrays
 
 pytestmark = pytest.mark.emulator
-
-
-def _matrices() -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(35)
-    arrays = {f"layer{i}.weight": rng.standard_normal((256, 1024), dtype=np.float32) for i in range(4)}
-    arrays["norm"] = rng.standard_normal(1024, dtype=np.float32)
-    return arrays
-
-
-def _data_offsets(path: pathlib.Path) -> dict[str, tuple[int, int]]:
-    """Each entry's (predicted, actual) data offset."""
-    data = path.read_bytes()
-    _, entries = directory_of(data)
-    return {
-        entry.name: (predicted_offset(entry), reader.zipfmt.data_offset(entry, data[entry.header_offset :]))
-        for entry in entries
-    }
-
-
-def test_the_prediction_is_where_torch_puts_the_data(tmp_path: pathlib.Path) -> None:
-    """torch 2.13 (the module below) and the torch that wrote ../shared/fixtures/linear.pt2."""
-    paths = []
-    shared = pathlib.Path(__file__).resolve().parents[1] / "../shared/fixtures/linear.pt2"
-    if shared.exists():
-        paths.append(shared)
-    if HAVE_TORCH:
-        import torch
-
-        model = torch.nn.Sequential(torch.nn.Linear(7, 5), torch.nn.LayerNorm(5))
-        path = tmp_path / "exported.pt2"
-        torch.export.save(torch.export.export(model, (torch.zeros(2, 7),)), path)
-        paths.append(path)
-    if not paths:
-        pytest.skip("neither torch nor ../shared/fixtures/linear.pt2")
-    for path in paths:
-        offsets = _data_offsets(path)
-        assert offsets and all(predicted == actual for predicted, actual in offsets.values()), path
-
-
-def test_the_writer_above_misplaces_only_what_it_is_told_to(tmp_path: pathlib.Path) -> None:
-    path = tmp_path / "m.pt2"
-    write_aligned_pt2(path, _matrices(), shifted={2})
-    wrong = {name for name, (predicted, actual) in _data_offsets(path).items() if predicted != actual}
-    assert wrong == {f"{ROOT}/data/weights/weight_2"}
 
 
 OPTIONS = HttpOptions(parallel_parts=4, part_size=1 << 16, parallel_above=1 << 16, fast_connection=None)
@@ -82,7 +37,7 @@ async def _ranks(location: str, dim: int) -> list[tuple[dict[str, np.ndarray], i
 
 @pytest.mark.parametrize("dim", [0, 1])
 async def test_predicted_blocks_are_the_blocks_and_read_once(tmp_path: pathlib.Path, dim: int) -> None:
-    truth = _matrices()
+    truth = matrix_arrays()
     path = tmp_path / "m.pt2"
     write_aligned_pt2(path, truth)
     async with FaultServer() as server:
@@ -101,7 +56,7 @@ async def test_predicted_blocks_are_the_blocks_and_read_once(tmp_path: pathlib.P
 async def test_a_header_that_refutes_the_prediction_gets_the_right_bytes(
     tmp_path: pathlib.Path, dim: int
 ) -> None:
-    truth = _matrices()
+    truth = matrix_arrays()
     path = tmp_path / "m.pt2"
     write_aligned_pt2(path, truth, shifted={1, 3})  # layer1 and layer3 start 64 bytes later than predicted
     plain = tmp_path / "plain.pt2"

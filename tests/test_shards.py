@@ -1,215 +1,18 @@
-"""Shards for tensor parallelism: `load(..., shard=reader.Shard(rank, world_size, dims))`.
-
-Each block equals the torch.chunk-style block of torch's own tensor (ceil(size / world), the last
-shorter or empty); the blocks of all ranks put together are the whole; unmatched tensors are
-whole; a rank reads about its share of the matched weights (S3, counted by the source).
-"""
+"""Shards for tensor parallelism over the network: a rank reads about its share of the matched weights
+(S3, counted by the source), column blocks over HTTP put together make the whole, and a corrupt whole
+tensor beside the blocks fails the load. The block rules on local archives are in test_shards_rules.py."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import fnmatch
-import pathlib
-
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 import reader
 from reader.sources import HttpOptions, S3Settings
 from testing.faultserver import FaultServer
-from testing.torch_oracle import needs_torch
-from testing.zipbytes import write_pt2
+from testing.shard_blocks import block, matrices
 
 pytestmark = pytest.mark.emulator
-
-ROWS, COLUMNS = 10, 6  # 10 rows over 4 ranks: 3, 3, 3, 1; over 3: 4, 4, 2
-
-
-def _block(array, rank: int, world: int, dim: int):
-    """TGI's block: ceil(size / world) along `dim`, the last shorter, past the end empty."""
-    size = array.shape[dim]
-    step = -(-size // world)
-    start = min(rank * step, size)
-    index = [slice(None)] * array.ndim
-    index[dim] = slice(start, min(start + step, size))
-    return array[tuple(index)]
-
-
-@pytest.fixture(scope="module")
-def exported(tmp_path_factory) -> tuple[pathlib.Path, dict]:
-    """A torch-exported module: linears (one bfloat16), a tied embedding, a 3-D buffer, a transposed
-    (non-dense) buffer; with torch's own tensors."""
-    torch = pytest.importorskip("torch")
-
-    class Model(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.embed = torch.nn.Embedding(ROWS, COLUMNS)
-            self.up = torch.nn.Linear(COLUMNS, 2 * ROWS)
-            self.down = torch.nn.Linear(2 * ROWS, COLUMNS, bias=False).to(torch.bfloat16)
-            self.head = torch.nn.Linear(COLUMNS, ROWS, bias=False)
-            self.head.weight = self.embed.weight
-            self.register_buffer("cube", torch.arange(5 * 7 * 3, dtype=torch.float32).reshape(5, 7, 3))
-            self.register_buffer(
-                "flipped", torch.arange(ROWS * COLUMNS, dtype=torch.int32).reshape(ROWS, COLUMNS).t()
-            )
-
-        def forward(self, x):
-            h = self.up(self.embed(x)).to(torch.bfloat16)
-            return self.head(self.down(h).float()) + self.cube.sum() + self.flipped.sum()
-
-    torch.manual_seed(35)
-    model = Model().eval()
-    path = tmp_path_factory.mktemp("shards") / "model.pt2"
-    torch.export.save(torch.export.export(model, (torch.zeros(2, dtype=torch.long),)), path)
-    expected = {**model.state_dict(), "cube": model.cube, "flipped": model.flipped}
-    return path, expected
-
-
-DIMS = {"up.weight": 0, "down.weight": 1, "embed.weight": 1, "head.*": 0, "cube": 2, "flipped": 1}
-
-
-def _numpy(tensor) -> np.ndarray:
-    import torch
-
-    if tensor.dtype == torch.bfloat16:
-        return tensor.view(torch.int16).numpy().view(np.uint16)
-    return tensor.numpy()
-
-
-def _raw(array: np.ndarray) -> np.ndarray:
-    return array.view(np.uint16) if array.dtype.name == "bfloat16" else array
-
-
-@needs_torch
-@pytest.mark.parametrize("world", [1, 3, 4])
-def test_blocks_equal_torch_blocks_and_put_together_make_the_whole(exported, world: int) -> None:
-    path, expected = exported
-    ranks = [reader.load(path, shard=reader.Shard(rank, world, DIMS)) for rank in range(world)]
-    for name, tensor in expected.items():
-        truth = _numpy(tensor)
-        dim = reader.Shard(0, world, DIMS).dim_of(name)
-        for rank, arrays in enumerate(ranks):
-            got = _raw(arrays[name])
-            want = truth if dim is None else _block(truth, rank, world, dim)
-            assert got.shape == want.shape, (name, rank)
-            assert np.array_equal(got, want), (name, rank)
-        if dim is not None:
-            union = np.concatenate([_raw(arrays[name]) for arrays in ranks], axis=dim)
-            assert np.array_equal(union, truth), name
-    assert list(ranks[0]) == list(reader.load(path))  # the same names, in the same order
-
-
-@needs_torch
-def test_world_size_one_is_the_whole_load(exported) -> None:
-    path, _ = exported
-    whole = reader.load(path)
-    one = reader.load(path, shard=reader.Shard(0, 1, DIMS))
-    assert {n: a.tobytes() for n, a in one.items()} == {n: a.tobytes() for n, a in whole.items()}
-    assert np.shares_memory(one["embed.weight"], one["head.weight"])  # whole: still one storage
-
-
-@needs_torch
-def test_unmatched_tensors_are_whole_and_the_first_pattern_wins(exported) -> None:
-    path, expected = exported
-    shard = reader.Shard(1, 2, {"up.w*": 1, "up.weight": 0, "*.weight": 0})
-    arrays = reader.load(path, shard=shard)
-    up = _numpy(expected["up.weight"])
-    assert np.array_equal(arrays["up.weight"], _block(up, 1, 2, 1))  # "up.w*" came first
-    assert np.array_equal(arrays["embed.weight"], _block(_numpy(expected["embed.weight"]), 1, 2, 0))
-    for name in ("up.bias", "cube", "flipped"):  # no pattern: whole
-        assert np.array_equal(arrays[name], _numpy(expected[name])), name
-
-
-NAMES = ["a.weight", "a.bias", "h.0.mlp.c_fc.weight", "x[1]", "x1", "b*", "bb", "lm_head.weight"]
-PATTERNS = [*NAMES, "*.weight", "h.*", "*bias", "?.weight", "[ab]*", "x[[]1]", "*"]
-
-
-@settings(max_examples=400, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(PATTERNS), st.integers(0, 2)), max_size=8))
-def test_the_first_pattern_that_matches_decides_whatever_its_kind(pairs) -> None:
-    """Names without wildcards are looked up, patterns matched: the same answer as matching in order."""
-    dims = dict(pairs)
-    shard = reader.Shard(0, 2, dims)
-    for name in NAMES:
-        first = next((dim for pattern, dim in dims.items() if fnmatch.fnmatchcase(name, pattern)), None)
-        assert shard.dim_of(name) == first, (dims, name)
-
-
-@needs_torch
-def test_torch_load_and_iter_load_take_the_shard(exported) -> None:
-    import torch
-
-    import reader.torch
-
-    path, expected = exported
-    shard = reader.Shard(2, 3, DIMS)
-    tensors = reader.torch.load(path, shard=shard)
-    for name, tensor in expected.items():
-        dim = shard.dim_of(name)
-        want = tensor if dim is None else tensor.split(-(-tensor.shape[dim] // 3), dim)[2]
-        assert tensors[name].dtype == tensor.dtype
-        assert torch.equal(tensors[name], want), name
-
-    async def landed() -> dict:
-        async with reader.open_archive(path) as archive:
-            arrays = {name: array async for name, array in archive.iter_load(shard=shard)}
-            torched = {name: tensor async for name, tensor in reader.torch.iter_load(archive, shard=shard)}
-        return arrays, torched
-
-    arrays, torched = asyncio.run(landed())
-    assert {n: a.tobytes() for n, a in arrays.items()} == {
-        n: a.tobytes() for n, a in reader.load(path, shard=shard).items()
-    }
-    assert all(torch.equal(torched[name], tensors[name]) for name in tensors)
-
-
-@needs_torch
-def test_contiguous_order_and_copy_apply_to_blocks(exported) -> None:
-    path, expected = exported
-    shard = reader.Shard(0, 2, {"flipped": 0})
-    default = reader.load(path, shard=shard)
-    contiguous = reader.load(path, shard=shard, order="contiguous")
-    want = _block(_numpy(expected["flipped"]), 0, 2, 0)
-    assert np.array_equal(default["flipped"], want) and np.array_equal(contiguous["flipped"], want)
-    assert contiguous["flipped"].flags.c_contiguous
-
-
-@needs_torch
-def test_a_dim_out_of_range_is_a_clear_error(exported) -> None:
-    path, _ = exported
-    with pytest.raises(reader.InvalidShard, match=r"'up.bias' has 1 dims .* along dim 1"):
-        reader.load(path, shard=reader.Shard(0, 2, {"up.*": 1}))
-    with pytest.raises(reader.InvalidShard, match="cube"):
-        reader.load(path, shard=reader.Shard(0, 2, {"cube": -4}))
-    assert reader.load(path, shard=reader.Shard(0, 2, {"cube": -1}))["cube"].shape == (5, 7, 2)
-
-
-def test_a_shard_is_checked_when_made() -> None:
-    for rank, world in ((2, 2), (-1, 2), (0, 0)):
-        with pytest.raises(reader.InvalidShard):
-            reader.Shard(rank, world)
-    with pytest.raises(reader.InvalidShard):
-        reader.Shard(0, 2, {"a": "0"})
-    with pytest.raises(TypeError, match="Shard"):
-        reader.load("unused.pt2", shard=(0, 2))
-    assert isinstance(reader.InvalidShard("x"), ValueError)
-
-
-# -- bytes read ------------------------------------------------------------------------------------
-
-
-def _matrices(tmp_path: pathlib.Path) -> tuple[pathlib.Path, dict[str, np.ndarray]]:
-    """Four 1 MiB float32 matrices (256 x 1024) and a small vector, in one archive."""
-    rng = np.random.default_rng(35)
-    arrays = {f"layer{i}.weight": rng.standard_normal((256, 1024), dtype=np.float32) for i in range(4)}
-    arrays["norm"] = rng.standard_normal(1024, dtype=np.float32)
-    path = tmp_path / "matrices.pt2"
-    write_pt2(path, {name: (7, list(array.shape), array.tobytes()) for name, array in arrays.items()})
-    return path, arrays
 
 
 async def _rank_reads(location: str, rank: int, dims: dict, **options) -> tuple[dict, int]:
@@ -220,7 +23,7 @@ async def _rank_reads(location: str, rank: int, dims: dict, **options) -> tuple[
 
 
 async def test_over_s3_a_rank_reads_its_share_of_the_matched_weights(tmp_path, seaweed_s3) -> None:
-    path, truth = _matrices(tmp_path)
+    path, truth = matrices(tmp_path)
     key = "shards/matrices.pt2"
     seaweed_s3.upload(seaweed_s3.private_bucket, key, path)
     settings = S3Settings(region=seaweed_s3.region, endpoint=seaweed_s3.endpoint,
@@ -232,12 +35,12 @@ async def test_over_s3_a_rank_reads_its_share_of_the_matched_weights(tmp_path, s
         share = weights // 4  # the blocks (the unmatched vector may come with the open's tail read)
         assert share <= read <= share + truth["norm"].nbytes + 4 * 4096, (rank, read, share)  # + headers
         for name, array in truth.items():
-            want = array if name == "norm" else _block(array, rank, 4, 0)
+            want = array if name == "norm" else block(array, rank, 4, 0)
             assert np.array_equal(arrays[name], want), (name, rank)
 
 
 async def test_over_http_column_blocks_put_together_make_the_whole(tmp_path) -> None:
-    path, truth = _matrices(tmp_path)
+    path, truth = matrices(tmp_path)
     options = HttpOptions(parallel_parts=4, part_size=1 << 18, parallel_above=1 << 18, fast_connection=None)
     async with FaultServer() as server:
         server.put("/m.pt2", path.read_bytes())
@@ -254,25 +57,11 @@ async def test_over_http_column_blocks_put_together_make_the_whole(tmp_path) -> 
             assert all(arrays[name].flags.c_contiguous for arrays in ranks)
 
 
-async def test_leaving_a_sharded_iter_load_early_leaves_nothing_running(tmp_path) -> None:
-    path, truth = _matrices(tmp_path)
-    before = asyncio.all_tasks()
-    shard = reader.Shard(3, 4, {"layer*": 0})
-    async with (
-        reader.open_archive(path) as archive,
-        contextlib.aclosing(archive.iter_load(shard=shard)) as landing,
-    ):
-        name, array = await anext(landing)
-        assert np.array_equal(array, truth[name] if name == "norm" else _block(truth[name], 3, 4, 0))
-    await asyncio.sleep(0.01)
-    assert asyncio.all_tasks() - before == set()
-
-
 async def test_a_corrupt_whole_tensor_beside_the_blocks_fails_the_load(tmp_path) -> None:
     """Remotely the small whole tensors come with the cut entries' local headers: still CRC-checked."""
     import zipfile
 
-    path, _ = _matrices(tmp_path)
+    path, _ = matrices(tmp_path)
     data = bytearray(path.read_bytes())
     with zipfile.ZipFile(path) as archive:
         info = archive.getinfo("synthetic/data/weights/weight_4")  # "norm", 4 KiB

@@ -1,7 +1,8 @@
 """Zero-copy local serving (app/protocol.py's sendfile, reader.bodies.verified, reader.formats.runs), under a
 real uvicorn on loopback with the protocol `pt2serve serve` runs: verified local bytes go out with
 sendfile(2), every answer is byte-identical to the streamed path's, and a file rewritten in place or
-an entry that fails its CRC is never sent unread."""
+an entry that fails its CRC is never sent unread. The library's own reads of such entries are in
+test_zero_copy_rules.py."""
 
 from __future__ import annotations
 
@@ -21,13 +22,15 @@ import reader
 from app.protocol import HTTP_PROTOCOL, SENDFILE, JoiningHttpToolsProtocol
 from reader.bodies.verified import is_verified
 from reader.versions import source_version
+from testing import big_payload
+from testing.big_payload import BIG, payload_offset
 from testing.paths import ARCHIVES
 from testing.service import free_port, make_app
 from testing.zipbytes import write_pt2
 
-pytestmark = pytest.mark.emulator
+big_archive = big_payload.big_archive  # the fixture: the archive and its 8 MiB payload
 
-BIG = 8 << 20
+pytestmark = pytest.mark.emulator
 
 
 class StreamingProtocol(JoiningHttpToolsProtocol):
@@ -64,21 +67,6 @@ async def checked_ahead(app) -> None:
         if all(o.ahead is not None and o.ahead.done() for o in opened):
             return
         await asyncio.sleep(0.01)
-
-
-@pytest.fixture
-def big_archive(tmp_path):
-    path = tmp_path / "big.pt2"
-    payload = os.urandom(BIG)
-    write_pt2(path, {"big": (7, [BIG // 4], payload), "small": (7, [4, 4], os.urandom(64))})
-    return path, payload
-
-
-def payload_offset(path, payload: bytes) -> int:
-    data = path.read_bytes()
-    at = data.find(payload[:4096])
-    assert at > 0
-    return at
 
 
 async def test_a_verified_local_tensor_goes_out_with_sendfile(big_archive) -> None:
@@ -188,63 +176,16 @@ async def test_an_entry_that_fails_its_crc_is_never_verified_nor_sent(tmp_path) 
         assert SENDFILE.bytes == before
 
 
-async def test_the_library_reads_a_verified_entry_without_a_crc_pass_and_never_a_changed_one(
-    big_archive,
-) -> None:
-    path, payload = big_archive
-    async with reader.open_archive(path) as ar:
-        tensor = ar.tensor("big")
-        assert not is_verified(tensor.fetcher, tensor.entry)
-        assert await ar.read("big") == payload  # CRC-checked: verified now
-        assert is_verified(tensor.fetcher, tensor.entry)
-        buffer = bytearray(BIG)
-        await ar.tensor("big").read_into(buffer)
-        assert buffer == payload
-        assert b"".join([bytes(c) async for c in ar.tensor("big").chunks(chunk_size=1 << 20)]) == payload
-        with open(path, "r+b") as rewrite:  # in place, same bytes at first: then other bytes
-            rewrite.seek(payload_offset(path, payload))
-            rewrite.write(b"\0" * 16)
-        status = os.stat(path)
-        os.utime(path, ns=(status.st_atime_ns, status.st_mtime_ns + 1_000_000))
-        for read in (
-            ar.read("big"),
-            ar.tensor("big").read_into(bytearray(BIG)),
-            _joined(ar.tensor("big").chunks(chunk_size=1 << 20)),
-        ):
-            with pytest.raises(reader.SourceChanged):
-                await read
-
-
-async def test_a_flipped_byte_fails_every_library_read(tmp_path) -> None:
-    path = tmp_path / "flipped.pt2"
-    payload = os.urandom(1 << 20)
-    write_pt2(path, {"w": (7, [1 << 18], payload)})
-    data = bytearray(path.read_bytes())
-    data[payload_offset(path, payload) + 777] ^= 0x80
-    path.write_bytes(data)
-    async with reader.open_archive(path) as ar:
-        for _ in range(2):  # a failed check verifies nothing: the second round fails the same
-            with pytest.raises(reader.IntegrityError):
-                await ar.read("w")
-            with pytest.raises(reader.IntegrityError):
-                await ar.tensor("w").read_into(bytearray(1 << 20))
-            with pytest.raises(reader.IntegrityError):
-                await _joined(ar.tensor("w").chunks(chunk_size=64 << 10))
-        assert not is_verified(ar.tensor("w").fetcher, ar.tensor("w").entry)
-
-
 def archive_version(archive: reader.Archive) -> str:
     return source_version(archive.source)
 
 
-async def _joined(chunks) -> bytes:
-    return b"".join([bytes(chunk) async for chunk in chunks])
-
-
-# --- every fixture archive: the zero-copy answers equal the streamed path's, byte for byte -----------
-
 FIXTURES = sorted(p for p in ARCHIVES.glob("*.pt2"))
+
+
 TENSORS_EACH = 3  # tensors compared per fixture (each in three representations), besides its bundles
+
+
 CHUNK = 512  # a small chunk size, so the fixtures' small bodies take the streamed (and sendfile) paths
 
 
