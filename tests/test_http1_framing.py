@@ -203,6 +203,20 @@ def test_a_connection_closed_before_the_end_is_an_error(wire: bytes) -> None:
     assert not inbox.framing.reusable
 
 
+@pytest.mark.parametrize("wire", [b"", _head(100) + BODY[:40], b"HTTP/1.1 abc nonsense\r\n\r\n"])
+def test_a_kept_error_holds_no_frames(wire: bytes) -> None:
+    """A kept error is raised to the consumer later: the frames it was caught in (which reach back
+    through the event loop to its caller's memory) are not kept with it."""
+    inbox = _start()
+    _feed(inbox, wire)
+    try:
+        raise RuntimeError("handled while the connection closes")
+    except RuntimeError:
+        inbox.lost()
+    assert isinstance(inbox.error, httpx.RemoteProtocolError)
+    assert inbox.error.__traceback__ is None and inbox.error.__context__ is None
+
+
 def test_a_chunked_body_cut_by_the_close_is_an_error() -> None:
     inbox = _start()
     _feed(inbox, _head(None, "Transfer-Encoding: chunked") + b"5\r\nhel")

@@ -347,3 +347,17 @@ def test_a_sync_call_leaves_no_task_running() -> None:
     assert run_sync(spawn) == "done"
     assert started[0].cancelled()
     assert run_sync(spawn) == "done"  # the kept loop goes on working
+
+
+def test_run_sync_raises_a_load_s_error_without_an_unrelated_context() -> None:
+    """An error a load raises (or keeps for later) is not chained to run_sync's own check for a
+    running loop: that RuntimeError's traceback holds run_sync's frame, and with it the model the
+    call returns, until the cyclic garbage collector runs."""
+    from reader.blocking.sync import run_sync
+
+    async def failing() -> None:
+        raise ValueError("the load failed")
+
+    with pytest.raises(ValueError) as caught:
+        run_sync(failing)
+    assert caught.value.__context__ is None

@@ -93,17 +93,25 @@ def run_sync(make: Callable[[], Awaitable[T]]) -> T:
     async def main() -> None:
         found.append(await make())
 
+    if _loop_running():
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(lambda: asyncio.run(main())).result()
+    elif threading.current_thread() is threading.main_thread():
+        _main_loop.run(main())
+    else:
+        asyncio.run(main())
+    return found[0]
+
+
+def _loop_running() -> bool:
+    """Whether this thread runs an event loop. (Asked apart from the load: an exception handled
+    while the load runs would become the context of every exception the load raises and keeps,
+    and its traceback would keep `run_sync`'s frame and the model it returns alive.)"""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        if threading.current_thread() is threading.main_thread():
-            _main_loop.run(main())
-        else:
-            asyncio.run(main())
-        return found[0]
-    with ThreadPoolExecutor(1) as pool:
-        pool.submit(lambda: asyncio.run(main())).result()
-    return found[0]
+        return False
+    return True
 
 
 @dataclass(frozen=True, slots=True)

@@ -139,13 +139,13 @@ class Inbox:
             try:
                 self._queue(self.framing.closed())
             except httpx.RemoteProtocolError as exc:
-                self.error = exc
+                self.error = _kept(exc)
 
     def _parse(self, data: bytes) -> None:
         try:
             events = self.framing.feed(data)
         except httpx.RemoteProtocolError as exc:
-            self.error = exc
+            self.error = _kept(exc)
             return
         self._queue(events)
         if self.framing.remaining:  # a counted body starts: its own buffers
@@ -196,3 +196,13 @@ class Inbox:
         if sink.size - sink.filled != remaining:
             raise ValueError(f"a body of {sink.filled + remaining} bytes for {sink.size} bytes of memory")
         self.sink, self.landed = sink, 0
+
+
+def _kept(error: Exception) -> Exception:
+    """An error kept to be raised to the consumer later, without the traceback of where it was
+    caught: those frames reach back through the event loop to whoever runs it (a synchronous
+    `reader.load` and the arrays it returns), and a kept error would hold them all until the
+    cyclic garbage collector ran (a whole model's memory, past the load). The same of the error it
+    was raised while handling."""
+    error.__context__ = None
+    return error.with_traceback(None)
