@@ -481,8 +481,9 @@ async def test_an_opened_archive_failing_later_says_no_more_than_its_rule(tmp_pa
     failed = next(archive for archive in listing if archive["id"] == opened["id"])
     assert failed["status"] == "error"
     for text in [*(answer.json()["error"]["message"] for answer in answers), failed["error"]]:
+        said = text.replace(opened["id"], "<id>")  # the id is a digest: "404" may stand in it by chance
         for leak in ("404", "HTTP", str(origin.port)):
-            assert leak not in text, text
+            assert leak not in said, text
 
 
 async def test_opens_in_progress_are_bounded(tmp_path):
